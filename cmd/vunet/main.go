@@ -1,0 +1,63 @@
+// Command vunet is a vhost-user network back-end: QEMU (or any vhost-user
+// front-end) connects to its UNIX socket and the guest's Ethernet frames are
+// translated to native host sockets.
+//
+// The command owns flags, wiring, signals and logging; the work is done by
+// vhostuser (control plane) and tcpstack (data plane).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is main without the process exit, so tests can drive it.
+func run(args []string, stdout, stderr io.Writer) int {
+	opts, err := parseFlags(args, stderr)
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "vunet: %v\n", err)
+		return 1
+	}
+	if opts.version {
+		fmt.Fprintf(stdout, "vunet %s\n", version)
+		return 0
+	}
+	if opts.printCapabilities {
+		// The vhost-user back-end capability document, as QEMU and libvirt
+		// expect from --print-capabilities.
+		fmt.Fprintln(stdout, `{"type": "net"}`)
+		return 0
+	}
+
+	logger, closeLog, err := newLogger(opts, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "vunet: %v\n", err)
+		return 1
+	}
+	defer closeLog()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	if err := serve(ctx, opts, logger, stdout); err != nil {
+		logger.Error("vunet stopped", "err", err)
+		return 1
+	}
+	return 0
+}

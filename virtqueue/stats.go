@@ -1,0 +1,16 @@
+package virtqueue
+
+import "sync/atomic"
+
+// Stats are a queue's counters. The caller owns them so that they survive
+// queue rebuilds (memory table changes, reconnects); metrics read them at
+// scrape time while the data plane updates them, hence atomics.
+type Stats struct {
+	Chains             atomic.Uint64 // chains handed to the caller by Pop
+	BadChains          atomic.Uint64 // malformed chains returned to the guest with length 0
+	UsedPublished      atomic.Uint64 // used elements made visible to the driver (Flush)
+	Notifies           atomic.Uint64 // call eventfd signals sent by Flush
+	NotifiesSuppressed atomic.Uint64 // Flushes that needed no signal (EVENT_IDX or NO_INTERRUPT)
+	Kicks              atomic.Uint64 // driver kicks read from the kick eventfd (coalesced count)
+	SignalErrors       atomic.Uint64 // failed writes to the call eventfd
+}

@@ -1,0 +1,69 @@
+package vhostuser
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"time"
+)
+
+// Reconnect backoff bounds for Connect.
+const (
+	minReconnectDelay = 100 * time.Millisecond
+	maxReconnectDelay = 5 * time.Second
+)
+
+// Connect dials a listening front-end (QEMU server=on) at path and serves
+// it; whenever the connection fails or ends it dials again, with a delay
+// doubling from 100ms up to 5s, reset after a session that handled
+// messages. It returns nil when ctx is done and fails only for a config
+// that can never work.
+func Connect(ctx context.Context, path string, dev DeviceConfig) error {
+	if path == "" {
+		return errors.New("vhost-user connect: empty socket path")
+	}
+	if dev.DataPlane == nil {
+		return errors.New("vhost-user connect: DeviceConfig.DataPlane is nil")
+	}
+	log := dev.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	delay := minReconnectDelay
+	failures := 0
+	var d net.Dialer
+	for ctx.Err() == nil {
+		grow := true
+		c, err := d.DialContext(ctx, "unix", path)
+		if err == nil {
+			failures = 0
+			log.Info("vhost-user connected to front-end", "socket", path)
+			handled, serr := serveSession(ctx, c.(*net.UnixConn), dev)
+			if serr != nil {
+				log.Warn("vhost-user session ended with error; reconnecting", "err", serr)
+			}
+			if handled > 0 {
+				delay, grow = minReconnectDelay, false
+			}
+		} else if ctx.Err() == nil {
+			// Say it once at Warn; a front-end that is down for long
+			// would flood the log otherwise.
+			level := slog.LevelDebug
+			if failures == 0 {
+				level = slog.LevelWarn
+			}
+			failures++
+			log.Log(ctx, level, "vhost-user connect failed; retrying", "socket", path, "err", err, "retry_in", delay)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		if grow {
+			delay = min(2*delay, maxReconnectDelay)
+		}
+	}
+	return nil
+}

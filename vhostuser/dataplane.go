@@ -1,0 +1,37 @@
+package vhostuser
+
+import "vunet/virtqueue"
+
+// QueuePair is what the data plane gets to run one queue pair. Its layout is
+// mirrored by tcpstack.QueuePair (cmd converts between the two), so fields
+// must not be added or reordered here alone.
+type QueuePair struct {
+	Index                int                   // pair number: rings 2*Index (RX) and 2*Index+1 (TX)
+	RX, TX               *virtqueue.SplitQueue // never nil when passed to StartPair
+	RXEnabled, TXEnabled bool                  // SET_VRING_ENABLE state (true when PROTOCOL_FEATURES not negotiated)
+	Features             uint64                // negotiated virtio features (for NetHdrLenFor etc.)
+}
+
+// DataPlane runs queue pairs. It is implemented by tcpstack (through cmd)
+// and by test doubles. Both methods are called from the control goroutine
+// only, never concurrently.
+type DataPlane interface {
+	// StartPair runs pair qp.Index's rings until StopPair.
+	StartPair(qp QueuePair) error
+	// StopPair returns only when the data plane no longer touches the
+	// pair's rings: every popped chain pushed and flushed, RX reservations
+	// rewound (Unpop). The control plane may unmap memory right after.
+	StopPair(index int)
+}
+
+// Announcer is an optional DataPlane interface: SEND_RARP asks the back-end
+// to announce the guest's MAC after a migration.
+type Announcer interface {
+	Announce(mac [6]byte)
+}
+
+// MTUSetter is an optional DataPlane interface: NET_SET_MTU passes QEMU's
+// host_mtu to the back-end.
+type MTUSetter interface {
+	SetMTU(mtu int)
+}

@@ -1,0 +1,302 @@
+package vhostuser
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"vunet/virtqueue"
+)
+
+// MaxQueuePairs is the most queue pairs a device offers: ring indices are
+// eight bits wide in the kick/call/err payloads.
+const MaxQueuePairs = 128
+
+// MaxRings is the number of vring indices (two per queue pair).
+const MaxRings = 2 * MaxQueuePairs
+
+// MaxMemSlots is the GET_MAX_MEM_SLOTS answer: how many regions
+// ADD_MEM_REG may install.
+const MaxMemSlots = 32
+
+// DeviceConfig configures the device every front-end session gets.
+type DeviceConfig struct {
+	QueuePairs int          // offered (GET_QUEUE_NUM, MQ); 0 means 1; at most MaxQueuePairs
+	DataPlane  DataPlane    // runs the queue pairs; required
+	Logger     *slog.Logger // nil: slog.Default()
+	Stats      *Stats       // control-plane counters; may be nil
+	// Features are the virtio features offered; 0 means DefaultFeatures.
+	// The data plane must honour every bit offered here (offloads).
+	Features uint64
+}
+
+// Device errors, matched with errors.Is. Errors from the codec wrap
+// ErrMalformed, ErrTruncated or ErrFDCount.
+var (
+	ErrInvalid     = errors.New("invalid request")
+	ErrUnsupported = errors.New("unsupported request")
+	errMemory      = errors.New("memory table")
+	errDataPlane   = errors.New("data plane")
+)
+
+// device is the vhost-user state machine of one front-end session. It is
+// driven by one goroutine; the data plane runs the rings concurrently but is
+// only reconfigured through StopPair/StartPair.
+type device struct {
+	dp      DataPlane
+	log     *slog.Logger
+	stats   *Stats
+	pairs   int
+	offered uint64
+
+	features      uint64 // acknowledged by SET_FEATURES
+	protocol      uint64 // acknowledged by SET_PROTOCOL_FEATURES
+	owned         bool
+	status        uint8
+	mtu           int
+	replyAckAsked bool // NEED_REPLY seen on the message being processed
+
+	mem   *virtqueue.Memory
+	slots []memSlot
+
+	rings   []vring
+	running []bool // per pair
+
+	out []byte // reply payload buffer
+}
+
+func newDevice(cfg DeviceConfig) *device {
+	pairs := cfg.QueuePairs
+	if pairs <= 0 {
+		pairs = 1
+	}
+	pairs = min(pairs, MaxQueuePairs)
+	offered := cfg.Features
+	if offered == 0 {
+		offered = DefaultFeatures
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	stats := cfg.Stats
+	if stats == nil {
+		stats = &Stats{}
+	}
+	mem, _ := virtqueue.NewMemory(nil)
+	d := &device{
+		dp:      cfg.DataPlane,
+		log:     log,
+		stats:   stats,
+		pairs:   pairs,
+		offered: offered,
+		mem:     mem,
+		rings:   make([]vring, 2*pairs),
+		running: make([]bool, pairs),
+		out:     make([]byte, 0, 64),
+	}
+	for i := range d.rings {
+		d.rings[i].reset()
+	}
+	return d
+}
+
+// process handles one message. It returns the reply payload to send (send
+// is false when nothing is sent back). A non-nil error means the connection
+// must be closed; errors that were reported to the front-end in a reply are
+// logged and counted here and not returned. Descriptors in m that process
+// does not keep are closed.
+func (d *device) process(m *Message) (reply []byte, send bool, err error) {
+	defer m.closeFDs()
+	h := m.Header
+	d.stats.countMessage(h.Request)
+	d.log.Debug("vhost-user request", "request", h.Request, "flags", h.Flags, "size", h.Size, "fds", len(m.FDs))
+
+	needReply := h.Flags&FlagNeedReply != 0
+	err = ValidateMessage(h, m.Payload, len(m.FDs))
+	if err == nil {
+		reply, err = d.dispatch(m)
+	}
+	switch {
+	case err == nil && hasOwnReply(h.Request):
+		return reply, true, nil
+	case err == nil && needReply && d.protocol&ProtocolReplyAck != 0:
+		return EncodeU64(d.out[:0], 0), true, nil
+	case err == nil:
+		return nil, false, nil
+	}
+
+	reason := classify(err)
+	d.stats.countError(reason)
+	unsupported := errors.Is(err, ErrUnsupported)
+	// A failure can only be reported in an ack; a request with its own
+	// reply has no failure encoding, so the connection goes instead.
+	canAck := needReply && !hasOwnReply(h.Request) && (d.protocol&ProtocolReplyAck != 0 || unsupported)
+	switch {
+	case canAck:
+		d.log.Warn("vhost-user request failed", "request", h.Request, "reason", reason, "err", err)
+		return EncodeU64(d.out[:0], 1), true, nil
+	case unsupported:
+		d.log.Warn("vhost-user request ignored", "request", h.Request, "err", err)
+		return nil, false, nil
+	}
+	return nil, false, fmt.Errorf("%v: %w", h.Request, err)
+}
+
+// classify maps an error to its Stats reason.
+func classify(err error) ErrorReason {
+	switch {
+	case errors.Is(err, ErrMalformed), errors.Is(err, ErrTruncated), errors.Is(err, ErrFDCount):
+		return ErrReasonMalformed
+	case errors.Is(err, ErrUnsupported):
+		return ErrReasonUnsupported
+	case errors.Is(err, errMemory):
+		return ErrReasonMemory
+	case errors.Is(err, errDataPlane):
+		return ErrReasonDataPlane
+	}
+	return ErrReasonInvalid
+}
+
+// dispatch runs the handler of a validated message.
+func (d *device) dispatch(m *Message) ([]byte, error) {
+	p := m.Payload
+	switch m.Header.Request {
+	case ReqGetFeatures:
+		return EncodeU64(d.out[:0], d.offered), nil
+	case ReqSetFeatures:
+		return nil, d.setFeatures(mustU64(p))
+	case ReqGetProtocolFeatures:
+		if d.offered&FeatureProtocolFeatures == 0 {
+			return nil, fmt.Errorf("PROTOCOL_FEATURES not offered: %w", ErrInvalid)
+		}
+		return EncodeU64(d.out[:0], OfferedProtocolFeatures), nil
+	case ReqSetProtocolFeatures:
+		return nil, d.setProtocolFeatures(mustU64(p))
+	case ReqSetOwner:
+		d.owned = true
+		return nil, nil
+	case ReqResetOwner, ReqResetDevice:
+		d.resetRings()
+		return nil, nil
+	case ReqGetQueueNum:
+		return EncodeU64(d.out[:0], uint64(d.pairs)), nil
+	case ReqGetMaxMemSlots:
+		return EncodeU64(d.out[:0], MaxMemSlots), nil
+	case ReqSetMemTable:
+		return nil, d.setMemTable(m)
+	case ReqAddMemReg:
+		return nil, d.addMemReg(m)
+	case ReqRemMemReg:
+		return nil, d.remMemReg(m)
+	case ReqSetVringNum:
+		s, _ := DecodeVringState(p)
+		return nil, d.setVringNum(s)
+	case ReqSetVringAddr:
+		a, _ := DecodeVringAddr(p)
+		return nil, d.setVringAddr(a)
+	case ReqSetVringBase:
+		s, _ := DecodeVringState(p)
+		return nil, d.setVringBase(s)
+	case ReqGetVringBase:
+		s, _ := DecodeVringState(p)
+		base, err := d.getVringBase(s)
+		if err != nil {
+			return nil, err
+		}
+		return VringState{Index: s.Index, Num: uint32(base)}.Encode(d.out[:0]), nil
+	case ReqSetVringKick, ReqSetVringCall, ReqSetVringErr:
+		return nil, d.setVringFile(m)
+	case ReqSetVringEnable:
+		s, _ := DecodeVringState(p)
+		return nil, d.setVringEnable(s)
+	case ReqSendRARP:
+		return nil, d.sendRARP(p)
+	case ReqNetSetMTU:
+		return nil, d.setMTU(mustU64(p))
+	case ReqSetStatus:
+		v := mustU64(p)
+		if v > 0xff {
+			return nil, fmt.Errorf("status %#x: %w", v, ErrInvalid)
+		}
+		d.status = uint8(v)
+		return nil, nil
+	case ReqGetStatus:
+		return EncodeU64(d.out[:0], uint64(d.status)), nil
+	}
+	return nil, fmt.Errorf("%v: %w", m.Header.Request, ErrUnsupported)
+}
+
+// mustU64 decodes a payload ValidateMessage already sized.
+func mustU64(p []byte) uint64 {
+	v, _ := DecodeU64(p)
+	return v
+}
+
+func (d *device) setFeatures(f uint64) error {
+	if extra := f &^ d.offered; extra != 0 {
+		return fmt.Errorf("set features %#x: bits %#x not offered: %w", f, extra, ErrInvalid)
+	}
+	if f == d.features {
+		return nil
+	}
+	// Queue construction (EVENT_IDX, INDIRECT) and the enable state
+	// (PROTOCOL_FEATURES) depend on the features: rebuild running pairs.
+	d.stopAll()
+	d.features = f
+	d.stats.Features.Store(f)
+	d.log.Info("vhost-user features negotiated", "features", fmt.Sprintf("%#x", f))
+	return d.startAll()
+}
+
+func (d *device) setProtocolFeatures(f uint64) error {
+	if d.offered&FeatureProtocolFeatures == 0 {
+		return fmt.Errorf("PROTOCOL_FEATURES not offered: %w", ErrInvalid)
+	}
+	if extra := f &^ OfferedProtocolFeatures; extra != 0 {
+		return fmt.Errorf("set protocol features %#x: bits %#x not offered: %w", f, extra, ErrInvalid)
+	}
+	d.protocol = f
+	d.stats.ProtocolFeatures.Store(f)
+	return nil
+}
+
+func (d *device) setMTU(v uint64) error {
+	// 68 is IPv4's minimum; virtio-net's mtu field is 16 bits.
+	if v < 68 || v > 65535 {
+		return fmt.Errorf("mtu %d: %w", v, ErrInvalid)
+	}
+	d.mtu = int(v)
+	if s, ok := d.dp.(MTUSetter); ok {
+		s.SetMTU(d.mtu)
+	}
+	d.log.Info("vhost-user MTU set", "mtu", d.mtu)
+	return nil
+}
+
+func (d *device) sendRARP(p []byte) error {
+	var mac [6]byte
+	copy(mac[:], p)
+	a, ok := d.dp.(Announcer)
+	if !ok {
+		d.log.Info("vhost-user SEND_RARP ignored: data plane cannot announce", "mac", fmt.Sprintf("% x", mac))
+		return nil
+	}
+	a.Announce(mac)
+	return nil
+}
+
+// close releases everything the session holds: stops the data plane first,
+// then closes descriptors and unmaps memory.
+func (d *device) close() {
+	d.stopAll()
+	for i := range d.rings {
+		d.rings[i].closeFDs()
+		d.rings[i].reset()
+	}
+	d.unmapSlots(d.slots)
+	d.slots = nil
+	d.mem, _ = virtqueue.NewMemory(nil)
+	d.stats.Features.Store(0)
+	d.stats.ProtocolFeatures.Store(0)
+}

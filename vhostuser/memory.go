@@ -1,0 +1,154 @@
+package vhostuser
+
+import (
+	"fmt"
+
+	"vunet/virtqueue"
+)
+
+// memSlot is one mapped region of the memory table. refs counts the
+// ADD_MEM_REGs that announced it: QEMU with queues=N sends every region
+// once per queue pair (same region, new fd), and removes it as many times.
+type memSlot struct {
+	region *virtqueue.Region
+	refs   int
+}
+
+func specOf(r MemRegion) virtqueue.RegionSpec {
+	return virtqueue.RegionSpec{GuestAddr: r.GuestAddr, Size: r.Size, UserAddr: r.UserAddr, MmapOffset: r.MmapOffset}
+}
+
+// sameRegion compares what identifies a region for REM_MEM_REG and for
+// deduplication: guest address, size and user address (not the offset).
+func sameRegion(a, b virtqueue.RegionSpec) bool {
+	return a.GuestAddr == b.GuestAddr && a.Size == b.Size && a.UserAddr == b.UserAddr
+}
+
+func regionsOf(slots []memSlot) []*virtqueue.Region {
+	rs := make([]*virtqueue.Region, len(slots))
+	for i := range slots {
+		rs[i] = slots[i].region
+	}
+	return rs
+}
+
+func (d *device) unmapSlots(slots []memSlot) {
+	for i := range slots {
+		if err := slots[i].region.Unmap(); err != nil {
+			d.log.Warn("unmap guest memory", "err", err)
+		}
+	}
+}
+
+// swapMemory installs a new memory table under the data plane: running
+// pairs are stopped (so nothing touches the old mappings), the table
+// replaced, ready pairs restarted with queues translated against the new
+// table, and only then are the regions in unmap released. A ring whose
+// addresses are no longer mapped stays stopped and is reported in the log;
+// the memory change itself stands.
+func (d *device) swapMemory(mem *virtqueue.Memory, slots []memSlot, unmap []memSlot) {
+	d.stopAll()
+	d.mem, d.slots = mem, slots
+	if err := d.startAll(); err != nil {
+		d.stats.countError(classify(err))
+		d.log.Error("queue pair not restarted after memory table change", "err", err)
+	}
+	d.unmapSlots(unmap)
+	for _, s := range slots {
+		spec := s.region.Spec()
+		d.log.Debug("guest memory region", "guest_addr", fmt.Sprintf("%#x", spec.GuestAddr),
+			"size", spec.Size, "user_addr", fmt.Sprintf("%#x", spec.UserAddr), "refs", s.refs)
+	}
+}
+
+// setMemTable replaces the whole memory table (SET_MEM_TABLE). DPDK sends
+// it again, grown, after the rings are set up.
+func (d *device) setMemTable(m *Message) error {
+	regions, err := DecodeMemTable(m.Payload)
+	if err != nil {
+		return err
+	}
+	slots := make([]memSlot, 0, len(regions))
+	for i, r := range regions {
+		reg, err := virtqueue.MapRegion(m.FDs[i], specOf(r))
+		if err != nil {
+			d.unmapSlots(slots)
+			return fmt.Errorf("mem table region %d: %w: %w", i, errMemory, err)
+		}
+		slots = append(slots, memSlot{region: reg, refs: 1})
+	}
+	// The mappings hold their own references; m's fds are closed by process.
+	mem, err := virtqueue.NewMemory(regionsOf(slots))
+	if err != nil {
+		d.unmapSlots(slots)
+		return fmt.Errorf("mem table: %w: %w", errMemory, err)
+	}
+	if len(regions) == 0 {
+		d.warnNoMemory()
+	}
+	d.swapMemory(mem, slots, d.slots)
+	d.log.Info("guest memory table set", "regions", len(slots))
+	return nil
+}
+
+// addMemReg adds one region (ADD_MEM_REG, CONFIGURE_MEM_SLOTS).
+func (d *device) addMemReg(m *Message) error {
+	r, err := DecodeMemRegMsg(m.Payload)
+	if err != nil {
+		return err
+	}
+	spec := specOf(r)
+	for i := range d.slots {
+		if sameRegion(d.slots[i].region.Spec(), spec) {
+			d.slots[i].refs++
+			return nil // the duplicate fd is closed by process
+		}
+	}
+	if len(d.slots) >= MaxMemSlots {
+		return fmt.Errorf("add mem region: all %d slots used: %w", MaxMemSlots, ErrInvalid)
+	}
+	reg, err := virtqueue.MapRegion(m.FDs[0], spec)
+	if err != nil {
+		return fmt.Errorf("add mem region: %w: %w", errMemory, err)
+	}
+	slots := append(append(make([]memSlot, 0, len(d.slots)+1), d.slots...), memSlot{region: reg, refs: 1})
+	mem, err := virtqueue.NewMemory(regionsOf(slots))
+	if err != nil {
+		reg.Unmap()
+		return fmt.Errorf("add mem region: %w: %w", errMemory, err)
+	}
+	d.swapMemory(mem, slots, nil)
+	return nil
+}
+
+// remMemReg drops one reference to a region (REM_MEM_REG) and unmaps it
+// when the last one goes.
+func (d *device) remMemReg(m *Message) error {
+	r, err := DecodeMemRegMsg(m.Payload)
+	if err != nil {
+		return err
+	}
+	spec := specOf(r)
+	idx := -1
+	for i := range d.slots {
+		if sameRegion(d.slots[i].region.Spec(), spec) {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		return fmt.Errorf("remove mem region guest %#x size %#x: not mapped: %w", spec.GuestAddr, spec.Size, ErrInvalid)
+	}
+	if d.slots[idx].refs > 1 {
+		d.slots[idx].refs--
+		return nil
+	}
+	slots := make([]memSlot, 0, len(d.slots)-1)
+	slots = append(append(slots, d.slots[:idx]...), d.slots[idx+1:]...)
+	mem, err := virtqueue.NewMemory(regionsOf(slots))
+	if err != nil {
+		return fmt.Errorf("remove mem region: %w: %w", errMemory, err)
+	}
+	d.swapMemory(mem, slots, []memSlot{d.slots[idx]})
+	return nil
+}

@@ -1,0 +1,82 @@
+package vhostuser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// ServeConn serves one already-connected front-end socket (passt's --fd)
+// until the front-end closes it, a protocol error forces it closed, or ctx
+// is done. It closes conn and releases everything the session held (rings
+// stopped, memory unmapped, descriptors closed) before returning. A clean
+// end (front-end hung up, ctx cancelled) returns nil.
+func ServeConn(ctx context.Context, conn *net.UnixConn, dev DeviceConfig) error {
+	_, err := serveSession(ctx, conn, dev)
+	return err
+}
+
+// serveSession runs one session and reports how many messages it handled.
+func serveSession(ctx context.Context, conn *net.UnixConn, cfg DeviceConfig) (handled int, err error) {
+	if cfg.DataPlane == nil {
+		conn.Close()
+		return 0, errors.New("vhost-user session: DeviceConfig.DataPlane is nil")
+	}
+	c, err := NewConn(conn)
+	if err != nil {
+		conn.Close()
+		return 0, err
+	}
+	defer c.Close()
+	d := newDevice(cfg)
+	defer d.close()
+	d.stats.Sessions.Add(1)
+	d.stats.Connected.Store(1)
+	defer d.stats.Connected.Store(0)
+
+	// A past deadline interrupts a blocked read at once without racing
+	// the descriptor (Close would): the loop sees the deadline error, then
+	// notices ctx.
+	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	var m Message
+	for {
+		if err := c.ReadMessage(&m); err != nil {
+			switch {
+			case ctx.Err() != nil:
+				d.log.Info("vhost-user session ended: shutting down", "messages", handled)
+				return handled, nil
+			case errors.Is(err, io.EOF):
+				d.log.Info("vhost-user front-end disconnected", "messages", handled)
+				return handled, nil
+			}
+			reason := classify(err)
+			if reason == ErrReasonInvalid {
+				reason = ErrReasonIO
+			}
+			d.stats.countError(reason)
+			d.log.Error("vhost-user session closed: bad message", "err", err, "messages", handled)
+			return handled, fmt.Errorf("vhost-user session: %w", err)
+		}
+		handled++
+		reply, send, perr := d.process(&m)
+		if perr != nil {
+			d.log.Error("vhost-user session closed: request rejected", "err", perr, "messages", handled)
+			return handled, fmt.Errorf("vhost-user session: %w", perr)
+		}
+		if send {
+			if err := c.WriteReply(m.Header.Request, reply); err != nil {
+				d.stats.countError(ErrReasonIO)
+				if ctx.Err() != nil {
+					return handled, nil
+				}
+				d.log.Error("vhost-user session closed: reply failed", "err", err)
+				return handled, fmt.Errorf("vhost-user session: %w", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const ifName = "eth0"
+
+func sysNet(iface, file string) (string, error) {
+	b, err := os.ReadFile("/sys/class/net/" + iface + "/" + file)
+	return strings.TrimSpace(string(b)), err
+}
+
+func statCounter(iface, name string) uint64 {
+	s, err := sysNet(iface, "statistics/"+name)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
+}
+
+// waitFor polls cond until it holds or ctx ends; the guest has no event
+// source worth wiring up for a handful of sysfs files.
+func waitFor(ctx context.Context, what string, cond func() bool) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+func setUp(iface string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket for ioctl: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(iface)
+	if err != nil {
+		return fmt.Errorf("ifreq %s: %w", iface, err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("get flags of %s: %w", iface, err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("set %s up: %w", iface, err)
+	}
+	return nil
+}
+
+// ifaceIPv4 returns eth0's first IPv4 address, or the zero address before
+// DHCP (ARP then goes out as a probe, which a responder must still answer).
+func ifaceIPv4(iface string) net.IP {
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return net.IPv4zero.To4()
+	}
+	addrs, _ := ifi.Addrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+			return n.IP.To4()
+		}
+	}
+	return net.IPv4zero.To4()
+}

@@ -1,0 +1,95 @@
+package guest
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Kernel command-line parameters the agent reads. Only "vunet."-prefixed
+// words are ours; the kernel ignores unknown dotted parameters.
+const (
+	ParamChecks   = "vunet.check"    // comma-separated check names, run in order
+	ParamTimeout  = "vunet.timeout"  // per-check timeout (Go duration), default DefaultCheckTimeout
+	ParamTXFrames = "vunet.txframes" // frames the link check transmits, default DefaultTXFrames
+	ParamARP      = "vunet.arp"      // IPv4 address the arp check resolves; default: DHCP router
+	ParamPing     = "vunet.ping"     // IPv4 address the ping check pings; default: DHCP router
+	ParamHTTP     = "vunet.http"     // URL the http check fetches
+)
+
+// Check names the agent knows.
+const (
+	CheckLink = "link" // eth0 up with carrier, frames transmitted and completed by the back-end
+	CheckDHCP = "dhcp" // udhcpc got a lease; eth0, default route and resolv.conf configured
+	CheckARP  = "arp"  // an ARP request is answered
+	CheckPing = "ping" // ICMP echo answered (busybox ping)
+	CheckHTTP = "http" // HTTP GET succeeds; reports bytes, sha256 and rate
+)
+
+// Defaults for the agent's parameters.
+const (
+	DefaultCheckTimeout = 20 * time.Second
+	DefaultTXFrames     = 8
+)
+
+// Params is the agent's view of the kernel command line.
+type Params struct {
+	Checks   []string
+	Timeout  time.Duration
+	TXFrames int
+	Values   map[string]string // every vunet.* parameter, raw
+}
+
+// ParseCmdline extracts the agent's parameters from /proc/cmdline contents.
+func ParseCmdline(cmdline string) (Params, error) {
+	p := Params{Timeout: DefaultCheckTimeout, TXFrames: DefaultTXFrames, Values: map[string]string{}}
+	for _, w := range strings.Fields(cmdline) {
+		k, v, ok := strings.Cut(w, "=")
+		if !ok || !strings.HasPrefix(k, "vunet.") {
+			continue
+		}
+		p.Values[k] = v
+		switch k {
+		case ParamChecks:
+			p.Checks = nil
+			for _, c := range strings.Split(v, ",") {
+				if c != "" {
+					p.Checks = append(p.Checks, c)
+				}
+			}
+		case ParamTimeout:
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return p, fmt.Errorf("%s=%q: want a positive duration", k, v)
+			}
+			p.Timeout = d
+		case ParamTXFrames:
+			var n int
+			if _, err := fmt.Sscanf(v, "%d", &n); err != nil || n < 1 || n > 10000 {
+				return p, fmt.Errorf("%s=%q: want 1..10000", k, v)
+			}
+			p.TXFrames = n
+		}
+	}
+	return p, nil
+}
+
+// Cmdline renders kernel command-line words for the given checks and extra
+// parameters (keys without the "vunet." prefix are given one).
+func Cmdline(checks []string, extra map[string]string) string {
+	words := []string{ParamChecks + "=" + strings.Join(checks, ",")}
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		name := k
+		if !strings.HasPrefix(name, "vunet.") {
+			name = "vunet." + name
+		}
+		words = append(words, name+"="+extra[k])
+	}
+	return strings.Join(words, " ")
+}

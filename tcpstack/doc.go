@@ -1,0 +1,20 @@
+// Package tcpstack is vunet's translation core: it turns the guest's Ethernet
+// frames into operations on native host sockets and host socket data back into
+// frames, without a TCP/IP stack of its own (the host kernel keeps doing
+// congestion control, retransmission and buffering, as with passt).
+//
+// Each virtio-net queue pair is served by one event loop on its own locked OS
+// thread. The loop waits in epoll on the TX and RX kick eventfds, a wake
+// eventfd for requests from the control goroutine, one timerfd and the flows'
+// sockets; it moves guest frames through the TX path (pop a batch, copy the
+// headers out of guest memory before parsing, dispatch, return the batch with
+// one used-ring update) and writes frames for the guest through the RX path
+// (reserve guest buffers first, write straight into them, publish in one batch,
+// rewind unused reservations). The hot path takes no locks, uses no channels
+// and does not allocate.
+//
+// [Stack] implements the vhost-user back-end's data-plane interface
+// structurally. The package imports only virtqueue and tcpstack/header of
+// vunet's packages: it must not import vhostuser, metrics or cmd, so the
+// control plane and the exporters stay replaceable around it.
+package tcpstack

@@ -1,0 +1,61 @@
+package tcpstack
+
+// Sizes of the pending reply ring. Link-service replies (ARP, DHCP, DHCPv6,
+// NDP, ICMP echo replies) are small; a guest that stops refilling its RX ring
+// must not make us queue without bound, so the ring is fixed and the oldest
+// reply gives way.
+const (
+	pendingReplies   = 32
+	pendingReplySize = 2048
+)
+
+// pendingReply is one frame (Ethernet onward) waiting for RX descriptors.
+type pendingReply struct {
+	n      int
+	waited bool // already counted in RXWaitedForDescriptors
+	buf    [pendingReplySize]byte
+}
+
+// replyRing is a preallocated FIFO of reply frames. It has one more slot than
+// its capacity so a service always has a free buffer to write into before we
+// know whether it produces a reply at all.
+type replyRing struct {
+	slots       [pendingReplies + 1]pendingReply
+	head, count int
+}
+
+// next returns the buffer the next reply is built in; commit makes it pending.
+func (r *replyRing) next() []byte {
+	return r.slots[(r.head+r.count)%len(r.slots)].buf[:]
+}
+
+// commit queues the frame of length n built in next(). When the ring is full
+// the oldest reply is dropped and commit returns true.
+func (r *replyRing) commit(n int) (droppedOldest bool) {
+	if n <= 0 {
+		return false
+	}
+	s := &r.slots[(r.head+r.count)%len(r.slots)]
+	s.n = n
+	s.waited = false
+	if r.count == pendingReplies {
+		r.head = (r.head + 1) % len(r.slots)
+		droppedOldest = true
+	} else {
+		r.count++
+	}
+	return droppedOldest
+}
+
+func (r *replyRing) len() int { return r.count }
+
+// front returns the oldest pending reply; only valid when len() > 0.
+func (r *replyRing) front() *pendingReply { return &r.slots[r.head] }
+
+func (r *replyRing) pop() {
+	if r.count == 0 {
+		return
+	}
+	r.head = (r.head + 1) % len(r.slots)
+	r.count--
+}

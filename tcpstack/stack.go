@@ -1,0 +1,200 @@
+package tcpstack
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"vunet/virtqueue"
+)
+
+// QueuePair is one virtio-net queue pair as the control plane hands it over.
+// It has the same fields as vhostuser.QueuePair so cmd/vunet can convert one
+// into the other; tcpstack does not import vhostuser.
+type QueuePair struct {
+	Index                int                   // pair number: rings 2*Index (RX) and 2*Index+1 (TX)
+	RX, TX               *virtqueue.SplitQueue // never nil
+	RXEnabled, TXEnabled bool                  // SET_VRING_ENABLE state
+	Features             uint64                // negotiated virtio feature bits
+}
+
+// Config configures a [Stack].
+type Config struct {
+	// Logger receives the data path's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// OurMAC is the MAC address the stack answers with (gateway, ARP, NDP).
+	// Zero means DefaultOurMAC.
+	OurMAC [6]byte
+	// MTU is the guest MTU used to size frames sent to the guest; 0 means
+	// DefaultMTU. [Stack.SetMTU] overrides it at run time.
+	MTU int
+}
+
+// DefaultOurMAC is the stack's own MAC address unless configured, the one
+// passt uses, so guests configured for passt see the same neighbour.
+var DefaultOurMAC = [6]byte{0x9a, 0x55, 0x9a, 0x55, 0x9a, 0x55}
+
+// DefaultMTU is the guest MTU unless configured, as in passt.
+const DefaultMTU = 65520
+
+// Stack is the data plane: it runs one event loop per started queue pair.
+// Its StartPair/StopPair/Announce/SetMTU methods match vhostuser's DataPlane,
+// Announcer and MTUSetter interfaces.
+type Stack struct {
+	cfg Config
+	log *slog.Logger
+
+	mtu      atomic.Int64
+	guestMAC atomic.Uint64 // learned or announced guest MAC, 48 bits; 0 = unknown
+
+	mu    sync.Mutex
+	loops map[int]*loop
+	stats map[int]*QueueStats
+}
+
+// New returns a Stack with no running pairs.
+func New(cfg Config) *Stack {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.OurMAC == ([6]byte{}) {
+		cfg.OurMAC = DefaultOurMAC
+	}
+	if cfg.MTU <= 0 {
+		cfg.MTU = DefaultMTU
+	}
+	s := &Stack{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		loops: make(map[int]*loop),
+		stats: make(map[int]*QueueStats),
+	}
+	s.mtu.Store(int64(cfg.MTU))
+	return s
+}
+
+// ErrPairRunning is returned by StartPair for a pair that is already running.
+var ErrPairRunning = errors.New("queue pair already running")
+
+// StartPair starts the event loop of qp. It returns once the loop's epoll set
+// is built, so errors in setting it up are reported here.
+func (s *Stack) StartPair(qp QueuePair) error {
+	if qp.RX == nil || qp.TX == nil {
+		return fmt.Errorf("start pair %d: nil ring", qp.Index)
+	}
+	if qp.Index < 0 {
+		return fmt.Errorf("start pair %d: negative index", qp.Index)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.loops[qp.Index]; ok {
+		return fmt.Errorf("start pair %d: %w", qp.Index, ErrPairRunning)
+	}
+	st := s.stats[qp.Index]
+	if st == nil {
+		st = new(QueueStats)
+		s.stats[qp.Index] = st
+	}
+	l, err := newLoop(s, qp, st)
+	if err != nil {
+		return fmt.Errorf("start pair %d: %w", qp.Index, err)
+	}
+	st.LoopStarts.Add(1)
+	s.loops[qp.Index] = l
+	go l.run()
+	s.log.Debug("queue pair started", "pair", qp.Index, "rx_enabled", qp.RXEnabled,
+		"tx_enabled", qp.TXEnabled, "features", fmt.Sprintf("%#x", qp.Features))
+	return nil
+}
+
+// StopPair stops the loop of pair index and returns when it no longer touches
+// the pair's rings: every popped chain is pushed and flushed and unused RX
+// reservations are rewound, so LastAvail of both rings is consistent.
+// Stopping a pair that is not running does nothing.
+func (s *Stack) StopPair(index int) {
+	s.mu.Lock()
+	l := s.loops[index]
+	delete(s.loops, index)
+	s.mu.Unlock()
+	if l == nil {
+		return
+	}
+	l.stop()
+	s.log.Debug("queue pair stopped", "pair", index)
+}
+
+// Announce records mac as the guest's MAC address (vhost-user SEND_RARP after
+// a migration). The stack is the guest's only neighbour, so there is no switch
+// to teach; frames to the guest use this address until the guest sends from
+// another one.
+func (s *Stack) Announce(mac [6]byte) {
+	s.guestMAC.Store(macToU64(mac))
+	s.log.Info("guest announced", "mac", fmtMAC(mac))
+}
+
+// SetMTU sets the guest MTU (vhost-user NET_SET_MTU).
+func (s *Stack) SetMTU(mtu int) {
+	if mtu <= 0 {
+		return
+	}
+	s.mtu.Store(int64(mtu))
+}
+
+// MTU returns the current guest MTU.
+func (s *Stack) MTU() int { return int(s.mtu.Load()) }
+
+// GuestMAC returns the guest's MAC as last learned from a TX frame or
+// announced; ok is false until one is known.
+func (s *Stack) GuestMAC() (mac [6]byte, ok bool) {
+	v := s.guestMAC.Load()
+	if v == 0 {
+		return mac, false
+	}
+	return u64ToMAC(v), true
+}
+
+// PairStats returns the counters of pair index, or nil if the pair has never
+// been started. The pointer stays valid for the Stack's lifetime.
+func (s *Stack) PairStats(index int) *QueueStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats[index]
+}
+
+// EachPairStats calls fn for every pair that has ever been started, in no
+// particular order. fn must not call back into the Stack.
+func (s *Stack) EachPairStats(fn func(index int, st *QueueStats)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, st := range s.stats {
+		fn(i, st)
+	}
+}
+
+// Close stops every running pair.
+func (s *Stack) Close() {
+	s.mu.Lock()
+	idx := make([]int, 0, len(s.loops))
+	for i := range s.loops {
+		idx = append(idx, i)
+	}
+	s.mu.Unlock()
+	for _, i := range idx {
+		s.StopPair(i)
+	}
+}
+
+func macToU64(m [6]byte) uint64 {
+	return uint64(m[0])<<40 | uint64(m[1])<<32 | uint64(m[2])<<24 |
+		uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
+}
+
+func u64ToMAC(v uint64) [6]byte {
+	return [6]byte{byte(v >> 40), byte(v >> 32), byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}
+}
+
+func fmtMAC(m [6]byte) string {
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5])
+}

@@ -1,0 +1,291 @@
+package tcpstack
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"time"
+
+	"vunet/virtqueue"
+)
+
+const (
+	// txBatchMax is how many TX chains are popped before they are all
+	// returned with one used-index update.
+	txBatchMax = 64
+	// txBatchesPerIteration bounds TX work per loop iteration so a guest
+	// that never stops sending cannot starve the RX side and the sockets.
+	txBatchesPerIteration = 8
+	// txHeadLen is how much of each frame is copied out of guest memory
+	// for parsing: Ethernet + IPv6 with some extension headers + TCP with
+	// options fits. Payload stays in guest memory.
+	txHeadLen = 256
+	// txFullMax bounds a frame a link service reads whole (DHCP, NDP...).
+	txFullMax = 9216
+)
+
+const (
+	etherTypeIPv4 = 0x0800
+	etherTypeARP  = 0x0806
+	etherTypeIPv6 = 0x86dd
+	ethHdrLen     = 14
+
+	ipProtoICMP   = 1
+	ipProtoTCP    = 6
+	ipProtoUDP    = 17
+	ipProtoICMPv6 = 58
+)
+
+// txPath holds the per-loop scratch state of the TX side.
+type txPath struct {
+	chains  [txBatchMax]virtqueue.Chain
+	hdr     virtqueue.NetHdr
+	head    [virtqueue.NetHdrLen + txHeadLen]byte
+	full    [txFullMax]byte
+	broken  bool
+	lastLog time.Time // rate limit for the per-frame debug line
+}
+
+// processTX drains the TX ring in batches with kicks disabled, re-enabling
+// them only when the ring is empty (and re-checking after, as the guest may
+// have added chains in between). It returns true if work is left over
+// because the per-iteration budget ran out.
+func (l *loop) processTX() (more bool) {
+	q := l.qp.TX
+	if l.tx.broken {
+		return false
+	}
+	q.DisableKicks()
+	for b := 0; ; b++ {
+		if b == txBatchesPerIteration {
+			return true // kicks stay disabled: the loop comes back without waiting
+		}
+		full := l.txBatch()
+		// Replies produced by this batch go out before the next batch, so a
+		// burst of requests does not overflow the pending ring.
+		l.deliverPending()
+		if l.tx.broken {
+			return false
+		}
+		if full {
+			continue
+		}
+		if !q.EnableKicks() {
+			return false
+		}
+	}
+}
+
+// txBatch pops up to txBatchMax chains, handles each frame, pushes every
+// chain back with length 0 and publishes them with one Flush. It reports
+// whether the batch was full (more chains may be waiting).
+func (l *loop) txBatch() (full bool) {
+	q := l.qp.TX
+	n := 0
+	for n < txBatchMax {
+		ok, err := q.Pop(&l.tx.chains[n])
+		if err != nil {
+			l.tx.broken = true
+			l.st.TX.Drops[DropQueueBroken].Add(1)
+			l.log.Error("TX ring broken: guest frames are ignored until the ring is reset", "err", err)
+			break
+		}
+		if !ok {
+			break
+		}
+		n++
+	}
+	for i := 0; i < n; i++ {
+		c := &l.tx.chains[i]
+		l.handleTXFrame(c)
+		q.Push(c.Head, 0)
+	}
+	if n > 0 {
+		l.st.TX.Batches.Add(1) // before Flush: counters never lag the ring
+		q.Flush()
+	}
+	return n == txBatchMax
+}
+
+// copyFromIovecs copies bytes starting at offset off of the concatenated
+// iovecs into dst and returns the count.
+func copyFromIovecs(dst []byte, iov [][]byte, off int) int {
+	n := 0
+	for _, b := range iov {
+		if off >= len(b) {
+			off -= len(b)
+			continue
+		}
+		n += copy(dst[n:], b[off:])
+		off = 0
+		if n == len(dst) {
+			break
+		}
+	}
+	return n
+}
+
+// handleTXFrame parses one guest frame from a private copy of its headers
+// and dispatches it.
+func (l *loop) handleTXFrame(c *virtqueue.Chain) {
+	st := l.st
+	total := c.ReadableLen()
+	st.TX.Frames.Add(1)
+	if !l.qp.TXEnabled {
+		st.TX.Drops[DropRingDisabled].Add(1)
+		return
+	}
+	hl := l.rx.hdrLen
+	if total < hl+ethHdrLen {
+		st.TX.Drops[DropRunt].Add(1)
+		return
+	}
+	frameLen := total - hl
+	st.TX.Bytes.Add(uint64(frameLen))
+	n := copyFromIovecs(l.tx.head[:hl+min(frameLen, txHeadLen)], c.Readable, 0)
+	_ = l.tx.hdr.Decode(l.tx.head[:hl])
+	head := l.tx.head[hl:n]
+
+	if src := head[6:12]; src[0]&1 == 0 {
+		l.learnGuestMAC(src)
+	}
+	switch binary.BigEndian.Uint16(head[12:14]) {
+	case etherTypeARP:
+		st.TXByEtherType[EtherARP].Add(1)
+		l.serve(SvcARP, head)
+	case etherTypeIPv4:
+		st.TXByEtherType[EtherIPv4].Add(1)
+		l.handleIPv4(c, head, frameLen)
+	case etherTypeIPv6:
+		st.TXByEtherType[EtherIPv6].Add(1)
+		l.handleIPv6(c, head, frameLen)
+	default:
+		st.TXByEtherType[EtherOther].Add(1)
+		st.TX.Drops[DropUnknownEtherType].Add(1)
+		l.logUnknown("unknown ethertype", head)
+	}
+}
+
+// fullFrame returns the whole frame copied out of the chain, or nil (counted)
+// when it is larger than a link service may ask for.
+func (l *loop) fullFrame(c *virtqueue.Chain, head []byte, frameLen int) []byte {
+	if frameLen <= len(head) {
+		return head
+	}
+	if frameLen > len(l.tx.full) {
+		l.st.TX.Drops[DropOversize].Add(1)
+		return nil
+	}
+	n := copyFromIovecs(l.tx.full[:frameLen], c.Readable, l.rx.hdrLen)
+	return l.tx.full[:n]
+}
+
+// handleIPv4 dispatches an IPv4 frame. head is the copied start of the frame.
+func (l *loop) handleIPv4(c *virtqueue.Chain, head []byte, frameLen int) {
+	ip := head[ethHdrLen:]
+	if len(ip) < 20 || ip[0]>>4 != 4 {
+		l.st.TX.Drops[DropMalformed].Add(1)
+		return
+	}
+	ihl := int(ip[0]&0xf) * 4
+	if ihl < 20 || len(ip) < ihl {
+		l.st.TX.Drops[DropMalformed].Add(1)
+		return
+	}
+	proto := ip[9]
+	fragmented := binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0
+	if proto == ipProtoUDP && !fragmented && len(ip) >= ihl+8 {
+		dport := binary.BigEndian.Uint16(ip[ihl+2:])
+		if dport == 67 {
+			if f := l.fullFrame(c, head, frameLen); f != nil {
+				l.serve(SvcDHCP, f)
+			}
+			return
+		}
+	}
+	if l.handleIPv4Flow(c, head, frameLen, ihl, proto, fragmented) {
+		return
+	}
+	l.st.TX.Drops[DropUnhandledProtocol].Add(1)
+	l.logUnknown("untranslated IPv4", head)
+}
+
+// handleIPv6 dispatches an IPv6 frame. head is the copied start of the frame.
+func (l *loop) handleIPv6(c *virtqueue.Chain, head []byte, frameLen int) {
+	ip := head[ethHdrLen:]
+	if len(ip) < 40 || ip[0]>>4 != 6 {
+		l.st.TX.Drops[DropMalformed].Add(1)
+		return
+	}
+	next := ip[6]
+	l4 := ip[40:]
+	switch next {
+	case ipProtoICMPv6:
+		if len(l4) >= 1 && l4[0] >= 133 && l4[0] <= 137 { // RS, RA, NS, NA, redirect
+			if f := l.fullFrame(c, head, frameLen); f != nil {
+				l.serve(SvcNDP, f)
+			}
+			return
+		}
+	case ipProtoUDP:
+		if len(l4) >= 8 && binary.BigEndian.Uint16(l4[2:]) == 547 {
+			if f := l.fullFrame(c, head, frameLen); f != nil {
+				l.serve(SvcDHCPv6, f)
+			}
+			return
+		}
+	}
+	if l.handleIPv6Flow(c, head, frameLen, next) {
+		return
+	}
+	l.st.TX.Drops[DropUnhandledProtocol].Add(1)
+	l.logUnknown("untranslated IPv6", head)
+}
+
+// serve lets a link service answer frame; a reply is queued for the guest.
+func (l *loop) serve(svc Service, frame []byte) {
+	h := l.svc[svc]
+	if h == nil {
+		l.st.TX.Drops[DropUnhandledProtocol].Add(1)
+		return
+	}
+	n := h.Handle(frame, l.pending.next())
+	if n <= 0 {
+		return
+	}
+	l.st.ServiceReplies[svc].Add(1)
+	l.queueReply(n)
+}
+
+// learnGuestMAC remembers the guest's unicast source address, so frames we
+// originate (socket data) are addressed to it.
+func (l *loop) learnGuestMAC(src []byte) {
+	v := macToU64([6]byte(src))
+	if v != 0 && l.s.guestMAC.Load() != v {
+		l.s.guestMAC.Store(v)
+	}
+}
+
+// logUnknown logs a frame the stack dropped, at most once per second per
+// pair, and only when debug logging is on (building the line allocates).
+func (l *loop) logUnknown(what string, head []byte) {
+	if !l.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	now := time.Now()
+	if now.Sub(l.tx.lastLog) < time.Second {
+		return
+	}
+	l.tx.lastLog = now
+	et := binary.BigEndian.Uint16(head[12:14])
+	proto := -1
+	switch {
+	case et == etherTypeIPv4 && len(head) >= ethHdrLen+20:
+		proto = int(head[ethHdrLen+9])
+	case et == etherTypeIPv6 && len(head) >= ethHdrLen+40:
+		proto = int(head[ethHdrLen+6])
+	}
+	l.log.Debug("frame dropped", "why", what, "pair", l.qp.Index,
+		"ethertype", et, "proto", proto, "dst", fmtMAC([6]byte(head[0:6])),
+		"src", fmtMAC([6]byte(head[6:12])))
+}

@@ -295,6 +295,9 @@ func (d *Driver) Reclaim() []Used {
 	return out
 }
 
+// LastUsed returns the used index up to which Reclaim has consumed.
+func (d *Driver) LastUsed() uint16 { return d.lastUsed }
+
 // Free returns the number of free descriptors.
 func (d *Driver) Free() int { return len(d.free) }
 

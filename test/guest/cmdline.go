@@ -16,16 +16,23 @@ const (
 	ParamARP      = "vunet.arp"      // IPv4 address the arp check resolves; default: DHCP router
 	ParamPing     = "vunet.ping"     // IPv4 address the ping check pings; default: DHCP router
 	ParamHTTP     = "vunet.http"     // URL the http check fetches
+	ParamAddr     = "vunet.addr"     // static IPv4 address/prefix the link check puts on eth0 (no DHCP needed)
+	ParamResults  = "vunet.results"  // extra device for result lines, e.g. /dev/ttyS1
 )
 
 // Check names the agent knows.
 const (
-	CheckLink = "link" // eth0 up with carrier, frames transmitted and completed by the back-end
+	CheckLink = "link" // eth0 up with carrier, ProbeEtherType frames transmitted and completed by the back-end
 	CheckDHCP = "dhcp" // udhcpc got a lease; eth0, default route and resolv.conf configured
 	CheckARP  = "arp"  // an ARP request is answered
 	CheckPing = "ping" // ICMP echo answered (busybox ping)
 	CheckHTTP = "http" // HTTP GET succeeds; reports bytes, sha256 and rate
 )
+
+// ProbeEtherType is the ethertype of the link check's frames: IEEE 802's
+// "local experimental" type, which no back-end translates or forwards, so
+// the probes can only be counted and dropped, never leak onto a host network.
+const ProbeEtherType = 0x88B5
 
 // Defaults for the agent's parameters.
 const (

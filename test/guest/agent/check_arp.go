@@ -53,6 +53,7 @@ func (a *agent) checkARP(ctx context.Context) guest.Result {
 			return guest.Result{OK: true, Fields: map[string]string{
 				"target": target.String(), "mac": sha.String(), "from": spa.String(),
 				"tries": strconv.Itoa(tries), "rtt_us": strconv.FormatInt(time.Since(start).Microseconds(), 10),
+				"rx_packets": strconv.FormatUint(statCounter(ifName, "rx_packets"), 10),
 			}}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"time"
 
@@ -34,6 +35,13 @@ func (a *agent) checkLink(ctx context.Context) guest.Result {
 	mtu, _ := sysNet(ifName, "mtu")
 	feats, _ := sysNet(ifName, "device/features")
 	res := guest.Result{Fields: map[string]string{"mac": mac, "mtu": mtu, "features": feats}}
+	if addr := a.params.Values[guest.ParamAddr]; addr != "" {
+		if out, err := exec.CommandContext(ctx, "/bin/ip", "addr", "add", addr, "dev", ifName).CombinedOutput(); err != nil {
+			res.Fields["detail"] = fmt.Sprintf("ip addr add %s: %v: %s", addr, err, out)
+			return res
+		}
+		res.Fields["addr"] = addr
+	}
 
 	pc, err := openPacket(ifName, 0)
 	if err != nil {
@@ -45,7 +53,7 @@ func (a *agent) checkLink(ctx context.Context) guest.Result {
 	n := a.params.TXFrames
 	sent := 0
 	for i := 0; i < n; i++ {
-		f := udpBroadcastFrame(pc.mac, []byte(fmt.Sprintf("VUNET-PROBE %d", i)))
+		f := probeFrame(pc.mac, []byte(fmt.Sprintf("VUNET-PROBE %d", i)))
 		if err := pc.send(f); err != nil {
 			res.Fields["detail"] = fmt.Sprintf("send frame %d: %v", i, err)
 			break

@@ -46,7 +46,7 @@ func newAgent() *agent {
 	if err != nil {
 		a.report(guest.Result{Name: guest.ResultBoot, Fields: map[string]string{"detail": err.Error()}})
 	}
-	if dev := a.params.Values["vunet.results"]; dev != "" {
+	if dev := a.params.Values[guest.ParamResults]; dev != "" {
 		// A dedicated serial port keeps result lines apart from kernel messages.
 		if f, err := os.OpenFile(dev, os.O_WRONLY|unix.O_NOCTTY, 0); err == nil {
 			a.out = append(a.out, f)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"vunet/test/guest"
 )
 
 // packetConn is an AF_PACKET socket on one interface: the link and ARP
@@ -56,37 +58,14 @@ func (c *packetConn) recv(buf []byte, d time.Duration) (int, error) {
 
 var broadcastMAC = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
-// udpBroadcastFrame builds an IPv4/UDP broadcast from 0.0.0.0 to the discard
-// port: any back-end may drop it, but it must take it off the TX ring.
-func udpBroadcastFrame(src net.HardwareAddr, payload []byte) []byte {
-	f := make([]byte, 14+20+8+len(payload))
+// probeFrame builds a broadcast frame of guest.ProbeEtherType carrying payload.
+func probeFrame(src net.HardwareAddr, payload []byte) []byte {
+	f := make([]byte, 14+len(payload))
 	copy(f[0:6], broadcastMAC)
 	copy(f[6:12], src)
-	binary.BigEndian.PutUint16(f[12:14], unix.ETH_P_IP)
-	ip := f[14:34]
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:4], uint16(20+8+len(payload)))
-	ip[8] = 64
-	ip[9] = unix.IPPROTO_UDP
-	copy(ip[16:20], net.IPv4bcast.To4())
-	binary.BigEndian.PutUint16(ip[10:12], ipChecksum(ip))
-	udp := f[34:42]
-	binary.BigEndian.PutUint16(udp[0:2], 9)
-	binary.BigEndian.PutUint16(udp[2:4], 9)
-	binary.BigEndian.PutUint16(udp[4:6], uint16(8+len(payload)))
-	copy(f[42:], payload)
+	binary.BigEndian.PutUint16(f[12:14], guest.ProbeEtherType)
+	copy(f[14:], payload)
 	return f
-}
-
-func ipChecksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
 }
 
 func arpRequestFrame(src net.HardwareAddr, spa, tpa net.IP) []byte {

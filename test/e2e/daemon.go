@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"vunet/test/guest/initramfs"
+)
+
+var build struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// DaemonBinary returns the vunet binary for this test binary: VUNET_E2E_BIN
+// if set, else ./cmd/vunet built once (go build caches the compile, so this
+// is cheap after the first run). A build failure fails the test: it is our
+// code, not a missing prerequisite.
+func DaemonBinary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("VUNET_E2E_BIN"); p != "" {
+		return p
+	}
+	build.once.Do(func() {
+		root, err := initramfs.ModuleRoot()
+		if err != nil {
+			build.err = err
+			return
+		}
+		build.dir, build.err = os.MkdirTemp("", "vunet-e2e-bin-")
+		if build.err != nil {
+			return
+		}
+		build.bin = filepath.Join(build.dir, "vunet")
+		cmd := exec.Command("go", "build", "-o", build.bin, "./cmd/vunet")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			build.err = fmt.Errorf("go build ./cmd/vunet: %w\n%s", err, out)
+		}
+	})
+	if build.err != nil {
+		t.Fatal(build.err)
+	}
+	return build.bin
+}
+
+// RunMain runs the package's tests and removes what DaemonBinary built. Use
+// it from TestMain: os.Exit(e2e.RunMain(m)).
+func RunMain(m *testing.M) int {
+	code := m.Run()
+	if build.dir != "" {
+		os.RemoveAll(build.dir)
+	}
+	return code
+}
+
+// DaemonConfig describes one daemon process.
+type DaemonConfig struct {
+	// Connect makes the daemon dial this socket (--connect: the front-end is
+	// the server). Empty: the daemon listens (--socket) on Daemon.Socket.
+	Connect string
+	// Args are extra flags, after the socket and logging flags.
+	Args []string
+	// Dir holds the socket and the log; default WorkDir(t).
+	Dir string
+}
+
+// Daemon is a running back-end process, stopped by t.Cleanup.
+type Daemon struct {
+	Socket  string   // the vhost-user socket (listened on or dialled)
+	LogPath string   // copy of the log on disk
+	Log     *LogSink // parsed log lines
+	Passt   bool     // the stand-in is passt (VUNET_E2E_PASST): vunet's log lines are absent
+
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	exitErr error
+}
+
+// StartDaemon starts the back-end with debug JSON logs and, in server mode,
+// waits until its socket accepts connections.
+//
+// VUNET_E2E_PASST=/path/to/passt runs passt --vhost-user instead, as a
+// reference back-end to check the harness itself against; tests must then
+// skip assertions on vunet's own log lines (Daemon.Passt).
+func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = WorkDir(t)
+	}
+	d := &Daemon{Log: newLogSink(), LogPath: filepath.Join(cfg.Dir, "daemon.log"), exited: make(chan struct{})}
+	var args []string
+	bin := ""
+	if p := os.Getenv("VUNET_E2E_PASST"); p != "" {
+		if cfg.Connect != "" {
+			t.Skip("passt stand-in has no client mode")
+		}
+		d.Passt, bin = true, p
+		d.Socket = filepath.Join(cfg.Dir, "vhost.sock")
+		args = []string{"--vhost-user", "-s", d.Socket, "-f", "-d", "-1"}
+	} else {
+		bin = DaemonBinary(t)
+		args = []string{"-d", "--log-format", "json"}
+		if cfg.Connect != "" {
+			d.Socket = cfg.Connect
+			args = append(args, "--connect", cfg.Connect)
+		} else {
+			d.Socket = filepath.Join(cfg.Dir, "vhost.sock")
+			args = append(args, "--socket", d.Socket)
+		}
+	}
+	args = append(args, cfg.Args...)
+	logFile, err := os.Create(d.LogPath)
+	if err != nil {
+		t.Fatalf("daemon log: %v", err)
+	}
+	d.cmd = exec.Command(bin, args...)
+	d.cmd.Stdout = logFile
+	stderr, err := d.cmd.StderrPipe()
+	if err != nil {
+		t.Fatalf("daemon stderr: %v", err)
+	}
+	// Own process group, so cleanup reaches anything it forks.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	t.Logf("daemon: %s %v (pid %d)", bin, args, d.cmd.Process.Pid)
+	logDone := make(chan struct{})
+	go func() {
+		d.Log.consume(stderr, logFile)
+		close(logDone)
+	}()
+	go func() {
+		<-logDone // Wait closes the pipe; read it to the end first
+		d.exitErr = d.cmd.Wait()
+		logFile.Close()
+		close(d.exited)
+	}()
+	t.Cleanup(func() {
+		d.Stop(5 * time.Second)
+		if t.Failed() {
+			t.Logf("daemon log tail (%s):\n%s", d.LogPath, d.Log.Tail(60))
+		}
+	})
+	if cfg.Connect == "" {
+		if err := waitSocket(d.Socket, d.exited, 10*time.Second); err != nil {
+			t.Fatalf("daemon socket: %v\nlog:\n%s", err, d.Log.Tail(30))
+		}
+	}
+	return d
+}
+
+// waitSocket waits for path to appear as a socket (the daemon listens before
+// it creates nothing else, so existence means connectable).
+func waitSocket(path string, exited <-chan struct{}, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if st, err := os.Stat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("daemon exited before listening")
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not appear within %v", path, timeout)
+		}
+	}
+}
+
+// Exited is closed when the process has exited.
+func (d *Daemon) Exited() <-chan struct{} { return d.exited }
+
+// ExitErr is the process's exit status; valid after Exited is closed.
+func (d *Daemon) ExitErr() error { return d.exitErr }
+
+// Pid is the daemon's process id.
+func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
+
+// WaitExit waits up to timeout for the process to exit by itself.
+func (d *Daemon) WaitExit(timeout time.Duration) error {
+	select {
+	case <-d.exited:
+		return d.exitErr
+	case <-time.After(timeout):
+		return fmt.Errorf("daemon still running after %v", timeout)
+	}
+}
+
+// Stop sends SIGTERM, waits up to grace, then kills the process group.
+// It returns the exit status (nil for a clean exit on SIGTERM).
+func (d *Daemon) Stop(grace time.Duration) error {
+	select {
+	case <-d.exited:
+		return d.exitErr
+	default:
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+		return d.exitErr
+	case <-time.After(grace):
+	}
+	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+	<-d.exited
+	return fmt.Errorf("daemon ignored SIGTERM for %v and was killed", grace)
+}

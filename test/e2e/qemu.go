@@ -1,0 +1,294 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"vunet/test/guest"
+)
+
+// QEMUHint is the install hint for a missing QEMU.
+const QEMUHint = "apt-get install qemu-system-x86"
+
+// NICID is the -device id of the vhost-user NIC (for query-rx-filter).
+const NICID = "net0"
+
+// VMConfig describes one guest.
+type VMConfig struct {
+	// Socket is the vhost-user socket. QEMU dials it, unless Server is set,
+	// in which case QEMU listens on it and the daemon must dial (--connect).
+	Socket string
+	Server bool
+	// Checks are the agent's checks, in order; Params are extra vunet.*
+	// kernel parameters (see package guest).
+	Checks []string
+	Params map[string]string
+	// MemoryMiB is guest memory (default 256); Queues the queue pairs (default 1).
+	MemoryMiB int
+	Queues    int
+	// MAC of the NIC (default 52:54:00:12:34:56).
+	MAC string
+	// Timeout bounds the guest's whole life (default 2 minutes): QEMU is
+	// killed after it.
+	Timeout time.Duration
+	// Dir holds the QMP socket, serial files and QEMU's stderr; default WorkDir(t).
+	Dir string
+}
+
+// VM is a running QEMU, killed by t.Cleanup.
+type VM struct {
+	QMP     *QMP
+	MAC     string
+	Console string // file receiving the guest console (ttyS0)
+	Results string // file receiving the agent's result lines (ttyS1)
+	Stderr  string // file receiving QEMU's stderr
+
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	exitErr error
+}
+
+// DefaultMAC is the NIC's MAC address unless VMConfig.MAC is set.
+const DefaultMAC = "52:54:00:12:34:56"
+
+// QEMUArgs returns the command line for cfg (without the binary).
+func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []string {
+	mem := cfg.MemoryMiB
+	if mem == 0 {
+		mem = 256
+	}
+	queues := cfg.Queues
+	if queues == 0 {
+		queues = 1
+	}
+	mac := cfg.MAC
+	if mac == "" {
+		mac = DefaultMAC
+	}
+	chardev := "socket,id=c0,path=" + cfg.Socket
+	if cfg.Server {
+		chardev += ",server=on,wait=off"
+	}
+	netdev := "vhost-user,id=n0,chardev=c0"
+	device := "virtio-net-pci,netdev=n0,id=" + NICID + ",mac=" + mac + ",vectors=0,romfile="
+	if queues > 1 {
+		netdev += fmt.Sprintf(",queues=%d", queues)
+		device += ",mq=on"
+	}
+	params := map[string]string{guest.ParamResults: "/dev/ttyS1"}
+	for k, v := range cfg.Params {
+		params[k] = v
+	}
+	appendLine := "console=ttyS0 panic=-1 quiet loglevel=4 " + guest.Cmdline(cfg.Checks, params)
+	return []string{
+		// KVM does not work on these machines and MSI-X with vhost-user
+		// crashes QEMU 7.2 under TCG: tcg + vectors=0 (FIELD-NOTES.md).
+		"-accel", "tcg", "-machine", "pc", "-cpu", "max", "-smp", "1",
+		"-m", fmt.Sprint(mem),
+		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", mem),
+		"-numa", "node,memdev=mem",
+		"-chardev", chardev,
+		"-netdev", netdev,
+		"-device", device,
+		"-kernel", kernel, "-initrd", initrd, "-append", appendLine,
+		"-display", "none", "-monitor", "none", "-nodefaults", "-no-user-config",
+		"-serial", "file:" + console, "-serial", "file:" + results,
+		"-qmp", "unix:" + qmpPath + ",server=on,wait=off",
+		"-no-reboot",
+	}
+}
+
+// StartVM boots a guest with the agent and connects QMP.
+func StartVM(t testing.TB, cfg VMConfig) *VM {
+	t.Helper()
+	bin := NeedTool(t, "qemu-system-x86_64", "VUNET_E2E_QEMU", QEMUHint)
+	img := GuestImage(t)
+	if cfg.Dir == "" {
+		cfg.Dir = WorkDir(t)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2 * time.Minute
+	}
+	vm := &VM{
+		MAC:     cfg.MAC,
+		Console: filepath.Join(cfg.Dir, "console.log"),
+		Results: filepath.Join(cfg.Dir, "results.log"),
+		Stderr:  filepath.Join(cfg.Dir, "qemu.stderr"),
+		exited:  make(chan struct{}),
+	}
+	if vm.MAC == "" {
+		vm.MAC = DefaultMAC
+	}
+	qmpPath := filepath.Join(cfg.Dir, "qmp.sock")
+	args := QEMUArgs(cfg, img.Kernel, img.Initrd, qmpPath, vm.Console, vm.Results)
+	stderr, err := os.Create(vm.Stderr)
+	if err != nil {
+		t.Fatalf("qemu stderr: %v", err)
+	}
+	vm.cmd = exec.Command(bin, args...)
+	vm.cmd.Stdout, vm.cmd.Stderr = stderr, stderr
+	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	if err := vm.cmd.Start(); err != nil {
+		t.Fatalf("start QEMU: %v", err)
+	}
+	t.Logf("qemu: %s %s (pid %d)", bin, strings.Join(args, " "), vm.cmd.Process.Pid)
+	go func() {
+		vm.exitErr = vm.cmd.Wait()
+		stderr.Close()
+		close(vm.exited)
+	}()
+	// The whole-life timeout: a hung guest must not hang the test binary.
+	life := time.AfterFunc(cfg.Timeout, func() { _ = syscall.Kill(-vm.cmd.Process.Pid, syscall.SIGKILL) })
+	t.Cleanup(func() {
+		life.Stop()
+		if vm.QMP != nil {
+			vm.QMP.Close()
+		}
+		select {
+		case <-vm.exited:
+		default:
+			_ = syscall.Kill(-vm.cmd.Process.Pid, syscall.SIGKILL)
+			<-vm.exited
+		}
+		if t.Failed() {
+			vm.dumpForFailure(t)
+		}
+		t.Logf("qemu ran %v, exit: %v", time.Since(start).Round(time.Millisecond), vm.exitErr)
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	q, err := dialQMPWhileRunning(ctx, qmpPath, vm.exited)
+	if err != nil {
+		t.Fatalf("QMP: %v\nqemu stderr:\n%s", err, tailFile(vm.Stderr, 20))
+	}
+	vm.QMP = q
+	return vm
+}
+
+func dialQMPWhileRunning(ctx context.Context, path string, exited <-chan struct{}) (*QMP, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	q, err := DialQMP(ctx, path)
+	if err != nil {
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("QEMU exited during start-up: %w", err)
+		default:
+		}
+	}
+	return q, err
+}
+
+// Exited is closed when QEMU has exited.
+func (vm *VM) Exited() <-chan struct{} { return vm.exited }
+
+// WaitExit waits up to timeout for QEMU to exit by itself (the agent powers
+// the guest off after its last check) and returns its exit status.
+func (vm *VM) WaitExit(timeout time.Duration) error {
+	select {
+	case <-vm.exited:
+		return vm.exitErr
+	case <-time.After(timeout):
+		return fmt.Errorf("QEMU still running after %v", timeout)
+	}
+}
+
+// ParsedResults returns every result line the agent has written so far;
+// damaged lines are returned as errors.
+func (vm *VM) ParsedResults() ([]guest.Result, []error) {
+	b, _ := os.ReadFile(vm.Results)
+	var rs []guest.Result
+	var errs []error
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		r, err := guest.ParseResult(sc.Text())
+		switch {
+		case errors.Is(err, guest.ErrNoResult):
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			rs = append(rs, r)
+		}
+	}
+	return rs, errs
+}
+
+// WaitResult waits for the agent's result named name. It gives up early
+// when QEMU exits without printing it.
+func (vm *VM) WaitResult(name string, timeout time.Duration) (guest.Result, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		rs, _ := vm.ParsedResults()
+		for _, r := range rs {
+			if r.Name == name {
+				return r, nil
+			}
+		}
+		select {
+		case <-vm.exited:
+			rs, _ = vm.ParsedResults()
+			for _, r := range rs {
+				if r.Name == name {
+					return r, nil
+				}
+			}
+			return guest.Result{}, fmt.Errorf("QEMU exited (%v) without result %q", vm.exitErr, name)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return guest.Result{}, fmt.Errorf("no result %q after %v", name, timeout)
+		}
+	}
+}
+
+// RequireResult waits for result name and fails t unless it is ok.
+func (vm *VM) RequireResult(t testing.TB, name string, timeout time.Duration) guest.Result {
+	t.Helper()
+	r, err := vm.WaitResult(name, timeout)
+	if err != nil {
+		t.Fatalf("%v\nconsole tail:\n%s", err, tailFile(vm.Console, 30))
+	}
+	t.Logf("guest: %s", r.Format())
+	if !r.OK {
+		t.Fatalf("guest check %s failed: %s", name, r.Format())
+	}
+	return r
+}
+
+func (vm *VM) dumpForFailure(t testing.TB) {
+	t.Logf("qemu stderr (%s):\n%s", vm.Stderr, tailFile(vm.Stderr, 20))
+	t.Logf("guest console (%s):\n%s", vm.Console, tailFile(vm.Console, 40))
+	t.Logf("agent results (%s):\n%s", vm.Results, tailFile(vm.Results, 20))
+}
+
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -86,6 +86,24 @@ func (f *fakeDP) takeEvents() string {
 	return s
 }
 
+func (f *fakeDP) setOnStart(fn func(QueuePair)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onStart = fn
+}
+
+func (f *fakeDP) runningCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.running)
+}
+
+func (f *fakeDP) mtuList() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.mtus...)
+}
+
 func (f *fakeDP) pair(i int) (QueuePair, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -97,7 +97,7 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 	if cfg.Dir == "" {
 		cfg.Dir = WorkDir(t)
 	}
-	d := &Daemon{Log: newLogSink(), LogPath: filepath.Join(cfg.Dir, "daemon.log"), exited: make(chan struct{})}
+	d := &Daemon{Log: NewLogSink(), LogPath: filepath.Join(cfg.Dir, "daemon.log"), exited: make(chan struct{})}
 	var args []string
 	bin := ""
 	if p := os.Getenv("VUNET_E2E_PASST"); p != "" {
@@ -137,7 +137,7 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 	t.Logf("daemon: %s %v (pid %d)", bin, args, d.cmd.Process.Pid)
 	logDone := make(chan struct{})
 	go func() {
-		d.Log.consume(stderr, logFile)
+		d.Log.Consume(stderr, logFile)
 		close(logDone)
 	}()
 	go func() {

@@ -36,13 +36,15 @@ type LogSink struct {
 	closed  bool
 }
 
-func newLogSink() *LogSink { return &LogSink{changed: make(chan struct{})} }
+// NewLogSink returns an empty sink; feed it with Consume.
+func NewLogSink() *LogSink { return &LogSink{changed: make(chan struct{})} }
 
 // maxLogLine bounds one log line: a runaway line must not eat the test's memory.
 const maxLogLine = 1 << 20
 
-// consume reads r line by line until EOF, copying each line to tee.
-func (s *LogSink) consume(r io.Reader, tee io.Writer) {
+// Consume reads r line by line until EOF, copying each line to tee (if
+// not nil). Wait reports an error once Consume has returned.
+func (s *LogSink) Consume(r io.Reader, tee io.Writer) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxLogLine)
 	for sc.Scan() {

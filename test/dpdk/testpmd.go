@@ -1,0 +1,117 @@
+package dpdk
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"vunet/test/e2e"
+)
+
+// TestpmdHint is the install hint for a missing dpdk-testpmd.
+const TestpmdHint = "apt-get install dpdk-dev (provides dpdk-testpmd)"
+
+// Testpmd is a running dpdk-testpmd bridging virtio-user (port 0) and a TAP
+// device (port 1), stopped by t.Cleanup.
+type Testpmd struct {
+	Tap    string       // name of the kernel TAP device
+	Out    *e2e.LogSink // stdout and stderr lines
+	OutLog string       // copy on disk
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+}
+
+// TestpmdMemMiB is the hugepage memory testpmd gets (-m); TestpmdPages the
+// 2 MiB pages to reserve for it, with headroom for DPDK's own allocations.
+const (
+	TestpmdMemMiB = 128
+	TestpmdPages  = TestpmdMemMiB/2 + 32
+)
+
+// StartTestpmd runs testpmd against the vhost-user socket (vunet must
+// already listen on it).
+func StartTestpmd(t testing.TB, bin, socket, tap string) *Testpmd {
+	t.Helper()
+	dir := e2e.WorkDir(t)
+	tp := &Testpmd{Tap: tap, Out: e2e.NewLogSink(), OutLog: filepath.Join(dir, "testpmd.log"), exited: make(chan struct{})}
+	args := []string{
+		"-l", "0,1", "--no-pci", "--in-memory", "--single-file-segments",
+		"-m", fmt.Sprint(TestpmdMemMiB), "--no-telemetry", "--log-level", "lib.eal:notice",
+		"--vdev", "net_virtio_user0,path=" + socket + ",queue_size=1024",
+		"--vdev", "net_tap0,iface=" + tap,
+		"--",
+		"--forward-mode=io", "--auto-start", "--stats-period", "1",
+		"--total-num-mbufs", "4096", "--nb-cores", "1",
+	}
+	f, err := os.Create(tp.OutLog)
+	if err != nil {
+		t.Fatalf("testpmd log: %v", err)
+	}
+	tp.cmd = exec.Command(bin, args...)
+	pipe, err := tp.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatalf("testpmd stdout: %v", err)
+	}
+	tp.cmd.Stderr = tp.cmd.Stdout
+	tp.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := tp.cmd.Start(); err != nil {
+		t.Fatalf("start testpmd: %v", err)
+	}
+	t.Logf("testpmd: %s %s (pid %d)", bin, strings.Join(args, " "), tp.cmd.Process.Pid)
+	outDone := make(chan struct{})
+	go func() {
+		tp.Out.Consume(pipe, f)
+		close(outDone)
+	}()
+	go func() {
+		<-outDone
+		tp.err = tp.cmd.Wait()
+		f.Close()
+		close(tp.exited)
+	}()
+	t.Cleanup(func() {
+		_ = tp.Stop(5 * time.Second)
+		if t.Failed() {
+			t.Logf("testpmd output tail (%s):\n%s", tp.OutLog, tp.Out.Tail(40))
+		}
+	})
+	return tp
+}
+
+// Stop sends SIGINT (testpmd then stops forwarding, prints its final
+// statistics and closes the ports), waits up to grace, then kills it.
+func (tp *Testpmd) Stop(grace time.Duration) error {
+	select {
+	case <-tp.exited:
+		return tp.err
+	default:
+	}
+	_ = tp.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-tp.exited:
+		return tp.err
+	case <-time.After(grace):
+	}
+	_ = syscall.Kill(-tp.cmd.Process.Pid, syscall.SIGKILL)
+	<-tp.exited
+	return fmt.Errorf("testpmd ignored SIGINT for %v and was killed", grace)
+}
+
+// Exited is closed when testpmd has exited.
+func (tp *Testpmd) Exited() <-chan struct{} { return tp.exited }
+
+// Output returns everything testpmd printed so far.
+func (tp *Testpmd) Output() string {
+	var b strings.Builder
+	for _, l := range tp.Out.Lines() {
+		b.WriteString(l.Raw)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}

@@ -1,0 +1,153 @@
+package dpdk
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"vunet/test/e2e"
+	"vunet/test/guest"
+)
+
+// TestTestpmdExchangesFrames connects testpmd's virtio-user to vunet,
+// checks the negotiation completes, injects ARP requests and probe frames on
+// the TAP side and checks vunet's ARP answer comes back through the RX ring,
+// with testpmd's port counters agreeing on both directions.
+func TestTestpmdExchangesFrames(t *testing.T) {
+	e2e.NeedRoot(t, "hugepages, TAP device and packet socket")
+	bin := e2e.NeedTool(t, "dpdk-testpmd", "VUNET_E2E_TESTPMD", TestpmdHint)
+	EnsureHugepages(t, TestpmdPages)
+	start := time.Now()
+
+	d := e2e.StartDaemon(t, e2e.DaemonConfig{Args: []string{"--one-off"}})
+	tap := fmt.Sprintf("vut%d", os.Getpid()%1000000)
+	tp := StartTestpmd(t, bin, d.Socket, tap)
+	if _, err := tp.Out.Wait(30*time.Second, "forwarding start", e2e.RawContains("io packet forwarding")); err != nil {
+		t.Fatalf("testpmd: %v", err)
+	}
+	if !d.Passt {
+		// The pair starts once both rings have addresses, kicks and sizes:
+		// the vhost-user negotiation is complete.
+		for _, msg := range []string{"vhost-user features negotiated", "guest memory table set", "queue pair started"} {
+			if _, err := d.Log.Wait(10*time.Second, strconv.Quote(msg), e2e.MsgIs(msg)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	negotiated := time.Since(start)
+
+	if err := waitInterface(tap, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := setUpNoIPv6(tap); err != nil {
+		t.Fatal(err)
+	}
+	sock, err := openTapSocket(tap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+
+	ourMAC := net.HardwareAddr{0x02, 'v', 'u', 'n', 'e', 't'}
+	spa, tpa := net.IPv4(10, 0, 2, 15).To4(), net.IPv4(10, 0, 2, 2).To4()
+	req := arpRequest(ourMAC, spa, tpa)
+	buf := make([]byte, 4096)
+	arpSent := 0
+	var reply arpReply
+	var rtt time.Duration
+	deadline := time.Now().Add(15 * time.Second)
+	for got := false; !got; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ARP reply for %v through testpmd after %d requests", tpa, arpSent)
+		}
+		sent := time.Now()
+		if err := sock.send(req); err != nil {
+			t.Fatalf("send ARP request: %v", err)
+		}
+		arpSent++
+		for wait := time.Now().Add(500 * time.Millisecond); time.Now().Before(wait); {
+			n, err := sock.recvIncoming(buf, time.Until(wait))
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("receive on %s: %v", tap, err)
+			}
+			if r, ok := parseARPReply(buf[:n]); ok && r.spa.Equal(tpa) {
+				reply, rtt, got = r, time.Since(sent), true
+				break
+			}
+		}
+	}
+	t.Logf("ARP reply after %d request(s), %v: %s is at %s", arpSent, rtt, reply.spa, reply.sha)
+	if !bytes.Equal(reply.ethDst, ourMAC) || !bytes.Equal(reply.tha, ourMAC) || !reply.tpa.Equal(spa) {
+		t.Errorf("ARP reply addressed to eth %s / %s %s, want %s / %s %s", reply.ethDst, reply.tha, reply.tpa, ourMAC, ourMAC, spa)
+	}
+	if bytes.Equal(reply.sha, ourMAC) || bytes.Equal(reply.sha, make([]byte, 6)) {
+		t.Errorf("ARP reply claims MAC %s, want the back-end's own", reply.sha)
+	}
+
+	const probes = 8
+	for i := 0; i < probes; i++ {
+		if err := sock.send(probeFrame(ourMAC, guest.ProbeEtherType, i)); err != nil {
+			t.Fatalf("send probe %d: %v", i, err)
+		}
+	}
+	// Let testpmd's forwarding core move them before stopping it.
+	time.Sleep(1500 * time.Millisecond)
+	if err := tp.Stop(10 * time.Second); err != nil {
+		t.Errorf("testpmd stop: %v", err)
+	}
+	stats := ParseForwardStats(tp.Output())
+	t.Logf("testpmd ports: virtio-user %+v, tap %+v", stats[0], stats[1])
+	toVunet := uint64(arpSent + probes)
+	if s := stats[1]; s.RXPackets < toVunet {
+		t.Errorf("tap port received %d frames, want >= %d injected", s.RXPackets, toVunet)
+	}
+	if s := stats[0]; s.TXPackets < toVunet || s.TXDropped != 0 {
+		t.Errorf("virtio-user port sent %d (dropped %d) frames to vunet, want >= %d and no drops", s.TXPackets, s.TXDropped, toVunet)
+	}
+	if s := stats[0]; s.RXPackets < 1 {
+		t.Errorf("virtio-user port received %d frames from vunet, want >= 1 (the ARP reply)", s.RXPackets)
+	}
+	if s := stats[1]; s.TXPackets < 1 {
+		t.Errorf("tap port sent %d frames, want >= 1 (the ARP reply)", s.TXPackets)
+	}
+	t.Logf("negotiated after %v, test took %v", negotiated.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+
+	if d.Passt {
+		t.Log("passt stand-in: vunet log assertions skipped")
+		return
+	}
+	dropped := d.Log.Match(func(l e2e.LogLine) bool {
+		return l.Msg == "frame dropped" && l.Attr("ethertype") == strconv.Itoa(guest.ProbeEtherType) &&
+			strings.EqualFold(l.Attr("src"), ourMAC.String())
+	})
+	if len(dropped) == 0 {
+		t.Errorf("no %q line for ethertype %#x from %s in the daemon log", "frame dropped", guest.ProbeEtherType, ourMAC)
+	}
+	memTables := d.Log.Match(e2e.MsgIs("guest memory table set"))
+	t.Logf("daemon saw %d memory tables (DPDK sends a second one after the rings are up)", len(memTables))
+	if err := d.WaitExit(10 * time.Second); err != nil {
+		t.Errorf("daemon with --one-off after testpmd left: %v", err)
+	}
+}
+
+func waitInterface(name string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, err := net.InterfaceByName(name); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("TAP %s did not appear within %v", name, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

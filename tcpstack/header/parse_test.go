@@ -259,7 +259,7 @@ func errOf[T any](_ T, err error) error { return err }
 func TestIPv4OptionsAndFragments(t *testing.T) {
 	b := make([]byte, 64)
 	opts := []byte{IPv4OptionNOP, 148, 4, 0, 0} // NOP + router alert (RFC 2113)
-	opts = append(opts, 0, 0, 0)                 // EOL padding to 8
+	opts = append(opts, 0, 0, 0)                // EOL padding to 8
 	n := EncodeIPv4(b, &IPv4Fields{TotalLength: 28 + 8, ID: 7, Flags: IPv4FlagMoreFragments, FragmentOffset: 1480,
 		TTL: 1, Protocol: IPProtocolUDP, Source: netip.MustParseAddr("10.0.0.1"), Destination: netip.MustParseAddr("10.0.0.2"), Options: opts})
 	if n != 28 {

@@ -59,8 +59,15 @@ func isolate(t *testing.T, fn func(t *testing.T)) {
 	}
 }
 
+// tail keeps a child's output readable: the start of a crash report (the
+// faulting goroutine comes first), else the end.
 func tail(b []byte) string {
 	const max = 6000
+	for _, marker := range []string{"unexpected fault address", "fatal error:", "panic:"} {
+		if i := bytes.Index(b, []byte(marker)); i >= 0 {
+			return string(b[i:min(len(b), i+max)])
+		}
+	}
 	if len(b) > max {
 		b = b[len(b)-max:]
 	}

@@ -34,7 +34,7 @@ func TestTestpmdExchangesFrames(t *testing.T) {
 	if !d.Passt {
 		// The pair starts once both rings have addresses, kicks and sizes:
 		// the vhost-user negotiation is complete.
-		for _, msg := range []string{"vhost-user features negotiated", "guest memory table set", "queue pair started"} {
+		for _, msg := range []string{"vhost-user features negotiated", "guest memory region", "queue pair started"} {
 			if _, err := d.Log.Wait(10*time.Second, strconv.Quote(msg), e2e.MsgIs(msg)); err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestTestpmdExchangesFrames(t *testing.T) {
 		t.Errorf("no %q line for ethertype %#x from %s in the daemon log", "frame dropped", guest.ProbeEtherType, ourMAC)
 	}
 	memTables := d.Log.Match(e2e.MsgIs("guest memory table set"))
-	t.Logf("daemon saw %d memory tables (DPDK sends a second one after the rings are up)", len(memTables))
+	t.Logf("daemon saw %d SET_MEM_TABLE(s) (DPDK resends a grown table when its memory grows)", len(memTables))
 	if err := d.WaitExit(10 * time.Second); err != nil {
 		t.Errorf("daemon with --one-off after testpmd left: %v", err)
 	}

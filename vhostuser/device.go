@@ -27,6 +27,7 @@ type DeviceConfig struct {
 	Stats      *Stats       // control-plane counters; may be nil
 	// Features are the virtio features offered; 0 means DefaultFeatures.
 	// The data plane must honour every bit offered here (offloads).
+	// VHOST_F_LOG_ALL, RING_PACKED and ACCESS_PLATFORM are never offered.
 	Features uint64
 }
 
@@ -49,12 +50,11 @@ type device struct {
 	pairs   int
 	offered uint64
 
-	features      uint64 // acknowledged by SET_FEATURES
-	protocol      uint64 // acknowledged by SET_PROTOCOL_FEATURES
-	owned         bool
-	status        uint8
-	mtu           int
-	replyAckAsked bool // NEED_REPLY seen on the message being processed
+	features uint64 // acknowledged by SET_FEATURES
+	protocol uint64 // acknowledged by SET_PROTOCOL_FEATURES
+	owned    bool
+	status   uint8
+	mtu      int
 
 	mem   *virtqueue.Memory
 	slots []memSlot
@@ -75,6 +75,9 @@ func newDevice(cfg DeviceConfig) *device {
 	if offered == 0 {
 		offered = DefaultFeatures
 	}
+	// Bits the control plane cannot honour whatever the data plane does:
+	// dirty logging, packed rings, IOMMU translation.
+	offered &^= FeatureLogAll | 1<<virtqueue.FeatureRingPacked | 1<<virtqueue.FeatureAccessPlatform
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -136,7 +139,7 @@ func (d *device) process(m *Message) (reply []byte, send bool, err error) {
 	case canAck:
 		d.log.Warn("vhost-user request failed", "request", h.Request, "reason", reason, "err", err)
 		return EncodeU64(d.out[:0], 1), true, nil
-	case unsupported:
+	case unsupported && !expectsReply(h.Request):
 		d.log.Warn("vhost-user request ignored", "request", h.Request, "err", err)
 		return nil, false, nil
 	}

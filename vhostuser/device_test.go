@@ -691,3 +691,24 @@ func TestNoSharedMemory(t *testing.T) {
 		t.Fatalf("ring address accepted without memory: %v", err)
 	}
 }
+
+func TestUnsupportedRequestExpectingReply(t *testing.T) {
+	h := newHarness(t, 1)
+	defer h.d.close()
+	// GET_CONFIG always gets a reply; ignoring it would hang the front-end.
+	if _, send, err := h.do(ReqGetConfig, 0, make([]byte, 12)); err == nil || send {
+		t.Fatalf("GET_CONFIG ignored: send=%v err=%v", send, err)
+	}
+	if r, send, err := h.do(ReqGetConfig, FlagNeedReply, make([]byte, 12)); err != nil || !send || !bytes.Equal(r, u64(1)) {
+		t.Fatalf("GET_CONFIG with NEED_REPLY: %x %v %v", r, send, err)
+	}
+}
+
+func TestOfferedFeaturesMasked(t *testing.T) {
+	d := newDevice(DeviceConfig{DataPlane: newFakeDP(), Logger: testLogger(t),
+		Features: DefaultFeatures | FeatureLogAll | 1<<virtqueue.FeatureRingPacked | 1<<virtqueue.FeatureNetCsum})
+	defer d.close()
+	if d.offered != DefaultFeatures|1<<virtqueue.FeatureNetCsum {
+		t.Fatalf("offered %#x", d.offered)
+	}
+}

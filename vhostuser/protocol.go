@@ -396,6 +396,18 @@ func hasOwnReply(r Request) bool {
 	return false
 }
 
+// expectsReply reports whether the front-end waits for a reply to r even
+// without NEED_REPLY. Ignoring such a request would hang the front-end, so
+// an unsupported one closes the connection instead.
+func expectsReply(r Request) bool {
+	switch r {
+	case ReqIOTLBMsg, ReqGetConfig, ReqCreateCryptoSession, ReqPostcopyAdvise, ReqPostcopyEnd,
+		ReqGetInflightFD, ReqGetSharedObject, ReqSetDeviceStateFD, ReqCheckDeviceState:
+		return true
+	}
+	return hasOwnReply(r)
+}
+
 // ValidateMessage checks a request's payload size and file-descriptor count
 // against what the request carries. It never looks at device state.
 func ValidateMessage(h Header, payload []byte, nfds int) error {

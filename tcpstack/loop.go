@@ -6,8 +6,11 @@ import (
 	"log/slog"
 	"runtime"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"vunet/virtqueue"
 )
 
 // linkService answers a guest frame itself (ARP, DHCP, DHCPv6, NDP): it writes
@@ -17,18 +20,19 @@ type linkService interface {
 	Handle(frame []byte, out []byte) (n int)
 }
 
-// loop is the event loop of one queue pair. Everything but stop and the
-// atomics is touched only by the loop's own goroutine.
+// loop is the event loop of one queue pair. Everything but quit/done and the
+// stats atomics is touched only by the loop's own goroutine.
 type loop struct {
 	s   *Stack
 	qp  QueuePair
 	st  *QueueStats
 	log *slog.Logger
 
-	epfd, wakefd, timerfd int
-	txKick, rxKick        int // kick eventfds, -1 when the front-end polls
-	polling               bool
-	events                [64]unix.EpollEvent
+	ep              epollSet
+	wakefd, timerfd int
+	txKick, rxKick  int // kick eventfds, -1 when the front-end polls
+	polling         bool
+	events          [128]unix.EpollEvent
 
 	quit atomic.Bool
 	done chan struct{}
@@ -37,28 +41,35 @@ type loop struct {
 	tx        txPath
 	rx        rxWriter
 	pending   replyRing
-	rxWaiting bool // frames wait for RX descriptors: RX kicks are enabled
-	txMore    bool // TX budget ran out: come back without sleeping
+	flows     *flowTable
+	guestCsum bool // VIRTIO_NET_F_GUEST_CSUM: frames to the guest may carry partial checksums
+	rxWaiting bool // producers wait for RX descriptors: RX kicks are enabled
+	again     bool // work is left: poll epoll without sleeping
+
+	timerArmed time.Time // deadline the timerfd is set to; zero: disarmed
 }
 
-// pollIntervalNs is how often the rings are polled when the front-end gave no
+// pollInterval is how often the rings are polled when the front-end gave no
 // kick eventfd (vhost-user "no fd" flag).
-const pollIntervalNs = 1_000_000
+const pollInterval = time.Millisecond
 
-func newLoop(s *Stack, qp QueuePair, st *QueueStats) (*loop, error) {
+func newLoop(s *Stack, qp QueuePair, ps *pairState) (*loop, error) {
+	st := ps.st
 	l := &loop{
 		s:       s,
 		qp:      qp,
 		st:      st,
+		flows:   ps.flows,
 		log:     s.log.With("pair", qp.Index),
-		epfd:    -1,
+		ep:      epollSet{fd: -1},
 		wakefd:  -1,
 		timerfd: -1,
 		txKick:  qp.TX.KickFD(),
 		rxKick:  qp.RX.KickFD(),
 		done:    make(chan struct{}),
 	}
-	l.rx.init(qp.RX, st, l.log, qp.Features)
+	l.rx.init(qp.RX, st, l.log, qp.Features, qp.RXEnabled)
+	l.guestCsum = virtqueue.HasFeature(qp.Features, virtqueue.FeatureNetGuestCsum)
 	l.svc = s.newServices()
 	if err := l.openFDs(); err != nil {
 		l.closeFDs()
@@ -67,13 +78,18 @@ func newLoop(s *Stack, qp QueuePair, st *QueueStats) (*loop, error) {
 		}
 		return nil, err
 	}
+	if err := l.flows.attach(l.ep); err != nil {
+		l.closeFDs()
+		unix.Close(l.wakefd)
+		return nil, err
+	}
 	return l, nil
 }
 
 func (l *loop) openFDs() error {
 	var err error
-	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
-		return fmt.Errorf("epoll_create1: %w", err)
+	if l.ep, err = newEpollSet(); err != nil {
+		return err
 	}
 	if l.wakefd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		return fmt.Errorf("wake eventfd: %w", err)
@@ -81,17 +97,20 @@ func (l *loop) openFDs() error {
 	if l.timerfd, err = unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC); err != nil {
 		return fmt.Errorf("timerfd_create: %w", err)
 	}
-	for _, fd := range [...]int{l.wakefd, l.timerfd, l.txKick, l.rxKick} {
-		if fd < 0 {
+	for _, w := range [...]struct {
+		fd  int
+		tok uint64
+	}{{l.wakefd, loopFDWake}, {l.timerfd, loopFDTimer}, {l.txKick, loopFDTXKick}, {l.rxKick, loopFDRXKick}} {
+		if w.fd < 0 {
 			continue
 		}
-		if err := l.watch(fd, unix.EPOLLIN); err != nil {
-			return fmt.Errorf("epoll add fd %d: %w", fd, err)
+		if err := l.ep.Add(w.fd, unix.EPOLLIN, makeToken(tagLoop, w.tok)); err != nil {
+			return fmt.Errorf("epoll add fd %d: %w", w.fd, err)
 		}
 	}
 	if l.txKick < 0 || l.rxKick < 0 {
 		l.polling = true
-		ts := unix.NsecToTimespec(pollIntervalNs)
+		ts := unix.NsecToTimespec(int64(pollInterval))
 		spec := unix.ItimerSpec{Interval: ts, Value: ts}
 		if err := unix.TimerfdSettime(l.timerfd, 0, &spec, nil); err != nil {
 			return fmt.Errorf("arm poll timer: %w", err)
@@ -100,20 +119,14 @@ func (l *loop) openFDs() error {
 	return nil
 }
 
-func (l *loop) watch(fd int, events uint32) error {
-	ev := unix.EpollEvent{Events: events, Fd: int32(fd)}
-	return unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
-}
-
 // closeFDs closes the loop's own fds. The wake fd is closed by stop (or
 // newLoop's failure path) instead: stop writes to it while the loop may be
 // exiting.
 func (l *loop) closeFDs() {
-	for _, p := range [...]*int{&l.epfd, &l.timerfd} {
-		if *p >= 0 {
-			unix.Close(*p)
-			*p = -1
-		}
+	l.ep.close()
+	if l.timerfd >= 0 {
+		unix.Close(l.timerfd)
+		l.timerfd = -1
 	}
 }
 
@@ -141,16 +154,16 @@ func (l *loop) run() {
 	defer close(l.done)
 	defer l.shutdown()
 
-	// Only a waiting frame makes us want RX kicks.
+	// Only a producer waiting for buffers makes us want RX kicks.
 	l.qp.RX.DisableKicks()
 	// Chains may be waiting from before a restart without a kick pending.
-	l.iterate(true)
+	l.iterate(true, true)
 	for !l.quit.Load() {
 		timeout := -1
-		if l.txMore {
+		if l.again {
 			timeout = 0
 		}
-		n, err := unix.EpollWait(l.epfd, l.events[:], timeout)
+		n, err := unix.EpollWait(l.ep.fd, l.events[:], timeout)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
@@ -159,46 +172,71 @@ func (l *loop) run() {
 			return
 		}
 		l.st.Wakeups.Add(1)
-		txKicked := l.txMore
+		tx, rx := l.again, l.again
 		for i := 0; i < n; i++ {
-			fd := int(l.events[i].Fd)
-			switch fd {
-			case l.wakefd:
+			ev := &l.events[i]
+			tok := eventToken(ev)
+			if tokenTag(tok) != tagLoop {
+				l.onSocket(tok, ev.Events)
+				continue
+			}
+			switch tok & tokenValMask {
+			case loopFDWake:
 				var b [8]byte
 				unix.Read(l.wakefd, b[:])
-			case l.timerfd:
+			case loopFDTimer:
 				var b [8]byte
 				unix.Read(l.timerfd, b[:])
 				if l.polling {
-					txKicked = true
+					tx, rx = true, true
 				}
 				l.onTimer()
-			case l.txKick:
+			case loopFDTXKick:
 				l.qp.TX.DrainKick()
-				txKicked = true
-			case l.rxKick:
-				// The guest refilled its RX ring; deliverPending below retries.
+				tx = true
+			case loopFDRXKick:
+				// The guest refilled its RX ring: waiting producers retry.
 				l.qp.RX.DrainKick()
-			default:
-				l.onSocket(fd, l.events[i].Events)
+				rx = true
 			}
 		}
 		if l.quit.Load() {
 			return
 		}
-		l.iterate(txKicked)
+		l.iterate(tx, rx)
 	}
 }
 
 // iterate does one round of work: guest frames, frames for the guest, and
 // one publication of the RX used ring.
-func (l *loop) iterate(tx bool) {
-	l.txMore = false
+func (l *loop) iterate(tx, rx bool) {
+	l.rx.starved, l.rx.limited = false, false
+	l.flows.now = time.Now()
+	txMore := false
 	if tx {
-		l.txMore = l.processTX()
+		txMore = l.processTX()
 	}
-	l.deliverPending()
+	more := l.produceRX()
+	if l.rx.starved && l.rx.enable {
+		// Enable kicks while our reservations are still popped: with
+		// EVENT_IDX avail_event then points past everything the guest has
+		// posted, so its next refill kicks us even after we Unpop.
+		l.rxWaiting = true
+		more = l.qp.RX.EnableKicks() || more
+	} else if l.rxWaiting {
+		l.rxWaiting = false
+		l.qp.RX.DisableKicks()
+	}
 	l.rx.publish()
+	l.again = txMore || more || l.rx.limited
+	l.armTimer()
+}
+
+// produceRX lets every producer of frames for the guest write what it has:
+// link-service replies first (they are few and unblock guests), then flows.
+func (l *loop) produceRX() (more bool) {
+	l.deliverPending()
+	return l.flows.flush(l)
 }
 
 // queueReply makes the frame just built in l.pending.next() pending.
@@ -209,8 +247,7 @@ func (l *loop) queueReply(n int) {
 }
 
 // deliverPending writes pending replies to the guest until none is left or the
-// RX ring runs out of buffers; in the latter case RX kicks are enabled so the
-// guest's refill wakes the loop at once.
+// RX ring runs out of buffers (the reply stays, the loop retries on refill).
 func (l *loop) deliverPending() {
 	for l.pending.len() > 0 {
 		p := l.pending.front()
@@ -233,19 +270,48 @@ func (l *loop) deliverPending() {
 				p.waited = true
 				l.st.RXWaitedForDescriptors.Add(1)
 			}
-			// Enable kicks while our reservations are still popped: with
-			// EVENT_IDX avail_event then points past everything the guest has
-			// posted, so its next refill kicks us even after we Unpop.
-			l.rxWaiting = true
-			if l.qp.RX.EnableKicks() {
-				continue // the guest added buffers meanwhile: retry now
-			}
+			return
+		default: // rxLimited: try again next iteration
 			return
 		}
 	}
-	if l.rxWaiting {
-		l.rxWaiting = false
-		l.qp.RX.DisableKicks()
+}
+
+// armTimer sets the timerfd to the earliest deadline of the flows (polling
+// mode keeps its periodic timer).
+func (l *loop) armTimer() {
+	if l.polling {
+		return
+	}
+	d := l.flows.nextDeadline()
+	if d.Equal(l.timerArmed) {
+		return
+	}
+	l.timerArmed = d
+	var spec unix.ItimerSpec
+	if !d.IsZero() {
+		rel := time.Until(d)
+		if rel < time.Millisecond {
+			rel = time.Millisecond
+		}
+		spec.Value = unix.NsecToTimespec(int64(rel))
+	}
+	if err := unix.TimerfdSettime(l.timerfd, 0, &spec, nil); err != nil {
+		l.log.Error("arm timer", "err", err)
+	}
+}
+
+// onTimer runs expired timeouts.
+func (l *loop) onTimer() {
+	l.timerArmed = time.Time{}
+	l.flows.expire(time.Now())
+}
+
+// onSocket dispatches readiness of a flow socket by its token's tag.
+func (l *loop) onSocket(tok uint64, events uint32) {
+	switch tokenTag(tok) {
+	case tagUDP, tagICMP:
+		l.flows.ready(tok, events)
 	}
 }
 
@@ -257,6 +323,6 @@ func (l *loop) shutdown() {
 	if n := l.pending.len(); n > 0 {
 		l.st.RX.Drops[DropRingDisabled].Add(uint64(n))
 	}
-	l.closeFlows()
+	l.flows.detach()
 	l.closeFDs()
 }

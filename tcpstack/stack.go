@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"vunet/virtqueue"
 )
@@ -30,6 +32,18 @@ type Config struct {
 	// MTU is the guest MTU used to size frames sent to the guest; 0 means
 	// DefaultMTU. [Stack.SetMTU] overrides it at run time.
 	MTU int
+	// GatewayV4 and GatewayV6 are the guest's gateway addresses. Guest flows
+	// to them go to the host's loopback (127.0.0.1, ::1) unless NoMapGateway.
+	GatewayV4, GatewayV6 netip.Addr
+	// NoMapGateway disables the gateway to loopback mapping.
+	NoMapGateway bool
+	// MaxFlows bounds the UDP and ICMP echo flows of one queue pair
+	// (default 1024); a datagram that needs a new flow beyond it is dropped.
+	MaxFlows int
+	// UDPTimeout closes a UDP flow idle for that long (default 180s).
+	UDPTimeout time.Duration
+	// ICMPTimeout closes an ICMP echo flow idle for that long (default 60s).
+	ICMPTimeout time.Duration
 }
 
 // DefaultOurMAC is the stack's own MAC address unless configured, the one
@@ -51,7 +65,16 @@ type Stack struct {
 
 	mu    sync.Mutex
 	loops map[int]*loop
-	stats map[int]*QueueStats
+	pairs map[int]*pairState
+}
+
+// pairState is what a queue pair keeps across loop restarts (the control
+// plane stops and restarts pairs on every ring or memory-table change): its
+// counters and its flows, whose sockets stay open and are re-registered with
+// the next loop's epoll set.
+type pairState struct {
+	st    *QueueStats
+	flows *flowTable
 }
 
 // New returns a Stack with no running pairs.
@@ -65,11 +88,20 @@ func New(cfg Config) *Stack {
 	if cfg.MTU <= 0 {
 		cfg.MTU = DefaultMTU
 	}
+	if cfg.MaxFlows <= 0 {
+		cfg.MaxFlows = 1024
+	}
+	if cfg.UDPTimeout <= 0 {
+		cfg.UDPTimeout = 180 * time.Second
+	}
+	if cfg.ICMPTimeout <= 0 {
+		cfg.ICMPTimeout = 60 * time.Second
+	}
 	s := &Stack{
 		cfg:   cfg,
 		log:   cfg.Logger,
 		loops: make(map[int]*loop),
-		stats: make(map[int]*QueueStats),
+		pairs: make(map[int]*pairState),
 	}
 	s.mtu.Store(int64(cfg.MTU))
 	return s
@@ -92,12 +124,14 @@ func (s *Stack) StartPair(qp QueuePair) error {
 	if _, ok := s.loops[qp.Index]; ok {
 		return fmt.Errorf("start pair %d: %w", qp.Index, ErrPairRunning)
 	}
-	st := s.stats[qp.Index]
-	if st == nil {
-		st = new(QueueStats)
-		s.stats[qp.Index] = st
+	ps := s.pairs[qp.Index]
+	if ps == nil {
+		ps = &pairState{st: new(QueueStats)}
+		ps.flows = newFlowTable(s.flowConfig(), ps.st, s.log.With("pair", qp.Index))
+		s.pairs[qp.Index] = ps
 	}
-	l, err := newLoop(s, qp, st)
+	st := ps.st
+	l, err := newLoop(s, qp, ps)
 	if err != nil {
 		return fmt.Errorf("start pair %d: %w", qp.Index, err)
 	}
@@ -160,7 +194,10 @@ func (s *Stack) GuestMAC() (mac [6]byte, ok bool) {
 func (s *Stack) PairStats(index int) *QueueStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats[index]
+	if ps := s.pairs[index]; ps != nil {
+		return ps.st
+	}
+	return nil
 }
 
 // EachPairStats calls fn for every pair that has ever been started, in no
@@ -168,12 +205,12 @@ func (s *Stack) PairStats(index int) *QueueStats {
 func (s *Stack) EachPairStats(fn func(index int, st *QueueStats)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, st := range s.stats {
-		fn(i, st)
+	for i, ps := range s.pairs {
+		fn(i, ps.st)
 	}
 }
 
-// Close stops every running pair.
+// Close stops every running pair and closes every flow's host socket.
 func (s *Stack) Close() {
 	s.mu.Lock()
 	idx := make([]int, 0, len(s.loops))
@@ -183,6 +220,24 @@ func (s *Stack) Close() {
 	s.mu.Unlock()
 	for _, i := range idx {
 		s.StopPair(i)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ps := range s.pairs {
+		ps.flows.closeAll()
+	}
+}
+
+// flowConfig derives the flow table's settings.
+func (s *Stack) flowConfig() flowConfig {
+	return flowConfig{
+		maxFlows:    s.cfg.MaxFlows,
+		gw4:         s.cfg.GatewayV4,
+		gw6:         s.cfg.GatewayV6,
+		mapGateway:  !s.cfg.NoMapGateway,
+		ourMAC:      s.cfg.OurMAC,
+		udpTimeout:  s.cfg.UDPTimeout,
+		icmpTimeout: s.cfg.ICMPTimeout,
 	}
 }
 

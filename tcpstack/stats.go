@@ -129,6 +129,10 @@ type QueueStats struct {
 	// RXWaitedForDescriptors counts frames that found the guest's RX ring empty
 	// and had to wait for a refill (each frame counted once).
 	RXWaitedForDescriptors atomic.Uint64
+	// RXChainsWasted counts RX chains returned to the guest empty because
+	// they could be neither used nor rewound (a reservation committed short
+	// with another one behind it, or chains popped before a bad chain).
+	RXChainsWasted atomic.Uint64
 	// ServiceReplies counts frames produced by each link service.
 	ServiceReplies [NumServices]atomic.Uint64
 	// Wakeups counts event-loop returns from epoll_wait.

@@ -135,7 +135,7 @@ func (l *loop) handleTXFrame(c *virtqueue.Chain) {
 		st.TX.Drops[DropRingDisabled].Add(1)
 		return
 	}
-	hl := l.rx.hdrLen
+	hl := l.rx.vhLen
 	if total < hl+ethHdrLen {
 		st.TX.Drops[DropRunt].Add(1)
 		return
@@ -176,7 +176,7 @@ func (l *loop) fullFrame(c *virtqueue.Chain, head []byte, frameLen int) []byte {
 		l.st.TX.Drops[DropOversize].Add(1)
 		return nil
 	}
-	n := copyFromIovecs(l.tx.full[:frameLen], c.Readable, l.rx.hdrLen)
+	n := copyFromIovecs(l.tx.full[:frameLen], c.Readable, l.rx.vhLen)
 	return l.tx.full[:n]
 }
 

@@ -1,0 +1,371 @@
+package tcpstack
+
+import (
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// flowKind says which translation a flow does.
+type flowKind uint8
+
+const (
+	flowUDP  flowKind = iota + 1 // guest UDP 4-tuple ↔ connected host UDP socket
+	flowICMP                     // guest echo id ↔ host ping socket
+)
+
+// flowKey identifies a flow by what the guest sees. IPv4 addresses use the
+// first four bytes of the arrays.
+type flowKey struct {
+	kind                  flowKind
+	v6                    bool
+	guestIP, remoteIP     [16]byte
+	guestPort, remotePort uint16 // ICMP: guestPort is the echo identifier
+}
+
+func (k *flowKey) guestAddr() netip.Addr  { return keyAddr(k.v6, &k.guestIP) }
+func (k *flowKey) remoteAddr() netip.Addr { return keyAddr(k.v6, &k.remoteIP) }
+
+func keyAddr(v6 bool, b *[16]byte) netip.Addr {
+	if v6 {
+		return netip.AddrFrom16(*b)
+	}
+	return netip.AddrFrom4([4]byte(b[:4]))
+}
+
+// flow is one slot of the flow table.
+type flow struct {
+	key      flowKey
+	fd       int
+	gen      uint32 // bumped on every reuse of the slot; part of the epoll token
+	inUse    bool
+	queued   bool // in the ready list (may outlive the flow: skipped then)
+	lastUsed time.Time
+}
+
+// flowConfig is the part of the Stack's Config the flows use.
+type flowConfig struct {
+	maxFlows                int
+	gw4, gw6                netip.Addr
+	mapGateway              bool
+	ourMAC                  [6]byte
+	udpTimeout, icmpTimeout time.Duration
+}
+
+// flowTable holds the UDP and ICMP echo flows of one queue pair. It outlives
+// the pair's loops (sockets are re-registered with each new epoll set) and
+// is used by one loop goroutine at a time.
+type flowTable struct {
+	cfg   flowConfig
+	st    *QueueStats
+	log   *slog.Logger
+	flows []flow
+	free  []int32
+	byKey map[flowKey]int32
+	live  int
+
+	// ready is a FIFO of slots whose sockets reported readability (epoll is
+	// edge-triggered): they are read until EAGAIN or until the guest's RX
+	// ring runs out, in which case they stay queued for the refill.
+	readyQ        []int32
+	rHead, rCount int
+
+	ep        epollSet
+	io        sockIO
+	now       time.Time
+	nextSweep time.Time
+	ipID      uint16
+	lastWarn  time.Time
+	discard   [65536]byte // datagrams the guest cannot take are read into it
+	discardIO [1][]byte
+}
+
+func newFlowTable(cfg flowConfig, st *QueueStats, log *slog.Logger) *flowTable {
+	ft := &flowTable{
+		cfg:    cfg,
+		st:     st,
+		log:    log,
+		flows:  make([]flow, cfg.maxFlows),
+		free:   make([]int32, 0, cfg.maxFlows),
+		byKey:  make(map[flowKey]int32, cfg.maxFlows),
+		readyQ: make([]int32, cfg.maxFlows),
+		ep:     epollSet{fd: -1},
+	}
+	for i := cfg.maxFlows - 1; i >= 0; i-- {
+		ft.free = append(ft.free, int32(i))
+		ft.flows[i].fd = -1
+	}
+	ft.discardIO[0] = ft.discard[:]
+	return ft
+}
+
+func (ft *flowTable) token(i int32) uint64 {
+	f := &ft.flows[i]
+	tag := tagUDP
+	if f.key.kind == flowICMP {
+		tag = tagICMP
+	}
+	return makeToken(tag, uint64(f.gen&0xffffff)<<32|uint64(uint32(i)))
+}
+
+// attach registers every open socket with a new loop's epoll set. The
+// sockets are also queued as ready: data may have arrived meanwhile.
+func (ft *flowTable) attach(ep epollSet) error {
+	ft.ep = ep
+	ft.now = time.Now()
+	for i := range ft.flows {
+		f := &ft.flows[i]
+		if !f.inUse {
+			continue
+		}
+		if err := ep.Add(f.fd, unix.EPOLLIN|unix.EPOLLET, ft.token(int32(i))); err != nil {
+			ft.log.Warn("re-register flow socket, flow closed", "err", err)
+			ft.closeFlow(int32(i))
+			continue
+		}
+		ft.enqueue(int32(i))
+	}
+	return nil
+}
+
+// detach forgets the epoll set of a loop that ended (closing it removed the
+// registrations).
+func (ft *flowTable) detach() { ft.ep = epollSet{fd: -1} }
+
+// lookup returns the flow for key, creating it with open when absent.
+func (ft *flowTable) lookup(key *flowKey, open func(*flowKey) (int, error)) (int32, bool) {
+	if i, ok := ft.byKey[*key]; ok {
+		ft.flows[i].lastUsed = ft.now
+		return i, true
+	}
+	if len(ft.free) == 0 {
+		ft.st.TX.Drops[DropNoFlow].Add(1)
+		ft.warn("flow table full", "max", ft.cfg.maxFlows)
+		return 0, false
+	}
+	fd, err := open(key)
+	if err != nil {
+		ft.st.TX.Drops[DropNoFlow].Add(1)
+		ft.warn("cannot open host socket for flow", "err", err, "kind", key.kind,
+			"remote", key.remoteAddr(), "port", key.remotePort)
+		return 0, false
+	}
+	i := ft.free[len(ft.free)-1]
+	ft.free = ft.free[:len(ft.free)-1]
+	f := &ft.flows[i]
+	f.key, f.fd, f.inUse, f.lastUsed = *key, fd, true, ft.now
+	f.gen++
+	if ft.ep.fd >= 0 {
+		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, ft.token(i)); err != nil {
+			ft.warn("register flow socket", "err", err)
+			ft.closeFlow(i)
+			ft.st.TX.Drops[DropNoFlow].Add(1)
+			return 0, false
+		}
+	}
+	ft.byKey[*key] = i
+	ft.live++
+	ft.st.FlowsOpened.Add(1)
+	if ft.nextSweep.IsZero() {
+		ft.nextSweep = ft.now.Add(ft.sweepInterval())
+	}
+	return i, true
+}
+
+func (ft *flowTable) closeFlow(i int32) {
+	f := &ft.flows[i]
+	if !f.inUse {
+		return
+	}
+	unix.Close(f.fd) // also leaves the epoll set
+	f.fd = -1
+	f.inUse = false
+	if j, ok := ft.byKey[f.key]; ok && j == i {
+		delete(ft.byKey, f.key)
+	}
+	ft.free = append(ft.free, i)
+	ft.live--
+	ft.st.FlowsClosed.Add(1)
+}
+
+// closeAll closes every flow (the Stack is closing).
+func (ft *flowTable) closeAll() {
+	for i := range ft.flows {
+		ft.closeFlow(int32(i))
+	}
+	ft.rCount = 0
+}
+
+func (ft *flowTable) enqueue(i int32) {
+	f := &ft.flows[i]
+	if f.queued || ft.rCount == len(ft.readyQ) {
+		return
+	}
+	f.queued = true
+	ft.readyQ[(ft.rHead+ft.rCount)%len(ft.readyQ)] = i
+	ft.rCount++
+}
+
+// ready handles an epoll event for a flow socket.
+func (ft *flowTable) ready(tok uint64, events uint32) {
+	i := int32(uint32(tok))
+	gen := uint32(tok>>32) & 0xffffff
+	if i < 0 || int(i) >= len(ft.flows) {
+		return
+	}
+	f := &ft.flows[i]
+	if !f.inUse || f.gen&0xffffff != gen {
+		return // stale event for a closed or reused slot
+	}
+	ft.enqueue(i)
+}
+
+// flowBudget bounds the datagrams one flow delivers per turn, so one busy
+// socket cannot starve the others.
+const flowBudget = 32
+
+// flush delivers queued sockets' data to the guest. It returns true when
+// work is left that does not depend on the guest (budget used up).
+func (ft *flowTable) flush(l *loop) (more bool) {
+	for n := ft.rCount; n > 0 && ft.rCount > 0; n-- {
+		i := ft.readyQ[ft.rHead]
+		f := &ft.flows[i]
+		if !f.inUse {
+			f.queued = false
+			ft.rHead = (ft.rHead + 1) % len(ft.readyQ)
+			ft.rCount--
+			continue
+		}
+		var r flowRead
+		switch f.key.kind {
+		case flowUDP:
+			r = ft.readUDP(l, i)
+		case flowICMP:
+			r = ft.readICMP(l, i)
+		}
+		switch r {
+		case flowDrained:
+			f.queued = false
+			ft.rHead = (ft.rHead + 1) % len(ft.readyQ)
+			ft.rCount--
+		case flowBudgetUsed:
+			// To the back of the queue.
+			ft.rHead = (ft.rHead + 1) % len(ft.readyQ)
+			ft.readyQ[(ft.rHead+ft.rCount-1)%len(ft.readyQ)] = i
+			more = true
+		case flowBlocked:
+			return more // the guest has no buffers: everything waits for the refill
+		}
+	}
+	return more
+}
+
+// flowRead is the outcome of reading one flow's socket.
+type flowRead uint8
+
+const (
+	flowDrained    flowRead = iota // EAGAIN (or the socket failed): dequeue
+	flowBudgetUsed                 // more data, let others go first
+	flowBlocked                    // no RX buffer: keep queued, stop flushing
+)
+
+func (ft *flowTable) sweepInterval() time.Duration {
+	d := min(ft.cfg.udpTimeout, ft.cfg.icmpTimeout) / 4
+	return max(d, 10*time.Millisecond)
+}
+
+// nextDeadline is when expire should run next; zero when no flow is open.
+func (ft *flowTable) nextDeadline() time.Time {
+	if ft.live == 0 {
+		return time.Time{}
+	}
+	return ft.nextSweep
+}
+
+// expire closes flows idle for longer than their timeout.
+func (ft *flowTable) expire(now time.Time) {
+	ft.now = now
+	if ft.live == 0 {
+		ft.nextSweep = time.Time{}
+		return
+	}
+	if now.Before(ft.nextSweep) {
+		return
+	}
+	for i := range ft.flows {
+		f := &ft.flows[i]
+		if !f.inUse {
+			continue
+		}
+		to := ft.cfg.udpTimeout
+		if f.key.kind == flowICMP {
+			to = ft.cfg.icmpTimeout
+		}
+		if now.Sub(f.lastUsed) >= to {
+			ft.closeFlow(int32(i))
+		}
+	}
+	ft.nextSweep = now.Add(ft.sweepInterval())
+}
+
+// hostAddr maps the address the guest talks to onto the host address the
+// socket connects to: the gateway is the host itself (loopback).
+func (ft *flowTable) hostAddr(a netip.Addr) netip.Addr {
+	if !ft.cfg.mapGateway {
+		return a
+	}
+	if a.Is4() && ft.cfg.gw4.IsValid() && a == ft.cfg.gw4 {
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	if a.Is6() && ft.cfg.gw6.IsValid() && a == ft.cfg.gw6 {
+		return netip.IPv6Loopback()
+	}
+	return a
+}
+
+func (ft *flowTable) warn(msg string, args ...any) {
+	if ft.now.Sub(ft.lastWarn) < time.Second {
+		return
+	}
+	ft.lastWarn = ft.now
+	ft.log.Warn(msg, args...)
+}
+
+func (ft *flowTable) nextIPID() uint16 {
+	ft.ipID++
+	return ft.ipID
+}
+
+// openDgram opens a non-blocking datagram socket of proto connected to
+// the host address for key's remote end.
+func (ft *flowTable) openDgram(key *flowKey, proto int) (int, error) {
+	remote := ft.hostAddr(key.remoteAddr())
+	family := unix.AF_INET
+	if key.v6 {
+		family = unix.AF_INET6
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return -1, err
+	}
+	var sa unix.Sockaddr
+	if key.v6 {
+		sa6 := &unix.SockaddrInet6{Port: int(key.remotePort), Addr: remote.As16()}
+		if remote.Is6() && remote.IsLinkLocalUnicast() {
+			// A link-local remote other than the gateway has no host scope
+			// to go to; the kernel refuses it, and so do we.
+			unix.Close(fd)
+			return -1, unix.EHOSTUNREACH
+		}
+		sa = sa6
+	} else {
+		sa = &unix.SockaddrInet4{Port: int(key.remotePort), Addr: remote.As4()}
+	}
+	if err := unix.Connect(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}

@@ -1,0 +1,128 @@
+package tcpstack
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/header"
+	"vunet/virtqueue"
+)
+
+// ICMP echo: a guest echo request goes out of an unprivileged ping socket
+// (SOCK_DGRAM, IPPROTO_ICMP/ICMPV6) connected to the destination, one per
+// guest (address, identifier); the kernel picks the identifier on the wire
+// and demultiplexes the replies, which we restore to the guest's identifier.
+// Ping sockets need net.ipv4.ping_group_range to include our group.
+
+const icmpEchoHdrLen = 8
+
+// icmpFromGuest handles an ICMP or ICMPv6 message from the guest. Only echo
+// requests are translated; it returns false for everything else.
+func (l *loop) icmpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) bool {
+	if ip.l4Len < icmpEchoHdrLen || len(head) < ip.l4Off+icmpEchoHdrLen {
+		return false
+	}
+	m := head[ip.l4Off:]
+	echo := uint8(header.ICMPv4EchoRequest)
+	if ip.v6 {
+		echo = uint8(header.ICMPv6EchoRequest)
+	}
+	if m[0] != echo || m[1] != 0 {
+		return false
+	}
+	if !ip.dstAddr().unicast() {
+		l.st.TX.Drops[DropUnhandledProtocol].Add(1)
+		return true
+	}
+	l.st.ServiceReplies[SvcICMPEcho].Add(0) // keep the label visible from the first echo
+	ft := l.flows
+	key := flowKey{kind: flowICMP, v6: ip.v6, guestIP: ip.src, remoteIP: ip.dst,
+		guestPort: binary.BigEndian.Uint16(m[4:6])}
+	i, ok := ft.lookup(&key, ft.openICMP)
+	if !ok {
+		return true
+	}
+	// The whole message goes out as the guest built it; the kernel rewrites
+	// the identifier and the checksum.
+	if _, err := ft.io.send(ft.flows[i].fd, c.Readable, l.rx.vhLen+ip.l4Off, ip.l4Len); err != nil {
+		l.st.TX.Drops[DropSendError].Add(1)
+	}
+	return true
+}
+
+func (ft *flowTable) openICMP(key *flowKey) (int, error) {
+	proto := unix.IPPROTO_ICMP
+	if key.v6 {
+		proto = unix.IPPROTO_ICMPV6
+	}
+	fd, err := ft.openDgram(key, proto)
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		return -1, errors.New("ping sockets not permitted: widen net.ipv4.ping_group_range to include our group")
+	}
+	return fd, err
+}
+
+// readICMP moves echo replies from flow i's ping socket into guest RX buffers.
+func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
+	f := &ft.flows[i]
+	w := &l.rx
+	hl := ethHdrLen + ipv4HdrLen
+	maxPay := 65535 - ipv4HdrLen
+	proto := header.IPProtocolICMPv4
+	if f.key.v6 {
+		hl = ethHdrLen + ipv6HdrLen
+		maxPay = 65535
+		proto = header.IPProtocolICMPv6
+	}
+	for b := 0; b < flowBudget; b++ {
+		if !w.enable {
+			return ft.discardAll(f.fd)
+		}
+		rv, niov, _, s := w.reserve(hl, maxPay)
+		switch s {
+		case rxOK:
+		case rxNoFit, rxBroken:
+			if _, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil {
+				ft.st.RX.Drops[DropNoFit].Add(1)
+				continue
+			}
+			return flowDrained
+		default:
+			return flowBlocked
+		}
+		n, mflags, err := ft.io.recv(f.fd, w.iov[:niov], 0)
+		if err != nil {
+			w.Abort()
+			if errors.Is(err, unix.EAGAIN) {
+				return flowDrained
+			}
+			continue // an ICMP error queued on the socket; replies may follow
+		}
+		if mflags&unix.MSG_TRUNC != 0 || n < icmpEchoHdrLen {
+			w.Abort()
+			ft.st.RX.Drops[DropNoFit].Add(1)
+			continue
+		}
+		f.lastUsed = ft.now
+		payload := w.iov[:niov]
+		var idb [2]byte
+		binary.BigEndian.PutUint16(idb[:], f.key.guestPort)
+		writeIovecs(payload, 4, idb[:])
+		writeIovecs(payload, 2, []byte{0, 0})
+		ipOff := ft.buildL2L3(l, rv.hdr, &f.key, proto, n)
+		_ = ipOff
+		var sum uint16
+		if f.key.v6 {
+			sum = header.PseudoHeaderChecksum(proto, f.key.remoteAddr(), f.key.guestAddr(), uint32(n))
+		}
+		sum = checksumIovecs(payload, n, sum)
+		var cb [2]byte
+		binary.BigEndian.PutUint16(cb[:], ^sum)
+		writeIovecs(payload, 2, cb[:])
+		ft.st.ServiceReplies[SvcICMPEcho].Add(1)
+		w.Commit(n, nil)
+	}
+	return flowBudgetUsed
+}

@@ -1,0 +1,320 @@
+package tcpstack
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/header"
+	"vunet/virtqueue"
+)
+
+// UDP flows: a guest datagram to remote:port goes out of a host UDP socket
+// connected to remote:port (one socket per guest 4-tuple, so replies find
+// their way back by the kernel's own demultiplexing); datagrams arriving on
+// that socket are received straight into the guest's RX buffers, behind
+// headers built in place.
+
+const (
+	udpHdrLen   = 8
+	ipv4HdrLen  = 20
+	ipv6HdrLen  = 40
+	maxUDPv4Pay = 65535 - ipv4HdrLen - udpHdrLen
+	maxUDPv6Pay = 65535 - udpHdrLen
+	defaultTTL  = 64
+)
+
+// l3Info is what the TX path learned from a guest IP header.
+type l3Info struct {
+	v6       bool
+	src, dst [16]byte // guest (source) and remote (destination) address
+	l4Off    int      // offset of the L4 header from the frame start
+	l4Len    int      // L4 length per the IP header
+}
+
+func (ip *l3Info) dstAddr() netip4or6 { return netip4or6{ip.v6, &ip.dst} }
+
+type netip4or6 struct {
+	v6 bool
+	b  *[16]byte
+}
+
+// unicast reports whether the destination is an address a connected socket
+// can reach: not multicast, not broadcast, not unspecified.
+func (a netip4or6) unicast() bool {
+	if a.v6 {
+		return a.b[0] != 0xff && *a.b != [16]byte{}
+	}
+	b := a.b
+	if b[0] >= 224 || [4]byte(b[:4]) == [4]byte{} {
+		return false
+	}
+	return true
+}
+
+// parseL3v4 fills ip from an IPv4 header in the copied head of a frame.
+func parseL3v4(head []byte, frameLen, ihl int, ip *l3Info) bool {
+	h := head[ethHdrLen:]
+	total := int(binary.BigEndian.Uint16(h[2:4]))
+	if total < ihl || total > frameLen-ethHdrLen {
+		return false
+	}
+	ip.v6 = false
+	ip.src = [16]byte{}
+	ip.dst = [16]byte{}
+	copy(ip.src[:4], h[12:16])
+	copy(ip.dst[:4], h[16:20])
+	ip.l4Off = ethHdrLen + ihl
+	ip.l4Len = total - ihl
+	return true
+}
+
+// parseL3v6 fills ip from an IPv6 header without extension headers.
+func parseL3v6(head []byte, frameLen int, ip *l3Info) bool {
+	h := head[ethHdrLen:]
+	pl := int(binary.BigEndian.Uint16(h[4:6]))
+	if ethHdrLen+ipv6HdrLen+pl > frameLen {
+		return false
+	}
+	ip.v6 = true
+	ip.src = [16]byte(h[8:24])
+	ip.dst = [16]byte(h[24:40])
+	ip.l4Off = ethHdrLen + ipv6HdrLen
+	ip.l4Len = pl
+	return true
+}
+
+// handleIPv4Flow translates an IPv4 frame to a host socket flow. It reports
+// false when the frame is not (yet) translated; the caller counts the drop.
+func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int, proto uint8, fragmented bool) bool {
+	if proto != ipProtoUDP && proto != ipProtoICMP {
+		return false
+	}
+	if fragmented {
+		// Reassembly is not done here; the guest's PMTU logic copes.
+		return false
+	}
+	var ip l3Info
+	if !parseL3v4(head, frameLen, ihl, &ip) {
+		l.st.TX.Drops[DropMalformed].Add(1)
+		return true
+	}
+	if proto == ipProtoUDP {
+		l.udpFromGuest(c, head, &ip)
+		return true
+	}
+	return l.icmpFromGuest(c, head, &ip)
+}
+
+// handleIPv6Flow is handleIPv4Flow for IPv6.
+func (l *loop) handleIPv6Flow(c *virtqueue.Chain, head []byte, frameLen int, next uint8) bool {
+	if next != ipProtoUDP && next != ipProtoICMPv6 {
+		return false
+	}
+	var ip l3Info
+	if !parseL3v6(head, frameLen, &ip) {
+		l.st.TX.Drops[DropMalformed].Add(1)
+		return true
+	}
+	if next == ipProtoUDP {
+		l.udpFromGuest(c, head, &ip)
+		return true
+	}
+	return l.icmpFromGuest(c, head, &ip)
+}
+
+// udpFromGuest sends a guest UDP datagram from its flow's socket, payload
+// straight from guest memory.
+func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
+	st := l.st
+	if ip.l4Len < udpHdrLen || len(head) < ip.l4Off+udpHdrLen {
+		st.TX.Drops[DropMalformed].Add(1)
+		return
+	}
+	u := head[ip.l4Off:]
+	ulen := int(binary.BigEndian.Uint16(u[4:6]))
+	if ulen < udpHdrLen || ulen > ip.l4Len {
+		if !(ip.v6 && ulen == 0) { // jumbograms are not for us either
+			st.TX.Drops[DropMalformed].Add(1)
+			return
+		}
+	}
+	if !ip.dstAddr().unicast() {
+		st.TX.Drops[DropUnhandledProtocol].Add(1)
+		return
+	}
+	ft := l.flows
+	key := flowKey{kind: flowUDP, v6: ip.v6, guestIP: ip.src, remoteIP: ip.dst,
+		guestPort: binary.BigEndian.Uint16(u[0:2]), remotePort: binary.BigEndian.Uint16(u[2:4])}
+	if key.remotePort == 0 {
+		st.TX.Drops[DropMalformed].Add(1)
+		return
+	}
+	i, ok := ft.lookup(&key, ft.openUDP)
+	if !ok {
+		return
+	}
+	fd := ft.flows[i].fd
+	off := l.rx.vhLen + ip.l4Off + udpHdrLen
+	n := ulen - udpHdrLen
+	// USO (GSO_UDP_L4): the frame carries several datagrams of GSOSize.
+	seg := n
+	if l.tx.hdr.GSOKind() == virtqueue.GSOUDPL4 && l.tx.hdr.GSOSize > 0 {
+		seg = int(l.tx.hdr.GSOSize)
+	}
+	for {
+		m := min(seg, n)
+		if _, err := ft.io.send(fd, c.Readable, off, m); err != nil {
+			if errors.Is(err, unix.ECONNREFUSED) {
+				// An ICMP error for an earlier datagram was queued on the
+				// socket; this one was not sent. Try once more.
+				_, err = ft.io.send(fd, c.Readable, off, m)
+			}
+			if err != nil {
+				st.TX.Drops[DropSendError].Add(1)
+			}
+		}
+		off += m
+		n -= m
+		if n <= 0 {
+			return
+		}
+	}
+}
+
+func (ft *flowTable) openUDP(key *flowKey) (int, error) {
+	return ft.openDgram(key, 0)
+}
+
+// readUDP moves datagrams from flow i's socket into guest RX buffers.
+func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
+	f := &ft.flows[i]
+	w := &l.rx
+	hl := ethHdrLen + ipv4HdrLen + udpHdrLen
+	maxPay := maxUDPv4Pay
+	if f.key.v6 {
+		hl = ethHdrLen + ipv6HdrLen + udpHdrLen
+		maxPay = maxUDPv6Pay
+	}
+	for b := 0; b < flowBudget; b++ {
+		if !w.enable {
+			return ft.discardAll(f.fd)
+		}
+		rv, niov, plen, s := w.reserve(hl, maxPay)
+		switch s {
+		case rxOK:
+		case rxNoFit, rxBroken:
+			// The guest can never take it: consume and count.
+			if n, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
+				ft.st.RX.Drops[DropNoFit].Add(1)
+				continue
+			}
+			return flowDrained
+		default:
+			return flowBlocked
+		}
+		if plen < maxPay {
+			// Is the next datagram larger than what we hold?
+			size, err := pendingDatagram(f.fd)
+			if err == nil && size > plen {
+				w.Abort()
+				if w.mrg && w.starved {
+					return flowBlocked // wait for the guest to post more buffers
+				}
+				if w.limited {
+					return flowBlocked
+				}
+				if n, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
+					ft.st.RX.Drops[DropNoFit].Add(1)
+					continue
+				}
+				return flowDrained
+			}
+		}
+		n, mflags, err := ft.io.recv(f.fd, w.iov[:niov], 0)
+		if err != nil {
+			w.Abort()
+			if errors.Is(err, unix.EAGAIN) {
+				return flowDrained
+			}
+			if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.EHOSTUNREACH) ||
+				errors.Is(err, unix.ENETUNREACH) {
+				continue // an ICMP error reported on the socket; data may follow
+			}
+			ft.warn("UDP flow receive failed, flow closed", "err", err)
+			ft.closeFlow(i)
+			return flowDrained
+		}
+		if mflags&unix.MSG_TRUNC != 0 {
+			w.Abort()
+			ft.st.RX.Drops[DropNoFit].Add(1)
+			continue
+		}
+		f.lastUsed = ft.now
+		vh := ft.buildUDPHeaders(l, rv.hdr, &f.key, w.iov[:niov], n)
+		w.Commit(n, &vh)
+	}
+	return flowBudgetUsed
+}
+
+// discardAll reads and drops everything queued on fd (RX ring disabled: the
+// vhost-user spec says frames are not supplied, not queued).
+func (ft *flowTable) discardAll(fd int) flowRead {
+	for {
+		if _, _, err := ft.io.recv(fd, ft.discardIO[:], 0); err != nil {
+			return flowDrained
+		}
+		ft.st.RX.Drops[DropRingDisabled].Add(1)
+	}
+}
+
+// buildUDPHeaders writes Ethernet, IP and UDP headers for a datagram of n
+// payload bytes (already in payload) from the flow's remote end to the
+// guest, and returns the virtio-net header (checksum offload if the guest
+// takes partial checksums, else a complete checksum).
+func (ft *flowTable) buildUDPHeaders(l *loop, hdr []byte, key *flowKey, payload [][]byte, n int) virtqueue.NetHdr {
+	src, dst := key.remoteAddr(), key.guestAddr()
+	ipOff := ft.buildL2L3(l, hdr, key, header.IPProtocolUDP, udpHdrLen+n)
+	u := hdr[ipOff:]
+	header.EncodeUDP(u, key.remotePort, key.guestPort, uint16(udpHdrLen+n))
+	if n > 0xffff-udpHdrLen {
+		binary.BigEndian.PutUint16(u[4:6], 0) // cannot happen for IPv4; IPv6 jumbo is never built
+	}
+	pseudo := header.PseudoHeaderChecksum(header.IPProtocolUDP, src, dst, uint32(udpHdrLen+n))
+	if l.guestCsum {
+		binary.BigEndian.PutUint16(u[6:8], pseudo)
+		return virtqueue.NetHdr{Flags: virtqueue.NetHdrFNeedsCsum, CsumStart: uint16(ipOff), CsumOffset: 6}
+	}
+	sum := header.Checksum(u[:udpHdrLen], pseudo)
+	sum = checksumIovecs(payload, n, sum)
+	c := ^sum
+	if c == 0 {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(u[6:8], c)
+	return virtqueue.NetHdr{}
+}
+
+// buildL2L3 writes the Ethernet and IP headers of a frame from the flow's
+// remote end to the guest carrying l4Len bytes of proto, and returns the
+// offset of the L4 header.
+func (ft *flowTable) buildL2L3(l *loop, hdr []byte, key *flowKey, proto header.IPProtocol, l4Len int) int {
+	guestMAC := header.BroadcastMAC
+	if m, ok := l.s.GuestMAC(); ok {
+		guestMAC = header.MAC(m)
+	}
+	src, dst := key.remoteAddr(), key.guestAddr()
+	if key.v6 {
+		header.EncodeEthernet(hdr, guestMAC, header.MAC(ft.cfg.ourMAC), header.EtherType(etherTypeIPv6))
+		f := header.IPv6Fields{PayloadLength: uint16(l4Len), NextHeader: proto, HopLimit: defaultTTL,
+			Source: src, Destination: dst}
+		header.EncodeIPv6(hdr[ethHdrLen:], &f)
+		return ethHdrLen + ipv6HdrLen
+	}
+	header.EncodeEthernet(hdr, guestMAC, header.MAC(ft.cfg.ourMAC), header.EtherType(etherTypeIPv4))
+	f := header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + l4Len), ID: ft.nextIPID(), TTL: defaultTTL,
+		Protocol: proto, Source: src, Destination: dst}
+	header.EncodeIPv4(hdr[ethHdrLen:], &f)
+	return ethHdrLen + ipv4HdrLen
+}

@@ -158,6 +158,12 @@ func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 	q.usedPub = load16(q.usedIdx)
 	q.usedNext = q.usedPub
 	q.availShadow = q.lastAvail
+	if q.usedPub != q.lastAvail {
+		// Chains a previous back-end took and never returned (reconnect
+		// without in-flight tracking): the front-end owns that decision.
+		q.log.Debug("vring resumes with chains outstanding",
+			"vring", q.index, "last_avail", q.lastAvail, "used_idx", q.usedPub)
+	}
 	if q.kick >= 0 {
 		// A blocking eventfd would hang the event loop in DrainKick. The
 		// flag is on the shared open file description; front-ends create
@@ -218,8 +224,8 @@ func (q *SplitQueue) LastAvail() uint16 { return q.lastAvail }
 // KickFD returns the kick eventfd, -1 if none.
 func (q *SplitQueue) KickFD() int { return q.kick }
 
-// Pop takes the next available chain into c. ok=false when the ring is
-// empty. Bad chains (loop, out-of-memory address, length overflow, nested
+// Pop takes the next available chain into c, overwriting what c held.
+// ok=false when the ring is empty. Bad chains (loop, out-of-memory address, length overflow, nested
 // indirect, bad indirect table, more descriptors than the ring, readable
 // after writable, too many segments) are not returned: they are staged as
 // used with length 0 (published by the next Flush), counted in

@@ -43,6 +43,12 @@ type VMConfig struct {
 	Timeout time.Duration
 	// Dir holds the QMP socket, serial files and QEMU's stderr; default WorkDir(t).
 	Dir string
+	// NoNIC boots without the vhost-user NIC (Socket unused); attach one
+	// later with VM.HotplugVhostUser.
+	NoNIC bool
+	// Reconnect sets the client chardev's reconnect interval in seconds, so
+	// QEMU redials a back-end that went away (ignored with Server).
+	Reconnect int
 }
 
 // VM is a running QEMU, killed by t.Cleanup.
@@ -78,6 +84,8 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 	chardev := "socket,id=c0,path=" + cfg.Socket
 	if cfg.Server {
 		chardev += ",server=on,wait=off"
+	} else if cfg.Reconnect > 0 {
+		chardev += fmt.Sprintf(",reconnect=%d", cfg.Reconnect)
 	}
 	netdev := "vhost-user,id=n0,chardev=c0"
 	device := "virtio-net-pci,netdev=n0,id=" + NICID + ",mac=" + mac + ",vectors=0,romfile="
@@ -90,22 +98,26 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 		params[k] = v
 	}
 	appendLine := "console=ttyS0 panic=-1 quiet loglevel=4 " + guest.Cmdline(cfg.Checks, params)
-	return []string{
+	nic := []string{"-chardev", chardev, "-netdev", netdev, "-device", device}
+	if cfg.NoNIC {
+		nic = nil
+	}
+	args := []string{
 		// KVM does not work on these machines and MSI-X with vhost-user
 		// crashes QEMU 7.2 under TCG: tcg + vectors=0 (FIELD-NOTES.md).
 		"-accel", "tcg", "-machine", "pc", "-cpu", "max", "-smp", "1",
 		"-m", fmt.Sprint(mem),
 		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", mem),
 		"-numa", "node,memdev=mem",
-		"-chardev", chardev,
-		"-netdev", netdev,
-		"-device", device,
+	}
+	args = append(args, nic...)
+	return append(args,
 		"-kernel", kernel, "-initrd", initrd, "-append", appendLine,
 		"-display", "none", "-monitor", "none", "-nodefaults", "-no-user-config",
-		"-serial", "file:" + console, "-serial", "file:" + results,
-		"-qmp", "unix:" + qmpPath + ",server=on,wait=off",
+		"-serial", "file:"+console, "-serial", "file:"+results,
+		"-qmp", "unix:"+qmpPath+",server=on,wait=off",
 		"-no-reboot",
-	}
+	)
 }
 
 // StartVM boots a guest with the agent and connects QMP.
@@ -196,6 +208,32 @@ func dialQMPWhileRunning(ctx context.Context, path string, exited <-chan struct{
 		}
 	}
 	return q, err
+}
+
+// HotplugVhostUser attaches a vhost-user virtio-net NIC at run time through
+// QMP (chardev-add, netdev_add, device_add, as QEMU 7.2 accepts them) as
+// device id, with chardev id+"-c" and netdev id+"-n". The chardev dials
+// socket and redials every second if the back-end goes away.
+func (vm *VM) HotplugVhostUser(ctx context.Context, socket, id, mac string) error {
+	chardev := map[string]any{
+		"id": id + "-c",
+		"backend": map[string]any{"type": "socket", "data": map[string]any{
+			"addr":      map[string]any{"type": "unix", "data": map[string]any{"path": socket}},
+			"server":    false,
+			"reconnect": 1,
+		}},
+	}
+	if _, err := vm.QMP.Run(ctx, "chardev-add", chardev); err != nil {
+		return err
+	}
+	if _, err := vm.QMP.Run(ctx, "netdev_add", map[string]any{"type": "vhost-user", "id": id + "-n", "chardev": id + "-c"}); err != nil {
+		return err
+	}
+	_, err := vm.QMP.Run(ctx, "device_add", map[string]any{
+		"driver": "virtio-net-pci", "id": id, "netdev": id + "-n", "mac": mac,
+		"vectors": 0, "romfile": "",
+	})
+	return err
 }
 
 // Exited is closed when QEMU has exited.

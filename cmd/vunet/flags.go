@@ -87,7 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 
 	str(&o.socket, "listen for the front-end on this UNIX socket `PATH` (server mode)", "socket", "s")
-	fs.Var(fileMode{&o.socketMode}, "socket-mode", "permissions of the listening socket (octal; 0660 lets a group such as libvirt-qemu connect)")
+	fs.Var(fileMode{&o.socketMode}, "socket-mode", "permissions of the listening socket `MODE` (octal; 0660 lets a group such as libvirt-qemu connect)")
 	str(&o.connect, "connect to a front-end listening on `PATH` (QEMU server=on) and reconnect when it goes away", "connect")
 	integer(&o.fd, "serve an already-connected vhost-user socket `FD`", "fd", "F")
 	boolean(&o.oneOff, "exit when the first front-end disconnects", "one-off", "1")
@@ -97,8 +97,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 
 	boolean(&o.debug, "debug logging", "debug", "d")
 	boolean(&o.quiet, "log warnings and errors only", "quiet", "q")
-	str(&o.logLevel, "log level: debug, info, warn, error", "log-level")
-	str(&o.logFormat, "log format: text or json", "log-format")
+	str(&o.logLevel, "log `LEVEL`: debug, info, warn, error", "log-level")
+	str(&o.logFormat, "log `FORMAT`: text or json", "log-format")
 	str(&o.logFile, "write logs to `FILE` instead of standard error", "log-file", "l")
 
 	boolean(&o.printCapabilities, "print the vhost-user back-end capabilities as JSON and exit", "print-capabilities")
@@ -108,7 +108,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Usage = func() { printUsage(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
 			return nil, errHelp
 		}
 		return nil, err

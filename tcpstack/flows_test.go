@@ -1,0 +1,344 @@
+package tcpstack
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"vunet/tcpstack/header"
+	"vunet/virtqueue"
+)
+
+var (
+	testGw4     = netip.AddrFrom4(testGwIP)
+	testGuest4  = netip.AddrFrom4(testGuestIP)
+	testGw6     = netip.MustParseAddr("fe80::1")
+	testGuest6  = netip.MustParseAddr("fd00::15")
+	testFeatCsm = uint64(1 << virtqueue.FeatureNetGuestCsum)
+)
+
+// newFlowPair is newTestPair with a gateway configured for flows.
+func newFlowPair(t *testing.T, features uint64, mod func(*Config)) *testPair {
+	t.Helper()
+	p := newTestPair(t, features, 256)
+	cfg := Config{Logger: testLogger(), GatewayV4: testGw4, GatewayV6: testGw6}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p.s = New(cfg)
+	t.Cleanup(p.s.Close)
+	return p
+}
+
+// udpFrame builds a guest UDP frame from the guest to dst.
+func udpFrame(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	var ipb []byte
+	l4 := make([]byte, udpHdrLen+len(payload))
+	header.EncodeUDP(l4, sport, dport, uint16(len(l4)))
+	copy(l4[udpHdrLen:], payload)
+	header.UDP(l4).SetChecksum(src, dst)
+	et := header.EtherTypeIPv4
+	if dst.Is4() {
+		ipb = make([]byte, ipv4HdrLen)
+		header.EncodeIPv4(ipb, &header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + len(l4)), TTL: 64,
+			Protocol: header.IPProtocolUDP, Source: src, Destination: dst})
+	} else {
+		et = header.EtherTypeIPv6
+		ipb = make([]byte, ipv6HdrLen)
+		header.EncodeIPv6(ipb, &header.IPv6Fields{PayloadLength: uint16(len(l4)), NextHeader: header.IPProtocolUDP,
+			HopLimit: 64, Source: src, Destination: dst})
+	}
+	f := make([]byte, ethHdrLen)
+	header.EncodeEthernet(f, header.MAC(DefaultOurMAC), header.MAC(testGuestMAC), et)
+	f = append(f, ipb...)
+	return append(f, l4...)
+}
+
+// udpEcho listens on loopback and echoes every datagram back.
+func udpEcho(t *testing.T, network, addr string) (port uint16) {
+	t.Helper()
+	c, err := net.ListenPacket(network, addr)
+	if err != nil {
+		t.Skipf("listen %s %s: %v", network, addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 70000)
+		for {
+			n, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			c.WriteTo(buf[:n], from)
+		}
+	}()
+	return uint16(c.LocalAddr().(*net.UDPAddr).Port)
+}
+
+// checkUDPFrame verifies a frame to the guest: addresses, ports, payload and
+// checksums (completing a partial checksum as the guest would).
+func checkUDPFrame(t *testing.T, vh virtqueue.NetHdr, frame []byte, src, dst netip.Addr, sport, dport uint16, payload []byte) {
+	t.Helper()
+	eth, err := header.ParseEthernet(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eth.Destination() != header.MAC(testGuestMAC) || eth.Source() != header.MAC(DefaultOurMAC) {
+		t.Errorf("MACs %v -> %v", eth.Source(), eth.Destination())
+	}
+	var l4 []byte
+	var gotSrc, gotDst netip.Addr
+	if src.Is4() {
+		ip, err := header.ParseIPv4(eth.Payload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ip.IsChecksumValid() || ip.Protocol() != header.IPProtocolUDP {
+			t.Errorf("bad IPv4 header %x", []byte(ip[:20]))
+		}
+		gotSrc, gotDst, l4 = ip.Source(), ip.Destination(), ip.Payload()
+	} else {
+		ip, err := header.ParseIPv6(eth.Payload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotSrc, gotDst, l4 = ip.Source(), ip.Destination(), ip.Payload()
+	}
+	if gotSrc != src || gotDst != dst {
+		t.Errorf("addresses %v -> %v, want %v -> %v", gotSrc, gotDst, src, dst)
+	}
+	u, err := header.ParseUDP(l4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.SourcePort() != sport || u.DestinationPort() != dport || !bytes.Equal(u.Payload(), payload) {
+		t.Errorf("UDP %d -> %d, %d bytes; want %d -> %d, %d bytes", u.SourcePort(), u.DestinationPort(),
+			len(u.Payload()), sport, dport, len(payload))
+	}
+	if vh.Flags&virtqueue.NetHdrFNeedsCsum != 0 {
+		// Complete the partial checksum like the guest's stack.
+		start, off := int(vh.CsumStart), int(vh.CsumOffset)
+		c := ^header.Checksum(frame[start:], 0)
+		binary.BigEndian.PutUint16(frame[start+off:], c)
+	}
+	if !u.IsChecksumValid(src, dst) {
+		t.Errorf("UDP checksum invalid (flags %#x)", vh.Flags)
+	}
+}
+
+func TestUDPFlowEcho(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		feat   uint64
+		v6     bool
+		size   int
+		rxBufs uint32
+	}{
+		{"v4", featModern, false, 5, 2048},
+		{"v4_csum_offload", featModern | testFeatCsm, false, 100, 2048},
+		{"v4_mrg_big", featMrg, false, 5000, 1536},
+		{"v4_mrg_big_csum", featMrg | testFeatCsm, false, 9001, 1536},
+		{"v6", featModern, true, 33, 2048},
+		{"v6_mrg_big", featMrg, true, 7777, 1536},
+		{"v4_legacy", featLegacy, false, 1200, 65562},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newFlowPair(t, tc.feat, nil)
+			var port uint16
+			src, gw := testGuest4, testGw4
+			if tc.v6 {
+				port = udpEcho(t, "udp6", "[::1]:0")
+				src, gw = testGuest6, testGw6
+			} else {
+				port = udpEcho(t, "udp4", "127.0.0.1:0")
+			}
+			for i := 0; i < 16; i++ {
+				p.rx.addChain(nil, []uint32{tc.rxBufs})
+			}
+			p.rx.publish()
+			p.start()
+			payload := bytes.Repeat([]byte("0123456789abcdef"), tc.size/16+1)[:tc.size]
+			p.addTX(udpFrame(src, gw, 40000, port, payload))
+			p.tx.send()
+			waitFor(t, "echo", 3*time.Second, func() bool { return p.stats().RX.Frames.Load() == 1 })
+			p.s.StopPair(0)
+			hdrs, frames := p.rxRead(t)
+			if len(frames) != 1 {
+				t.Fatalf("%d frames", len(frames))
+			}
+			checkUDPFrame(t, hdrs[0], frames[0], gw, src, port, 40000, payload)
+			st := p.stats()
+			if st.FlowsOpened.Load() != 1 || st.TX.Drops[DropSendError].Load() != 0 {
+				t.Errorf("flows opened %d send errors %d", st.FlowsOpened.Load(), st.TX.Drops[DropSendError].Load())
+			}
+		})
+	}
+}
+
+func TestUDPFlowWaitsForRXBuffers(t *testing.T) {
+	p := newFlowPair(t, featMrg, nil)
+	port := udpEcho(t, "udp4", "127.0.0.1:0")
+	p.start()
+	const n = 5
+	for i := 0; i < n; i++ {
+		p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte{byte(i)}))
+	}
+	p.tx.send()
+	st := p.stats()
+	waitFor(t, "TX sent", 2*time.Second, func() bool { return p.tx.usedIdx() == n })
+	time.Sleep(50 * time.Millisecond) // echoes are queued on the host socket
+	if st.RX.Frames.Load() != 0 {
+		t.Fatal("frames without buffers")
+	}
+	for i := 0; i < n; i++ {
+		p.rx.addChain(nil, []uint32{1536})
+	}
+	p.rx.send()
+	waitFor(t, "echoes after refill", 2*time.Second, func() bool { return st.RX.Frames.Load() == n })
+	p.s.StopPair(0)
+	_, frames := p.rxRead(t)
+	for i, f := range frames {
+		if f[len(f)-1] != byte(i) {
+			t.Errorf("frame %d payload %x", i, f[len(f)-1])
+		}
+	}
+}
+
+func TestUDPFlowSurvivesRestartAndExpires(t *testing.T) {
+	p := newFlowPair(t, featModern, func(c *Config) { c.UDPTimeout = 100 * time.Millisecond })
+	port := udpEcho(t, "udp4", "127.0.0.1:0")
+	for i := 0; i < 8; i++ {
+		p.rx.addChain(nil, []uint32{2048})
+	}
+	p.rx.publish()
+	p.start()
+	p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte("a")))
+	p.tx.send()
+	st := p.stats()
+	waitFor(t, "echo 1", 2*time.Second, func() bool { return st.RX.Frames.Load() == 1 })
+	p.restart()
+	p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte("b")))
+	p.tx.send()
+	waitFor(t, "echo 2", 2*time.Second, func() bool { return st.RX.Frames.Load() == 2 })
+	if st.FlowsOpened.Load() != 1 {
+		t.Errorf("flows opened %d, want 1 (flow kept across restart)", st.FlowsOpened.Load())
+	}
+	waitFor(t, "idle flow closed", 3*time.Second, func() bool { return st.FlowsClosed.Load() == 1 })
+}
+
+func TestUDPToMulticastDropped(t *testing.T) {
+	p := newFlowPair(t, featModern, nil)
+	p.start()
+	p.addTX(udpFrame(testGuest4, netip.MustParseAddr("224.0.0.251"), 5353, 5353, []byte("mdns")))
+	p.tx.send()
+	st := p.stats()
+	waitFor(t, "drop", 2*time.Second, func() bool { return st.TX.Drops[DropUnhandledProtocol].Load() == 1 })
+	if st.FlowsOpened.Load() != 0 {
+		t.Error("flow opened for multicast")
+	}
+}
+
+// icmpEchoFrame builds a guest echo request.
+func icmpEchoFrame(src, dst netip.Addr, id, seq uint16, payload []byte) []byte {
+	m := make([]byte, icmpEchoHdrLen+len(payload))
+	copy(m[icmpEchoHdrLen:], payload)
+	var ipb []byte
+	et := header.EtherTypeIPv4
+	if dst.Is4() {
+		header.EncodeICMPv4Echo(m, header.ICMPv4EchoRequest, id, seq)
+		header.ICMPv4(m).SetChecksum()
+		ipb = make([]byte, ipv4HdrLen)
+		header.EncodeIPv4(ipb, &header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + len(m)), TTL: 64,
+			Protocol: header.IPProtocolICMPv4, Source: src, Destination: dst})
+	} else {
+		et = header.EtherTypeIPv6
+		header.EncodeICMPv6Echo(m, header.ICMPv6EchoRequest, id, seq)
+		header.ICMPv6(m).SetChecksum(src, dst)
+		ipb = make([]byte, ipv6HdrLen)
+		header.EncodeIPv6(ipb, &header.IPv6Fields{PayloadLength: uint16(len(m)), NextHeader: header.IPProtocolICMPv6,
+			HopLimit: 64, Source: src, Destination: dst})
+	}
+	f := make([]byte, ethHdrLen)
+	header.EncodeEthernet(f, header.MAC(DefaultOurMAC), header.MAC(testGuestMAC), et)
+	f = append(f, ipb...)
+	return append(f, m...)
+}
+
+// TestICMPEcho runs in a private network namespace, where ping sockets can
+// be allowed without touching the host's sysctl.
+func TestICMPEcho(t *testing.T) {
+	if os.Getenv("TCPSTACK_NETNS_CHILD") == "" {
+		if os.Getuid() != 0 {
+			t.Skip("needs root for a network namespace")
+		}
+		cmd := exec.Command("unshare", "-n", os.Args[0], "-test.run=^TestICMPEcho$", "-test.v")
+		cmd.Env = append(os.Environ(), "TCPSTACK_NETNS_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		if !bytes.Contains(out, []byte("--- PASS: TestICMPEcho")) {
+			t.Fatalf("child did not pass:\n%s", out)
+		}
+		return
+	}
+	if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
+		t.Fatalf("lo up: %v", err)
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0); err != nil {
+		t.Fatalf("ping_group_range: %v", err)
+	}
+	for _, v6 := range []bool{false, true} {
+		p := newFlowPair(t, featModern, nil)
+		for i := 0; i < 8; i++ {
+			p.rx.addChain(nil, []uint32{2048})
+		}
+		p.rx.publish()
+		p.start()
+		src, gw := testGuest4, testGw4
+		if v6 {
+			src, gw = testGuest6, testGw6
+		}
+		payload := []byte("ping payload, odd length!")
+		p.addTX(icmpEchoFrame(src, gw, 0x1234, 7, payload))
+		p.tx.send()
+		st := p.stats()
+		waitFor(t, "echo reply", 3*time.Second, func() bool { return st.RX.Frames.Load() == 1 })
+		p.s.StopPair(0)
+		_, frames := p.rxRead(t)
+		eth, _ := header.ParseEthernet(frames[0])
+		var msg []byte
+		if !v6 {
+			ip, err := header.ParseIPv4(eth.Payload())
+			if err != nil || ip.Source() != gw || ip.Destination() != src || !ip.IsChecksumValid() {
+				t.Fatalf("IPv4 %x %v", frames[0], err)
+			}
+			msg = ip.Payload()
+			m := header.ICMPv4(msg)
+			if m.Type() != header.ICMPv4EchoReply || m.Ident() != 0x1234 || m.Sequence() != 7 || !m.IsChecksumValid() {
+				t.Errorf("reply %x", msg)
+			}
+		} else {
+			ip, err := header.ParseIPv6(eth.Payload())
+			if err != nil || ip.Source() != gw || ip.Destination() != src {
+				t.Fatalf("IPv6 %x %v", frames[0], err)
+			}
+			msg = ip.Payload()
+			m := header.ICMPv6(msg)
+			if m.Type() != header.ICMPv6EchoReply || m.Ident() != 0x1234 || m.Sequence() != 7 || !m.IsChecksumValid(gw, src) {
+				t.Errorf("reply %x", msg)
+			}
+		}
+		if !bytes.Equal(msg[icmpEchoHdrLen:], payload) {
+			t.Errorf("payload %q", msg[icmpEchoHdrLen:])
+		}
+		if st.ServiceReplies[SvcICMPEcho].Load() != 1 {
+			t.Errorf("echo replies %d", st.ServiceReplies[SvcICMPEcho].Load())
+		}
+	}
+}

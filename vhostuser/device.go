@@ -111,6 +111,20 @@ func newDevice(cfg DeviceConfig) *device {
 // does not keep are closed.
 func (d *device) process(m *Message) (reply []byte, send bool, err error) {
 	defer m.closeFDs()
+	defer func() {
+		// Building a queue touches guest memory; with SetPanicOnFault on
+		// (serveSession) a front-end that shrank its memory file under us
+		// faults here. That closes the connection, not the daemon.
+		if r := recover(); r != nil {
+			fault, ok := r.(interface{ Addr() uintptr })
+			if !ok {
+				panic(r)
+			}
+			d.stats.countError(ErrReasonMemory)
+			reply, send = nil, false
+			err = fmt.Errorf("%v: guest memory fault at %#x: %w", m.Header.Request, fault.Addr(), errMemory)
+		}
+	}()
 	h := m.Header
 	d.stats.countMessage(h.Request)
 	d.log.Debug("vhost-user request", "request", h.Request, "flags", h.Flags, "size", h.Size, "fds", len(m.FDs))

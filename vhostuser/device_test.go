@@ -3,7 +3,10 @@ package vhostuser
 import (
 	"bytes"
 	"errors"
+	"runtime/debug"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"vunet/virtqueue"
 )
@@ -710,5 +713,53 @@ func TestOfferedFeaturesMasked(t *testing.T) {
 	defer d.close()
 	if d.offered != DefaultFeatures|1<<virtqueue.FeatureNetCsum {
 		t.Fatalf("offered %#x", d.offered)
+	}
+}
+
+// TestRegionBeyondFile: mmap accepts a range past the end of the file but
+// touching it is a SIGBUS, so such regions are refused up front.
+func TestRegionBeyondFile(t *testing.T) {
+	g := newGuestMem(t, testGPA, testUA, testSize)
+	h := newHarness(t, 1)
+	defer h.d.close()
+	big := g.spec
+	big.Size *= 2
+	if _, _, err := h.do(ReqAddMemReg, 0, memReg(big), g.dupFD(t)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("region larger than its file accepted: %v", err)
+	}
+	off := g.spec
+	off.MmapOffset = testSize + 4096
+	if _, _, err := h.do(ReqSetMemTable, 0, table(off), g.dupFD(t)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("offset beyond the file accepted: %v", err)
+	}
+	if len(h.d.slots) != 0 {
+		t.Fatalf("slots %d", len(h.d.slots))
+	}
+}
+
+// TestMemoryShrunkUnderUs: the front-end truncates its memory file after
+// handing it over; building a queue then faults. The control goroutine
+// (SetPanicOnFault, as in serveSession) turns that into a closed connection.
+func TestMemoryShrunkUnderUs(t *testing.T) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	g := newGuestMem(t, testGPA, testUA, testSize)
+	h := newHarness(t, 1)
+	defer h.d.close()
+	h.negotiate(OfferedProtocolFeatures)
+	h.ok(ReqAddMemReg, memReg(g.spec), g.dupFD(t))
+	for i := 0; i < 2; i++ {
+		h.ok(ReqSetVringNum, state(uint32(i), testRingSize))
+		h.ok(ReqSetVringAddr, addr(g.ringAddr(i)))
+	}
+	h.ok(ReqSetVringKick, u64(0), eventfd(t))
+	if err := unix.Ftruncate(g.fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, send, err := h.do(ReqSetVringKick, 0, u64(1), eventfd(t))
+	if !errors.Is(err, errMemory) || send {
+		t.Fatalf("fault not turned into an error: send=%v err=%v", send, err)
+	}
+	if h.d.running[0] || h.stats.ErrorCount(ErrReasonMemory) != 1 {
+		t.Fatalf("running %v memory errors %d", h.d.running[0], h.stats.ErrorCount(ErrReasonMemory))
 	}
 }

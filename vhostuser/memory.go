@@ -3,6 +3,8 @@ package vhostuser
 import (
 	"fmt"
 
+	"golang.org/x/sys/unix"
+
 	"vunet/virtqueue"
 )
 
@@ -61,6 +63,26 @@ func (d *device) swapMemory(mem *virtqueue.Memory, slots []memSlot, unmap []memS
 	}
 }
 
+// mapRegion maps one region after checking that the file really backs it:
+// mmap accepts a range beyond the end of a file, and the first touch of
+// such a page is a SIGBUS, which would kill the daemon.
+func mapRegion(fd int, r MemRegion) (*virtqueue.Region, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("region fd: %w", err)
+	}
+	// memfd, tmpfs and hugetlbfs files are regular files with a size;
+	// anything else (a device) has no size to check against.
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		size := uint64(st.Size)
+		if r.MmapOffset > size || r.Size > size-r.MmapOffset {
+			return nil, fmt.Errorf("region at guest %#x: offset %#x + size %#x beyond the %d-byte file: %w",
+				r.GuestAddr, r.MmapOffset, r.Size, size, ErrInvalid)
+		}
+	}
+	return virtqueue.MapRegion(fd, specOf(r))
+}
+
 // setMemTable replaces the whole memory table (SET_MEM_TABLE). DPDK sends
 // it again, grown, after the rings are set up.
 func (d *device) setMemTable(m *Message) error {
@@ -70,7 +92,7 @@ func (d *device) setMemTable(m *Message) error {
 	}
 	slots := make([]memSlot, 0, len(regions))
 	for i, r := range regions {
-		reg, err := virtqueue.MapRegion(m.FDs[i], specOf(r))
+		reg, err := mapRegion(m.FDs[i], r)
 		if err != nil {
 			d.unmapSlots(slots)
 			return fmt.Errorf("mem table region %d: %w: %w", i, errMemory, err)
@@ -107,7 +129,7 @@ func (d *device) addMemReg(m *Message) error {
 	if len(d.slots) >= MaxMemSlots {
 		return fmt.Errorf("add mem region: all %d slots used: %w", MaxMemSlots, ErrInvalid)
 	}
-	reg, err := virtqueue.MapRegion(m.FDs[0], spec)
+	reg, err := mapRegion(m.FDs[0], r)
 	if err != nil {
 		return fmt.Errorf("add mem region: %w: %w", errMemory, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime/debug"
 	"time"
 )
 
@@ -31,6 +32,9 @@ func serveSession(ctx context.Context, conn *net.UnixConn, cfg DeviceConfig) (ha
 		return 0, err
 	}
 	defer c.Close()
+	// Faults on guest memory touched by this goroutine become panics that
+	// device.process turns into a closed connection (see there).
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	d := newDevice(cfg)
 	defer d.close()
 	d.stats.Sessions.Add(1)

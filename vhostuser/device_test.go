@@ -763,3 +763,26 @@ func TestMemoryShrunkUnderUs(t *testing.T) {
 		t.Fatalf("running %v memory errors %d", h.d.running[0], h.stats.ErrorCount(ErrReasonMemory))
 	}
 }
+
+func TestAddMemRegSlotLimit(t *testing.T) {
+	const page = 4096
+	g := newGuestMem(t, 0, testUA, (MaxMemSlots+1)*page)
+	h := newHarness(t, 1)
+	defer h.d.close()
+	h.ok(ReqSetProtocolFeatures, u64(ProtocolReplyAck|ProtocolConfigureMemSlots))
+	region := func(i int) MemRegion {
+		// Non-adjacent guest and user ranges, each backed by its own page.
+		return MemRegion{GuestAddr: uint64(i) * 2 * page, Size: page, UserAddr: testUA + uint64(i)*2*page, MmapOffset: uint64(i) * page}
+	}
+	for i := 0; i < MaxMemSlots; i++ {
+		if r, _, err := h.do(ReqAddMemReg, FlagNeedReply, memReg(region(i)), g.dupFD(t)); err != nil || !bytes.Equal(r, u64(0)) {
+			t.Fatalf("region %d: %x %v", i, r, err)
+		}
+	}
+	if r, _, err := h.do(ReqAddMemReg, FlagNeedReply, memReg(region(MaxMemSlots)), g.dupFD(t)); err != nil || !bytes.Equal(r, u64(1)) {
+		t.Fatalf("region beyond the slot limit: %x %v", r, err)
+	}
+	if len(h.d.slots) != MaxMemSlots || len(h.d.mem.Regions()) != MaxMemSlots {
+		t.Fatalf("slots %d regions %d", len(h.d.slots), len(h.d.mem.Regions()))
+	}
+}

@@ -84,17 +84,32 @@ type server struct {
 
 func startServer(t *testing.T) *server {
 	t.Helper()
-	dir := t.TempDir()
-	s := &server{path: filepath.Join(dir, "vu.sock"), stats: &vhostuser.Stats{}, plane: newARPPlane(), errc: make(chan error, 1)}
-	lvl := slog.LevelError + 4 // keep expected rejections out of the test log
+	p := newARPPlane()
+	s := startServerWith(t, p)
+	s.plane = p
+	return s
+}
+
+// testLogger keeps expected rejections out of the test log unless
+// VUNET_HOSTILE_LOG is set.
+func testLogger() *slog.Logger {
+	lvl := slog.LevelError + 4
 	if os.Getenv("VUNET_HOSTILE_LOG") != "" {
 		lvl = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+// startServerWith serves with the given data plane.
+func startServerWith(t *testing.T, dp vhostuser.DataPlane) *server {
+	t.Helper()
+	dir := t.TempDir()
+	s := &server{path: filepath.Join(dir, "vu.sock"), stats: &vhostuser.Stats{}, errc: make(chan error, 1)}
+	log := testLogger()
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		s.errc <- vhostuser.Serve(ctx, vhostuser.ServerConfig{Path: s.path}, vhostuser.DeviceConfig{
-			QueuePairs: queuePairs, DataPlane: s.plane, Logger: log, Stats: s.stats,
+			QueuePairs: queuePairs, DataPlane: dp, Logger: log, Stats: s.stats,
 		})
 	}()
 	t.Cleanup(func() {

@@ -173,20 +173,38 @@ func FuzzPop(f *testing.F) {
 		if flags&fuzzUnpop != 0 && len(heads) > 0 && !broken {
 			k := int(extraByte(extra) % 4)
 			before := q.LastAvail()
+			bad := st.BadChains.Load()
 			q.Unpop(k)
-			back := int(before - q.LastAvail())
-			if back > k || back > len(heads) {
-				t.Fatalf("Unpop(%d) rewound %d", k, back)
+			if uint16(before-q.LastAvail()) > size {
+				t.Fatalf("Unpop(%d) rewound %d entries of a ring of %d", k, before-q.LastAvail(), size)
 			}
-			for j := 0; j < back; j++ {
+			// Re-Pop returns the last m chains again (bad ones are skipped,
+			// not pushed twice) and stops where the first pass stopped.
+			var again []uint16
+			for i := 0; ; i++ {
 				ok, err := q.Pop(&c)
-				if !ok || err != nil {
-					t.Fatalf("re-pop %d after Unpop: %v %v", j, ok, err)
+				if err != nil || i > k {
+					t.Fatalf("re-pop %d after Unpop(%d): %v", i, k, err)
+				}
+				if !ok {
+					break
 				}
 				check()
-				if c.Head != heads[len(heads)-back+j] {
-					t.Fatalf("re-popped head %d, want %d", c.Head, heads[len(heads)-back+j])
+				again = append(again, c.Head)
+			}
+			if q.LastAvail() != before {
+				t.Fatalf("LastAvail %d after re-pop, want %d", q.LastAvail(), before)
+			}
+			if len(again) > k || len(again) > len(heads) {
+				t.Fatalf("Unpop(%d) gave back %d chains", k, len(again))
+			}
+			for j, h := range again {
+				if want := heads[len(heads)-len(again)+j]; h != want {
+					t.Fatalf("re-popped head %d, want %d", h, want)
 				}
+			}
+			if st.BadChains.Load() != bad {
+				t.Fatalf("re-pop: BadChains %d -> %d", bad, st.BadChains.Load())
 			}
 		}
 		for _, h := range heads {

@@ -81,7 +81,9 @@ type SplitQueue struct {
 	availShadow uint16 // last avail.idx read; entries up to it were checked against size
 	usedNext    uint16 // next used slot to stage
 	usedPub     uint16 // value of used.idx we last stored
-	rewindable  uint16 // chains handed out since the last bad chain or Unpop, bounding Unpop
+	highAvail   uint16 // one past the furthest avail entry ever taken; > lastAvail after Unpop
+	window      uint16 // entries behind highAvail whose skip marks are valid (<= size)
+	skip        []bool // per avail slot: taken as a bad chain (already used), skip on re-Pop
 	kicksOn     bool
 	broken      bool
 
@@ -119,6 +121,8 @@ func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 		stats:     cfg.Stats,
 		log:       cfg.Logger,
 		lastAvail: cfg.LastAvail,
+		highAvail: cfg.LastAvail,
+		skip:      make([]bool, cfg.Size),
 	}
 	if q.stats == nil {
 		q.stats = new(Stats)
@@ -218,7 +222,8 @@ func (q *SplitQueue) Size() uint16 { return q.size }
 
 // LastAvail returns the next avail index to process (GET_VRING_BASE, and
 // LastAvail of the queue that replaces this one). Chains popped but not yet
-// pushed are counted as processed: Unpop them first.
+// pushed are counted as processed: Unpop them first, and after an Unpop
+// re-Pop them or accept that the value counts them as unprocessed.
 func (q *SplitQueue) LastAvail() uint16 { return q.lastAvail }
 
 // KickFD returns the kick eventfd, -1 if none.
@@ -246,24 +251,40 @@ func (q *SplitQueue) Pop(c *Chain) (ok bool, err error) {
 			return false, q.errIfBroken()
 		}
 		slot := uint32(q.lastAvail & q.mask)
+		// An entry taken before and given back by Unpop: if it was a bad
+		// chain it is already used and must not be pushed twice.
+		again := q.lastAvail != q.highAvail
+		if again && q.skip[slot] {
+			q.lastAvail++
+			continue
+		}
 		head := binary.LittleEndian.Uint16(q.availRing[2*slot:])
 		if head >= q.size {
 			q.breakQueue("head index out of range", "head", head, "avail", q.lastAvail)
 			return false, ErrBroken
 		}
 		q.lastAvail++
+		if !again {
+			q.highAvail = q.lastAvail
+			if q.window < q.size {
+				q.window++
+			}
+		}
+		// Re-taken entries are walked again: the guest may have changed
+		// the descriptors, and nothing is trusted from the first walk.
 		w := walker{mem: q.mem, c: c}
 		if r := w.walk(q.desc, head, uint32(q.size), q.indirect); r != badNone {
+			q.skip[slot] = true
 			q.badChain(head, &w, r)
 			c.reset()
 			continue
 		}
+		q.skip[slot] = false
 		c.Head = head
 		c.Readable = c.segs[:w.nread:w.nread]
-		if q.rewindable < q.size {
-			q.rewindable++
+		if !again {
+			q.stats.Chains.Add(1)
 		}
-		q.stats.Chains.Add(1)
 		return true, nil
 	}
 }
@@ -303,9 +324,6 @@ func (q *SplitQueue) breakQueue(msg string, args ...any) {
 
 func (q *SplitQueue) badChain(head uint16, w *walker, r badReason) {
 	q.stats.BadChains.Add(1)
-	// Popping a bad chain consumed an avail entry that must not be
-	// rewound: the chain is already pushed.
-	q.rewindable = 0
 	q.Push(head, 0)
 	now := time.Now()
 	if !q.lastBadLog.IsZero() && now.Sub(q.lastBadLog) < time.Second {
@@ -321,21 +339,26 @@ func (q *SplitQueue) badChain(head uint16, w *walker, r badReason) {
 }
 
 // Unpop gives back the last n chains Pop returned, which must not have been
-// pushed (RX reservations left unused): the next Pops return them again.
-// n is clamped to the chains popped since the last bad chain or Unpop, since
-// rewinding over a chain already returned to the guest would hand it out
-// twice; n <= 0 does nothing.
+// pushed (RX reservations left unused): the next Pops return them again, in
+// the same order. Bad chains Pop consumed in between stay used and are
+// skipped on the way back and forth. n <= 0 does nothing; n is clamped to
+// the chains this queue popped within the last Size avail entries (a
+// misuse, logged): Unpop never panics.
 func (q *SplitQueue) Unpop(n int) {
 	if n <= 0 {
 		return
 	}
-	if n > int(q.rewindable) {
-		q.log.Warn("virtqueue: Unpop beyond popped chains, clamped",
-			"vring", q.index, "asked", n, "rewound", q.rewindable)
-		n = int(q.rewindable)
+	done := 0
+	for done < n && q.highAvail-q.lastAvail < q.window {
+		q.lastAvail--
+		if !q.skip[q.lastAvail&q.mask] {
+			done++
+		}
 	}
-	q.lastAvail -= uint16(n)
-	q.rewindable -= uint16(n)
+	if done < n {
+		q.log.Warn("virtqueue: Unpop beyond popped chains, clamped",
+			"vring", q.index, "asked", n, "rewound", done)
+	}
 }
 
 // Push stages one used element: chain head, written bytes. The guest does

@@ -670,14 +670,14 @@ func TestUnpop(t *testing.T) {
 	if r.q.LastAvail() != 0 {
 		t.Fatal("Unpop rewound beyond the first chain")
 	}
-	if r.stats.Chains.Load() != 6 {
+	if r.stats.Chains.Load() != 4 { // re-popped chains count once
 		t.Errorf("Chains %d", r.stats.Chains.Load())
 	}
 }
 
 // A bad chain consumed inside Pop is already returned to the guest: Unpop
-// must not rewind over it.
-func TestUnpopStopsAtBadChain(t *testing.T) {
+// rewinds across it to the good chains, and re-Pop skips it.
+func TestUnpopSkipsBadChain(t *testing.T) {
 	r := newRig(t, rigOpt{size: 16})
 	a, _ := r.d.AddChain(vqtest.Buf{GPA: rigData, Len: 1})
 	r.d.SetDesc(10, rigMem, 1, 0, 0) // outside memory
@@ -689,14 +689,48 @@ func TestUnpopStopsAtBadChain(t *testing.T) {
 	if !r.pop(t, &c) || c.Head != b {
 		t.Fatalf("head %d, want %d", c.Head, b)
 	}
-	r.q.Unpop(3)
-	if r.q.LastAvail() != 2 {
-		t.Fatalf("LastAvail %d, want 2", r.q.LastAvail())
+	r.q.Unpop(3) // clamped to the two good chains
+	if r.q.LastAvail() != 0 {
+		t.Fatalf("LastAvail %d, want 0", r.q.LastAvail())
 	}
-	if !r.pop(t, &c) || c.Head != b || r.stats.BadChains.Load() != 1 {
-		t.Fatalf("head %d bad %d", c.Head, r.stats.BadChains.Load())
+	for _, want := range []uint16{a, b} {
+		if !r.pop(t, &c) || c.Head != want {
+			t.Fatalf("re-pop head %d, want %d", c.Head, want)
+		}
 	}
-	_ = a
+	if r.pop(t, &c) {
+		t.Fatal("ring not empty")
+	}
+	// Rewinding only the last chain leaves the bad one behind it alone.
+	r.q.Unpop(1)
+	if r.q.LastAvail() != 2 || !r.pop(t, &c) || c.Head != b {
+		t.Fatalf("LastAvail %d head %d", r.q.LastAvail(), c.Head)
+	}
+	r.q.Push(a, 0)
+	r.q.Push(b, 0)
+	r.q.Flush()
+	used := r.d.Reclaim()
+	if len(used) != 3 || used[0].ID != 10 || r.stats.BadChains.Load() != 1 || r.stats.Chains.Load() != 2 {
+		t.Fatalf("used %+v, BadChains %d, Chains %d", used, r.stats.BadChains.Load(), r.stats.Chains.Load())
+	}
+}
+
+// A chain that turns bad between Pop and re-Pop is caught on the re-walk.
+func TestUnpopRevalidates(t *testing.T) {
+	r := newRig(t, rigOpt{size: 8})
+	h, _ := r.d.AddChain(vqtest.Buf{GPA: rigData, Len: 8})
+	r.d.Publish(false)
+	var c virtqueue.Chain
+	r.pop(t, &c)
+	r.q.Unpop(1)
+	r.d.SetDesc(h, rigMem, 8, 0, 0)
+	if r.pop(t, &c) || r.stats.BadChains.Load() != 1 {
+		t.Fatalf("changed chain popped, BadChains %d", r.stats.BadChains.Load())
+	}
+	r.q.Flush()
+	if r.d.UsedIdx() != 1 || r.d.UsedElem(0) != (vqtest.Used{ID: uint32(h)}) {
+		t.Fatalf("used %d %+v", r.d.UsedIdx(), r.d.UsedElem(0))
+	}
 }
 
 func TestKicksNoEventIdx(t *testing.T) {

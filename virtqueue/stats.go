@@ -6,7 +6,7 @@ import "sync/atomic"
 // queue rebuilds (memory table changes, reconnects); metrics read them at
 // scrape time while the data plane updates them, hence atomics.
 type Stats struct {
-	Chains             atomic.Uint64 // chains handed to the caller by Pop
+	Chains             atomic.Uint64 // distinct chains handed to the caller by Pop (re-Pops after Unpop not counted)
 	BadChains          atomic.Uint64 // malformed chains returned to the guest with length 0
 	UsedPublished      atomic.Uint64 // used elements made visible to the driver (Flush)
 	Notifies           atomic.Uint64 // call eventfd signals sent by Flush

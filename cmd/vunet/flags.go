@@ -22,6 +22,8 @@ type options struct {
 	oneOff     bool
 	queues     int
 
+	metrics string
+
 	logLevel  string
 	logFormat string
 	logFile   string
@@ -42,7 +44,7 @@ type flagGroup struct {
 
 var flagGroups = []flagGroup{
 	{"Socket", [][]string{{"socket", "s"}, {"socket-mode"}, {"connect"}, {"fd", "F"}, {"one-off", "1"}, {"vhost-user"}, {"queues"}}},
-	{"Observability", [][]string{{"debug", "d"}, {"quiet", "q"}, {"log-level"}, {"log-format"}, {"log-file", "l"}}},
+	{"Observability", [][]string{{"metrics"}, {"debug", "d"}, {"quiet", "q"}, {"log-level"}, {"log-format"}, {"log-file", "l"}}},
 	{"Information", [][]string{{"print-capabilities"}, {"print-qemu-args"}, {"version"}}},
 }
 
@@ -95,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	boolean(&vhostUser, "accepted for passt compatibility: vunet always speaks vhost-user", "vhost-user")
 	integer(&o.queues, "queue pairs offered to the front-end `N`", "queues")
 
+	str(&o.metrics, "serve Prometheus metrics on `ADDR` (host:port) at /metrics; off by default", "metrics")
 	boolean(&o.debug, "debug logging", "debug", "d")
 	boolean(&o.quiet, "log warnings and errors only", "quiet", "q")
 	str(&o.logLevel, "log `LEVEL`: debug, info, warn, error", "log-level")

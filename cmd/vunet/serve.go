@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 
+	"vunet/metrics"
 	"vunet/tcpstack"
 	"vunet/vhostuser"
 )
@@ -34,11 +35,24 @@ func (d dataPlane) SetMTU(mtu int) { d.stack.SetMTU(mtu) }
 // (signal) or, with --one-off, until the front-end leaves.
 func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Writer) error {
 	stack := tcpstack.New(tcpstack.Config{Logger: logger})
+	defer stack.Close()
 	dev := vhostuser.DeviceConfig{
 		QueuePairs: o.queues,
 		DataPlane:  dataPlane{stack},
 		Logger:     logger,
 		Stats:      &vhostuser.Stats{},
+	}
+	if o.metrics != "" {
+		ln, err := metrics.Listen(o.metrics)
+		if err != nil {
+			return err
+		}
+		reg := metrics.NewRegistry(metrics.Sources{QueuePairs: o.queues, Control: dev.Stats, PairStats: stack.PairStats})
+		go func() {
+			if err := metrics.Serve(ctx, ln, reg, logger); err != nil {
+				logger.Error("metrics server stopped", "err", err)
+			}
+		}()
 	}
 
 	switch {

@@ -1,0 +1,150 @@
+package metrics
+
+import (
+	"math/bits"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"vunet/tcpstack"
+	"vunet/vhostuser"
+	"vunet/virtqueue"
+)
+
+// Sources are the counters a collector reads. Nil sources are skipped.
+type Sources struct {
+	// QueuePairs is the number of queue pairs offered; their rings are
+	// reported even before a front-end connects, so series do not appear
+	// and vanish with sessions.
+	QueuePairs int
+	// Control holds the vhost-user counters and the per-ring virtqueue stats.
+	Control *vhostuser.Stats
+	// PairStats returns the data-path counters of a queue pair, nil for a
+	// pair that never ran (reported as zeros). Usually tcpstack.Stack.PairStats.
+	PairStats func(pair int) *tcpstack.QueueStats
+}
+
+// zeroPair stands in for pairs that never ran.
+var zeroPair tcpstack.QueueStats
+
+const namespace = "vunet"
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
+}
+
+var (
+	queueLabels = []string{"queue", "direction"}
+
+	descFrames     = desc("queue_frames_total", "Ethernet frames moved through a queue (tx: from the guest, rx: placed in used descriptors).", queueLabels...)
+	descBytes      = desc("queue_bytes_total", "Ethernet bytes moved through a queue, virtio-net header excluded.", queueLabels...)
+	descBatches    = desc("queue_batches_total", "Used-ring publications (one per batch of frames).", queueLabels...)
+	descDrops      = desc("queue_drops_total", "Frames dropped by the data path, by reason.", "queue", "direction", "reason")
+	descNotify     = desc("queue_notifications_total", "Interrupts sent to the guest (call eventfd writes).", queueLabels...)
+	descSuppressed = desc("queue_notifications_suppressed_total", "Used-ring publications that needed no interrupt (EVENT_IDX or NO_INTERRUPT).", queueLabels...)
+	descKicks      = desc("queue_kicks_total", "Guest kicks read from the kick eventfd (coalesced).", queueLabels...)
+	descBadChains  = desc("queue_bad_chains_total", "Malformed descriptor chains returned to the guest with length 0.", queueLabels...)
+	descRXWaited   = desc("queue_rx_waited_for_descriptors_total", "Frames for the guest that found no RX descriptor and waited for a refill.", "queue")
+	descTXEther    = desc("queue_tx_frames_by_ethertype_total", "Frames from the guest by ethertype class.", "queue", "ethertype")
+	descService    = desc("service_replies_total", "Frames produced by the link services (ARP, DHCP, DHCPv6, NDP).", "queue", "service")
+
+	descMessages  = desc("vhost_user_messages_total", "vhost-user requests received from the front-end, by request.", "request")
+	descErrors    = desc("vhost_user_errors_total", "vhost-user protocol errors, by reason.", "reason")
+	descConnected = desc("vhost_user_frontend_connected", "1 while a vhost-user front-end is connected.")
+	descSessions  = desc("vhost_user_sessions_total", "vhost-user front-end sessions started.")
+	descFeature   = desc("vhost_user_feature_negotiated", "Virtio feature bits acknowledged by the front-end in the current session (1 per set bit).", "bit")
+	descProtoFeat = desc("vhost_user_protocol_feature_negotiated", "vhost-user protocol feature bits acknowledged in the current session (1 per set bit).", "bit")
+)
+
+// collector reads Sources at scrape time.
+type collector struct{ src Sources }
+
+// NewCollector returns a Prometheus collector over src.
+func NewCollector(src Sources) prometheus.Collector { return &collector{src: src} }
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descFrames, descBytes, descBatches, descDrops, descNotify,
+		descSuppressed, descKicks, descBadChains, descRXWaited, descTXEther, descService,
+		descMessages, descErrors, descConnected, descSessions, descFeature, descProtoFeat} {
+		ch <- d
+	}
+}
+
+func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+}
+
+func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	pairs := c.src.QueuePairs
+	if pairs < 1 {
+		pairs = 1
+	}
+	for p := 0; p < pairs && p < vhostuser.MaxQueuePairs; p++ {
+		q := strconv.Itoa(p)
+		if c.src.Control != nil {
+			c.collectRing(ch, &c.src.Control.Rings[2*p], q, "rx")
+			c.collectRing(ch, &c.src.Control.Rings[2*p+1], q, "tx")
+		}
+		if c.src.PairStats != nil {
+			st := c.src.PairStats(p)
+			if st == nil {
+				st = &zeroPair
+			}
+			collectPair(ch, st, q)
+		}
+	}
+	if s := c.src.Control; s != nil {
+		for r := vhostuser.Request(0); r < vhostuser.NumRequests; r++ {
+			if n := s.MessageCount(r); n > 0 {
+				counter(ch, descMessages, n, r.String())
+			}
+		}
+		for r := vhostuser.ErrorReason(0); r < vhostuser.NumErrorReasons; r++ {
+			counter(ch, descErrors, s.ErrorCount(r), r.String())
+		}
+		gauge(ch, descConnected, float64(s.Connected.Load()))
+		counter(ch, descSessions, s.Sessions.Load())
+		eachBit(s.Features.Load(), func(b int) { gauge(ch, descFeature, 1, strconv.Itoa(b)) })
+		eachBit(s.ProtocolFeatures.Load(), func(b int) { gauge(ch, descProtoFeat, 1, strconv.Itoa(b)) })
+	}
+}
+
+func (c *collector) collectRing(ch chan<- prometheus.Metric, st *virtqueue.Stats, q, dir string) {
+	counter(ch, descNotify, st.Notifies.Load(), q, dir)
+	counter(ch, descSuppressed, st.NotifiesSuppressed.Load(), q, dir)
+	counter(ch, descKicks, st.Kicks.Load(), q, dir)
+	counter(ch, descBadChains, st.BadChains.Load(), q, dir)
+}
+
+func collectPair(ch chan<- prometheus.Metric, st *tcpstack.QueueStats, q string) {
+	for _, d := range []struct {
+		name string
+		s    *tcpstack.DirStats
+	}{{"tx", &st.TX}, {"rx", &st.RX}} {
+		counter(ch, descFrames, d.s.Frames.Load(), q, d.name)
+		counter(ch, descBytes, d.s.Bytes.Load(), q, d.name)
+		counter(ch, descBatches, d.s.Batches.Load(), q, d.name)
+		for r := tcpstack.DropReason(0); r < tcpstack.NumDropReasons; r++ {
+			counter(ch, descDrops, d.s.Drops[r].Load(), q, d.name, r.String())
+		}
+	}
+	counter(ch, descRXWaited, st.RXWaitedForDescriptors.Load(), q)
+	for e := tcpstack.EtherClass(0); e < tcpstack.NumEtherClasses; e++ {
+		counter(ch, descTXEther, st.TXByEtherType[e].Load(), q, e.String())
+	}
+	for s := tcpstack.Service(0); s < tcpstack.NumServices; s++ {
+		counter(ch, descService, st.ServiceReplies[s].Load(), q, s.String())
+	}
+}
+
+func eachBit(v uint64, fn func(bit int)) {
+	for v != 0 {
+		b := bits.TrailingZeros64(v)
+		fn(b)
+		v &^= 1 << b
+	}
+}

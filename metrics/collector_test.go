@@ -1,0 +1,99 @@
+package metrics
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"vunet/tcpstack"
+	"vunet/vhostuser"
+)
+
+// testSources has two pairs; only pair 1 has data-path counters, as if
+// pair 0 never ran.
+func testSources(t *testing.T) (Sources, *vhostuser.Stats, *tcpstack.QueueStats) {
+	t.Helper()
+	ctl := &vhostuser.Stats{}
+	pair1 := &tcpstack.QueueStats{}
+	pairStats := func(i int) *tcpstack.QueueStats {
+		if i == 1 {
+			return pair1
+		}
+		return nil
+	}
+	return Sources{QueuePairs: 2, Control: ctl, PairStats: pairStats}, ctl, pair1
+}
+
+func TestCollectorReadsCounters(t *testing.T) {
+	src, ctl, st := testSources(t)
+	ctl.Messages[vhostuser.ReqGetFeatures].Add(3)
+	ctl.Connected.Store(1)
+	ctl.Features.Store(1<<32 | 1<<15)
+	ctl.Rings[3].BadChains.Add(7) // pair 1, TX
+	ctl.Rings[0].Notifies.Add(5)  // pair 0, RX
+	st.TX.Frames.Add(11)
+	st.RX.Bytes.Add(1500)
+	st.RXWaitedForDescriptors.Add(2)
+
+	reg := NewRegistry(src)
+	want := map[string]string{
+		`vunet_vhost_user_messages_total{request="` + vhostuser.ReqGetFeatures.String() + `"}`: "3",
+		`vunet_vhost_user_frontend_connected`:                                                  "1",
+		`vunet_vhost_user_feature_negotiated{bit="32"}`:                                        "1",
+		`vunet_vhost_user_feature_negotiated{bit="15"}`:                                        "1",
+		`vunet_queue_bad_chains_total{direction="tx",queue="1"}`:                               "7",
+		`vunet_queue_notifications_total{direction="rx",queue="0"}`:                            "5",
+		`vunet_queue_frames_total{direction="tx",queue="1"}`:                                   "11",
+		`vunet_queue_bytes_total{direction="rx",queue="1"}`:                                    "1500",
+		`vunet_queue_rx_waited_for_descriptors_total{queue="1"}`:                               "2",
+		`vunet_queue_frames_total{direction="tx",queue="0"}`:                                   "0",
+	}
+	srv := httptest.NewServer(Handler(reg))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	lines := map[string]string{}
+	for _, l := range strings.Split(string(body), "\n") {
+		if l == "" || l[0] == '#' {
+			continue
+		}
+		if i := strings.LastIndexByte(l, ' '); i > 0 {
+			lines[l[:i]] = l[i+1:]
+		}
+	}
+	for k, v := range want {
+		if got, ok := lines[k]; !ok || got != v {
+			t.Errorf("%s = %q (present %v), want %s", k, got, ok, v)
+		}
+	}
+	for _, k := range []string{"go_goroutines", "process_resident_memory_bytes", "go_build_info"} {
+		found := false
+		for l := range lines {
+			if strings.HasPrefix(l, k) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("missing %s", k)
+		}
+	}
+}
+
+func TestMetricNamesFollowConventions(t *testing.T) {
+	src, _, _ := testSources(t)
+	problems, err := testutil.CollectAndLint(NewCollector(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}

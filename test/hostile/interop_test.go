@@ -1,0 +1,189 @@
+package hostile
+
+import (
+	"testing"
+	"time"
+
+	fe "vunet/test/frontend"
+)
+
+// These are not attacks: they check that front-end variants real users run
+// (QEMU layouts, DPDK's order, multiqueue, no EVENT_IDX, index wrap-around,
+// reconnects) work against the server, so the hostile cases above start from
+// a known-good baseline.
+func TestInteropVariants(t *testing.T) {
+	cases := []struct {
+		name string
+		opts fe.Options
+		pair int
+		n    int // exchanges
+	}{
+		{name: "qemu pc layout mem slots", opts: fe.Options{Layout: fe.LayoutPCHole}},
+		{name: "qemu pc layout mem table", opts: fe.Options{Layout: fe.LayoutPCHole, MemTable: true}},
+		{name: "adjacent regions", opts: fe.Options{Layout: fe.LayoutAdjacent}},
+		{name: "dpdk order", opts: fe.Options{Order: fe.OrderDPDK, RingSize: 1024, TXShape: fe.ChainShape{HeaderApart: true}}},
+		{name: "no event idx", opts: fe.Options{FeatureMask: fe.DefaultFeatureMask &^ fe.Bit(fe.FeatEventIdx)}},
+		{name: "no mergeable buffers", opts: fe.Options{FeatureMask: fe.DefaultFeatureMask &^ fe.Bit(fe.FeatMrgRxbuf)}},
+		{name: "ring size 16", opts: fe.Options{RingSize: 16}, n: 40},
+		{name: "indices wrap", opts: fe.Options{RingSize: 16, VringBase: 65530}, n: 20},
+		{name: "indices wrap without event idx", opts: fe.Options{RingSize: 16, VringBase: 65533, FeatureMask: fe.DefaultFeatureMask &^ fe.Bit(fe.FeatEventIdx)}, n: 20},
+		{name: "indirect chains", opts: fe.Options{TXShape: fe.ChainShape{Indirect: true}, RXShape: fe.ChainShape{Indirect: true, HeaderApart: true}}},
+		{name: "two pairs, traffic on pair 1", opts: fe.Options{QueuePairs: 2}, pair: 1},
+		{name: "ack every message", opts: fe.Options{AckAll: true}},
+		{name: "mtu message", opts: fe.Options{MTU: 1500, AckAll: true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := startServer(t)
+			f := s.connect(t, c.opts)
+			p := f.Pairs[c.pair]
+			for i := 0; i < max(c.n, 1); i++ {
+				exchangeOn(t, p)
+			}
+			if t.Failed() {
+				return
+			}
+			bases, err := f.Stop()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// GET_VRING_BASE is the next avail index the device would
+			// process. A stopped pair has pushed every chain it popped and
+			// rewound unused RX reservations, so it equals used.idx; on
+			// TX every published chain was consumed.
+			for i, r := range f.Rings() {
+				if uint16(bases[i]) != r.UsedIdx() {
+					t.Errorf("ring %d: GET_VRING_BASE %d, used idx %d", i, bases[i], r.UsedIdx())
+				}
+				if i%2 == 1 && uint16(bases[i]) != r.AvailIdx() {
+					t.Errorf("ring %d: GET_VRING_BASE %d, avail idx %d", i, bases[i], r.AvailIdx())
+				}
+			}
+		})
+	}
+}
+
+// exchangeOn is exchange on any pair.
+func exchangeOn(t *testing.T, p *fe.Pair) {
+	t.Helper()
+	if p.RX.Outstanding() < 2 {
+		if err := p.PostRX(min(8, int(p.RX.Size())/2), 2048); err != nil {
+			t.Fatalf("post rx: %v", err)
+		}
+	}
+	if err := p.SubmitTX(arpRequest()); err != nil {
+		t.Fatalf("submit tx: %v", err)
+	}
+	frames, err := p.ReceiveRX(3 * time.Second)
+	if err != nil {
+		t.Fatalf("no ARP reply: %v", err)
+	}
+	checkARPReply(t, frames[0].Data)
+	if err := p.WaitTX(3 * time.Second); err != nil {
+		t.Fatalf("tx chains not returned: %v", err)
+	}
+}
+
+// TestReconnectKeepsRings restarts the session with the same guest memory
+// and rings, as QEMU does with reconnect=on: the new session starts each
+// ring at its used index and traffic goes on.
+func TestReconnectKeepsRings(t *testing.T) {
+	s := startServer(t)
+	f := s.connect(t, fe.Options{RingSize: 16})
+	for i := 0; i < 5; i++ {
+		exchange(t, f)
+	}
+	// A chain left outstanding across the reconnect must be processed by
+	// the new session.
+	p := f.Pair0()
+	if err := p.SubmitTX(arpRequest()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := fe.DialConn(s.path)
+		if err == nil {
+			c.Timeout = 2 * time.Second
+			if err = f.Reconnect(c); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reconnect: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.WaitTX(3 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := p.ReceiveRX(3 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkARPReply(t, frames[0].Data)
+	exchange(t, f)
+	if got := s.stats.Sessions.Load(); got != 2 {
+		t.Errorf("%d sessions, want 2", got)
+	}
+}
+
+// TestInterruptSuppression checks the server honours the driver's request
+// not to be called: used_event far ahead (EVENT_IDX) or NO_INTERRUPT.
+func TestInterruptSuppression(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mask uint64
+	}{
+		{"event idx", fe.DefaultFeatureMask},
+		{"no interrupt flag", fe.DefaultFeatureMask &^ fe.Bit(fe.FeatEventIdx)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := startServer(t)
+			f := s.connect(t, fe.Options{FeatureMask: c.mask})
+			p := f.Pair0()
+			exchange(t, f)
+			if err := p.PostRX(8, 2048); err != nil {
+				t.Fatal(err)
+			}
+			p.TX.DisableInterrupts()
+			p.RX.DisableInterrupts()
+			p.TX.DrainCall()
+			p.RX.DrainCall()
+			txUsed, rxUsed := p.TX.UsedIdx(), p.RX.UsedIdx()
+			for i := 0; i < 3; i++ {
+				if err := p.SubmitTX(arpRequest()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.TX.WaitUsedIdx(txUsed+3, 3*time.Second); err != nil {
+				t.Fatalf("tx not used: %v", err)
+			}
+			if err := p.RX.WaitUsedIdx(rxUsed+3, 3*time.Second); err != nil {
+				t.Fatalf("rx not used: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if n := p.TX.DrainCall(); n != 0 {
+				t.Errorf("TX call signalled %d times with interrupts disabled", n)
+			}
+			if n := p.RX.DrainCall(); n != 0 {
+				t.Errorf("RX call signalled %d times with interrupts disabled", n)
+			}
+			if s.stats.Rings[0].NotifiesSuppressed.Load() == 0 || s.stats.Rings[1].NotifiesSuppressed.Load() == 0 {
+				t.Errorf("NotifiesSuppressed not counted: rx %d tx %d",
+					s.stats.Rings[0].NotifiesSuppressed.Load(), s.stats.Rings[1].NotifiesSuppressed.Load())
+			}
+			// Re-enabled, the next completion calls again (ReceiveRX
+			// re-arms and waits on the call eventfd).
+			frames, err := p.ReceiveRX(time.Second)
+			if err != nil || len(frames) != 3 {
+				t.Fatalf("pending replies: %d, %v", len(frames), err)
+			}
+			before := p.RX.Interrupts
+			exchange(t, f)
+			// The signal was either waited for or is still in the eventfd.
+			if p.RX.Interrupts == before && p.RX.DrainCall() == 0 {
+				t.Errorf("no RX interrupt once re-enabled")
+			}
+		})
+	}
+}

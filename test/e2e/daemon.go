@@ -72,6 +72,12 @@ type DaemonConfig struct {
 	Args []string
 	// Dir holds the socket and the log; default WorkDir(t).
 	Dir string
+	// Socket overrides the listening socket's path (default Dir/vhost.sock),
+	// e.g. for a daemon restarted on its predecessor's socket.
+	Socket string
+	// Name names the log file, Dir/<Name>.log (default "daemon"), so a test
+	// can run several daemons one after the other.
+	Name string
 }
 
 // Daemon is a running back-end process, stopped by t.Cleanup.
@@ -97,7 +103,13 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 	if cfg.Dir == "" {
 		cfg.Dir = WorkDir(t)
 	}
-	d := &Daemon{Log: NewLogSink(), LogPath: filepath.Join(cfg.Dir, "daemon.log"), exited: make(chan struct{})}
+	if cfg.Name == "" {
+		cfg.Name = "daemon"
+	}
+	if cfg.Socket == "" {
+		cfg.Socket = filepath.Join(cfg.Dir, "vhost.sock")
+	}
+	d := &Daemon{Log: NewLogSink(), LogPath: filepath.Join(cfg.Dir, cfg.Name+".log"), exited: make(chan struct{})}
 	var args []string
 	bin := ""
 	if p := os.Getenv("VUNET_E2E_PASST"); p != "" {
@@ -105,7 +117,7 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 			t.Skip("passt stand-in has no client mode")
 		}
 		d.Passt, bin = true, p
-		d.Socket = filepath.Join(cfg.Dir, "vhost.sock")
+		d.Socket = cfg.Socket
 		args = []string{"--vhost-user", "-s", d.Socket, "-f", "-d", "-1"}
 	} else {
 		bin = DaemonBinary(t)
@@ -114,7 +126,7 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 			d.Socket = cfg.Connect
 			args = append(args, "--connect", cfg.Connect)
 		} else {
-			d.Socket = filepath.Join(cfg.Dir, "vhost.sock")
+			d.Socket = cfg.Socket
 			args = append(args, "--socket", d.Socket)
 		}
 	}
@@ -149,7 +161,7 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 	t.Cleanup(func() {
 		d.Stop(5 * time.Second)
 		if t.Failed() {
-			t.Logf("daemon log tail (%s):\n%s", d.LogPath, d.Log.Tail(60))
+			t.Logf("%s log tail (%s):\n%s", cfg.Name, d.LogPath, d.Log.Tail(60))
 		}
 	})
 	if cfg.Connect == "" {
@@ -196,6 +208,13 @@ func (d *Daemon) WaitExit(timeout time.Duration) error {
 	case <-time.After(timeout):
 		return fmt.Errorf("daemon still running after %v", timeout)
 	}
+}
+
+// Kill kills the process group at once, as a crash would end it, and waits
+// for the exit.
+func (d *Daemon) Kill() {
+	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+	<-d.exited
 }
 
 // Stop sends SIGTERM, waits up to grace, then kills the process group.

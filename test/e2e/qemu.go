@@ -62,6 +62,7 @@ type VM struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	exitErr error
+	qmpPath string
 }
 
 // DefaultMAC is the NIC's MAC address unless VMConfig.MAC is set.
@@ -120,7 +121,8 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 	)
 }
 
-// StartVM boots a guest with the agent and connects QMP.
+// StartVM boots a guest with the agent and connects QMP (with
+// VMConfig.Server, only once the test calls ConnectQMP).
 func StartVM(t testing.TB, cfg VMConfig) *VM {
 	t.Helper()
 	bin := NeedTool(t, "qemu-system-x86_64", "VUNET_E2E_QEMU", QEMUHint)
@@ -179,14 +181,30 @@ func StartVM(t testing.TB, cfg VMConfig) *VM {
 		t.Logf("qemu ran %v, exit: %v", time.Since(start).Round(time.Millisecond), vm.exitErr)
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	vm.qmpPath = qmpPath
+	if cfg.Server {
+		// QEMU does not serve QMP until a back-end has connected to a
+		// listening vhost-user chardev: wait for the socket only, the test
+		// starts the daemon and then calls ConnectQMP.
+		if err := waitSocket(cfg.Socket, vm.exited, 20*time.Second); err != nil {
+			t.Fatalf("QEMU vhost-user socket: %v\nqemu stderr:\n%s", err, tailFile(vm.Stderr, 20))
+		}
+		return vm
+	}
+	vm.ConnectQMP(t)
+	return vm
+}
+
+// ConnectQMP connects vm.QMP (StartVM does it itself unless VMConfig.Server).
+func (vm *VM) ConnectQMP(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	q, err := dialQMPWhileRunning(ctx, qmpPath, vm.exited)
+	q, err := dialQMPWhileRunning(ctx, vm.qmpPath, vm.exited)
 	if err != nil {
 		t.Fatalf("QMP: %v\nqemu stderr:\n%s", err, tailFile(vm.Stderr, 20))
 	}
 	vm.QMP = q
-	return vm
 }
 
 func dialQMPWhileRunning(ctx context.Context, path string, exited <-chan struct{}) (*QMP, error) {

@@ -17,6 +17,7 @@ const (
 	ParamPing     = "vunet.ping"     // IPv4 address the ping check pings; default: DHCP router
 	ParamHTTP     = "vunet.http"     // URL the http check fetches
 	ParamAddr     = "vunet.addr"     // static IPv4 address/prefix the link check puts on eth0 (no DHCP needed)
+	ParamARPLoop  = "vunet.arploop"  // how long the arploop check keeps asking (Go duration), default DefaultARPLoop
 	ParamResults  = "vunet.results"  // extra device for result lines, e.g. /dev/ttyS1
 )
 
@@ -27,6 +28,11 @@ const (
 	CheckARP  = "arp"  // an ARP request is answered
 	CheckPing = "ping" // ICMP echo answered (busybox ping)
 	CheckHTTP = "http" // HTTP GET succeeds; reports bytes, sha256 and rate
+	// CheckARPLoop sends an ARP request every ARPLoopInterval for the
+	// vunet.arploop duration and reports the reply pattern (replies,
+	// max_gap_ms, last_reply_ms): a test can restart the back-end meanwhile
+	// and see the outage and the recovery.
+	CheckARPLoop = "arploop"
 )
 
 // ProbeEtherType is the ethertype of the link check's frames: IEEE 802's
@@ -38,6 +44,8 @@ const ProbeEtherType = 0x88B5
 const (
 	DefaultCheckTimeout = 20 * time.Second
 	DefaultTXFrames     = 8
+	DefaultARPLoop      = 10 * time.Second
+	ARPLoopInterval     = 100 * time.Millisecond
 )
 
 // Params is the agent's view of the kernel command line.

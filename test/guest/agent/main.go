@@ -98,6 +98,8 @@ func (a *agent) runCheck(ctx context.Context, name string) guest.Result {
 		return a.checkPing(ctx)
 	case guest.CheckHTTP:
 		return a.checkHTTP(ctx)
+	case guest.CheckARPLoop:
+		return a.checkARPLoop(ctx)
 	}
 	return fail("unknown check %q", name)
 }

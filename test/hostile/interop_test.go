@@ -178,6 +178,8 @@ func TestInterruptSuppression(t *testing.T) {
 			if err != nil || len(frames) != 3 {
 				t.Fatalf("pending replies: %d, %v", len(frames), err)
 			}
+			// ReceiveRX found them pending and did not re-arm: do it here.
+			p.RX.EnableInterrupts()
 			before := p.RX.Interrupts
 			exchange(t, f)
 			// The signal was either waited for or is still in the eventfd.

@@ -254,6 +254,20 @@ func (w *DHCPv4Builder) AddOption(code uint8, data []byte) {
 	w.endLong()
 }
 
+// AddOptionString appends an option whose data is the bytes of v (domain
+// name, message); it avoids a []byte conversion that could allocate.
+func (w *DHCPv4Builder) AddOptionString(code uint8, v string) {
+	if len(v) == 0 {
+		w.AddOption(code, nil)
+		return
+	}
+	w.beginLong(code)
+	for i := 0; i < len(v); i++ {
+		w.longByte(v[i])
+	}
+	w.endLong()
+}
+
 // AddOptionByte appends a one-byte option (message type, for example).
 func (w *DHCPv4Builder) AddOptionByte(code, v uint8) {
 	if w.room(3) {

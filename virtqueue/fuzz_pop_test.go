@@ -95,9 +95,9 @@ func FuzzPop(f *testing.F) {
 	// Good chains: direct single, header+frame+rx, indirect, spanning A|B.
 	f.Add(uint8(3), uint8(fuzzIndirect|fuzzUnpop), uint16(4), uint16(0),
 		fuzzDescs([4]uint64{d, 64, 0, 0}, [4]uint64{d, 12, N, 2}, [4]uint64{d + 12, 100, N, 3}, [4]uint64{d + 200, 1500, W, 0},
-			[4]uint64{d + 0x1000, 48, I, 0}, [4]uint64{0x3ff0, 0x20, 0, 0}),
+			[4]uint64{d + 0x40, 48, I, 0}, [4]uint64{0x3ff0, 0x20, 0, 0}),
 		fuzzAvail(0, 1, 4, 5),
-		append(make([]byte, 0x1000), fuzzDescs([4]uint64{d, 12, N, 2}, [4]uint64{d + 100, 64, W, 0}, [4]uint64{d + 12, 50, N, 1})...))
+		append(make([]byte, 0x40), fuzzDescs([4]uint64{d, 12, N, 2}, [4]uint64{d + 100, 64, W, 0}, [4]uint64{d + 12, 50, N, 1})...))
 	// Loops, out of range, nested indirect, wrap-around indices.
 	f.Add(uint8(2), uint8(fuzzIndirect|fuzzEventIdx), uint16(2), uint16(0xfffe),
 		fuzzDescs([4]uint64{d, 1, N, 1}, [4]uint64{d, 1, N, 0}, [4]uint64{d, 16, I, 0}, [4]uint64{0xffff_ffff_ffff_fff0, 0x100, 0, 0}),
@@ -108,8 +108,13 @@ func FuzzPop(f *testing.F) {
 	f.Add(uint8(2), uint8(fuzzUnpop), uint16(3), uint16(7),
 		fuzzDescs([4]uint64{d, 16, I, 0}, [4]uint64{d, 8, W | N, 2}, [4]uint64{d, 8, 0, 0}, [4]uint64{0x10800, 0x800, W, 0}),
 		fuzzAvail(0, 1, 3, 3), []byte{})
+	// One memory for all runs (a worker runs them one at a time), cleared
+	// each time: cheap executions keep input minimization fast.
+	fm := newFuzzMem(f)
 	f.Fuzz(func(t *testing.T, sizeLog, flags uint8, availIdx, lastAvail uint16, descs, avail, extra []byte) {
-		fm := newFuzzMem(t)
+		for _, r := range fm.regs {
+			clear(r.Bytes())
+		}
 		size := uint16(1) << (sizeLog % 7) // 1..64: the desc table fits below fuzzAvailGPA
 		copy(fm.a[fuzzDescGPA:fuzzDescGPA+16*int(size)], descs)
 		copy(fm.a[fuzzAvailGPA+4:fuzzAvailGPA+4+2*int(size)], avail)

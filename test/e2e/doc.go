@@ -13,6 +13,20 @@
 // input; delete the directory to force a rebuild). A guest boots in about
 // 5–6 s under TCG; a test takes 10–30 s.
 //
+// # Tests
+//
+//   - TestQEMUGuestLinkUp: handshake, eth0 up, probe frames completed by
+//     vunet and seen in its debug log, ARP answered, --one-off exit.
+//   - TestQEMUHotplugNIC: NIC hot-plugged through QMP after boot.
+//   - TestQEMUBackendRestart, TestQEMUDaemonConnects: vunet killed and
+//     restarted under a running guest, in server mode (QEMU reconnect=1) and
+//     in client mode (--connect, QEMU server=on).
+//   - TestQEMUGuestDHCP, TestQEMUGuestPing, TestQEMUGuestHTTPDownload: the
+//     guest configures itself by DHCP, pings the gateway, downloads a blob
+//     from the host's loopback through the gateway address. They fail until
+//     the daemon has DHCP, ICMP and TCP translation; run them against the
+//     reference back-end with VUNET_E2E_PASST to check the harness itself.
+//
 // # What the host needs
 //
 //   - qemu-system-x86_64 (Debian: apt-get install qemu-system-x86). Always run
@@ -23,7 +37,9 @@
 //   - busybox-static as /bin/busybox (apt-get install busybox-static).
 //   - the go tool (the agent and the daemon are built at test time).
 //
-// No root is needed for the QEMU tests. When a prerequisite is missing the
+// No root is needed for the QEMU tests, except TestQEMUGuestPing when
+// net.ipv4.ping_group_range excludes the test's group (it widens the range
+// for its duration as root). When a prerequisite is missing the
 // test is skipped with an install hint, or fails with the same hint when the
 // CI environment variable is set, so CI cannot go green by skipping.
 //
@@ -31,6 +47,9 @@
 //
 //   - VUNET_E2E_BIN: use this daemon binary instead of building ./cmd/vunet.
 //   - VUNET_E2E_QEMU: QEMU binary (default qemu-system-x86_64 from PATH).
+//   - VUNET_E2E_PASST: run this passt binary (--vhost-user) instead of vunet,
+//     to tell harness bugs from daemon bugs; vunet-specific log assertions
+//     are skipped.
 //   - VUNET_E2E_KEEP=1: keep each test's work directory (logs, serial
 //     output) and print its path.
 //

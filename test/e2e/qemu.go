@@ -331,6 +331,17 @@ func (vm *VM) RequireResult(t testing.TB, name string, timeout time.Duration) gu
 	return r
 }
 
+// Finish waits for the agent's "done" result, which must be ok (every
+// check passed), and for QEMU to exit after the guest powers off.
+func (vm *VM) Finish(t testing.TB) guest.Result {
+	t.Helper()
+	done := vm.RequireResult(t, guest.ResultDone, 30*time.Second)
+	if err := vm.WaitExit(20 * time.Second); err != nil {
+		t.Errorf("QEMU after the guest powered off: %v", err)
+	}
+	return done
+}
+
 func (vm *VM) dumpForFailure(t testing.TB) {
 	t.Logf("qemu stderr (%s):\n%s", vm.Stderr, tailFile(vm.Stderr, 20))
 	t.Logf("guest console (%s):\n%s", vm.Console, tailFile(vm.Console, 40))

@@ -1,0 +1,111 @@
+package tcpstack
+
+import (
+	"net/netip"
+	"testing"
+
+	"vunet/tcpstack/header"
+)
+
+func svcTestARPFrame(op header.ARPOp, sha header.MAC, sip, tip string) []byte {
+	b := make([]byte, 60) // minimum Ethernet frame: 18 bytes of padding
+	header.EncodeEthernet(b, header.BroadcastMAC, sha, header.EtherTypeARP)
+	header.EncodeARP(b[14:], op, sha, netip.MustParseAddr(sip), header.MAC{}, netip.MustParseAddr(tip))
+	return b
+}
+
+func TestARPServiceHandle(t *testing.T) {
+	tests := []struct {
+		name  string
+		frame []byte
+		reply bool
+	}{
+		{"gateway", svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.1"), true},
+		{"other-on-link", svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.77"), true},
+		{"off-link", svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "8.8.8.8"), true},
+		{"probe-other", svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "0.0.0.0", "192.168.10.1"), true},
+		{"probe-own", svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "0.0.0.0", "192.168.10.20"), false},
+		{"guest-own", svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.20"), false},
+		{"announcement", svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.33", "192.168.10.33"), false},
+		{"reply", svcTestARPFrame(header.ARPReply, svcTestGuestMAC, "192.168.10.20", "192.168.10.1"), false},
+		{"truncated", svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.1")[:41], false},
+		{"not-arp", svcTestHex(t, svcTestCapRS), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := ARPService{Config: svcTestConfig()}
+			out := make([]byte, 1514)
+			n := s.Handle(tt.frame, out)
+			if !tt.reply {
+				if n != 0 {
+					t.Fatalf("replied %x", out[:n])
+				}
+				return
+			}
+			if n != 42 {
+				t.Fatalf("reply length %d", n)
+			}
+			req, _ := header.ParseARP(tt.frame[14:])
+			want := make([]byte, 42)
+			header.EncodeEthernet(want, svcTestGuestMAC, svcTestOurMAC, header.EtherTypeARP)
+			header.EncodeARP(want[14:], header.ARPReply, svcTestOurMAC, req.TargetIP(), svcTestGuestMAC, req.SenderIP())
+			if string(out[:n]) != string(want) {
+				t.Errorf("reply\n got %x\nwant %x", out[:n], want)
+			}
+			// Field by field, in case EncodeARP itself were wrong.
+			a, err := header.ParseARP(out[14:n])
+			if err != nil || a.Op() != header.ARPReply || a.SenderMAC() != svcTestOurMAC || a.SenderIP() != req.TargetIP() ||
+				a.TargetMAC() != svcTestGuestMAC || a.TargetIP() != req.SenderIP() || string(out[12:14]) != "\x08\x06" {
+				t.Errorf("reply fields %x", out[:n])
+			}
+			if s.GuestMAC != svcTestGuestMAC {
+				t.Errorf("guest MAC not learned: %v", s.GuestMAC)
+			}
+		})
+	}
+}
+
+func TestARPServiceDisabledAndShortOut(t *testing.T) {
+	req := svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.1")
+	cfg := svcTestConfig()
+	cfg.Disable4 = true
+	s := ARPService{Config: cfg}
+	if s.Handle(req, make([]byte, 100)) != 0 || s.GratuitousARP(make([]byte, 100)) != 0 {
+		t.Error("replied with IPv4 disabled")
+	}
+	s = ARPService{Config: svcTestConfig()}
+	if s.Handle(req, make([]byte, 41)) != 0 {
+		t.Error("wrote into a too-short buffer")
+	}
+	if (&ARPService{}).Handle(req, make([]byte, 100)) != 0 {
+		t.Error("replied without config")
+	}
+}
+
+func TestARPAnnouncements(t *testing.T) {
+	out := make([]byte, 64)
+	n := BuildRARPAnnouncement(out, svcTestGuestMAC)
+	// QEMU's qemu_announce_self_iter frame, without its 18 bytes of padding.
+	want := "ffffffffffff525400123456803500010800060400035254001234560000000052540012345600000000"
+	if hexOf(out[:n]) != want {
+		t.Errorf("RARP\n got %x\nwant %s", out[:n], want)
+	}
+	s := ARPService{Config: svcTestConfig()}
+	n = s.GratuitousARP(out)
+	want = "ffffffffffff9a559a559a55080600010800060400019a559a559a55c0a80a01000000000000c0a80a01"
+	if hexOf(out[:n]) != want {
+		t.Errorf("gratuitous ARP\n got %x\nwant %s", out[:n], want)
+	}
+	if BuildRARPAnnouncement(out[:41], svcTestGuestMAC) != 0 {
+		t.Error("short buffer accepted")
+	}
+}
+
+func hexOf(b []byte) string {
+	const digits = "0123456789abcdef"
+	s := make([]byte, 0, 2*len(b))
+	for _, c := range b {
+		s = append(s, digits[c>>4], digits[c&0xf])
+	}
+	return string(s)
+}

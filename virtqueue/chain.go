@@ -60,6 +60,59 @@ func (c *Chain) WritableLen() int {
 	return n
 }
 
+// CopyReadable copies readable bytes, starting off bytes into the chain's
+// readable part, into dst and returns how many were copied (less than
+// len(dst) when the chain ends first; 0 for off < 0 or past the end). It is
+// the way to take headers out of guest memory before parsing them, since
+// the guest can rewrite the buffers at any time.
+func (c *Chain) CopyReadable(dst []byte, off int) int {
+	return copyFrom(dst, c.Readable, off)
+}
+
+// CopyToWritable copies src into the chain's writable part starting off
+// bytes in, across buffer boundaries, and returns how many bytes fit.
+func (c *Chain) CopyToWritable(off int, src []byte) int {
+	if off < 0 {
+		return 0
+	}
+	n := 0
+	for _, b := range c.Writable {
+		if len(src) == 0 {
+			break
+		}
+		if off >= len(b) {
+			off -= len(b)
+			continue
+		}
+		k := copy(b[off:], src)
+		src = src[k:]
+		n += k
+		off = 0
+	}
+	return n
+}
+
+func copyFrom(dst []byte, bufs [][]byte, off int) int {
+	if off < 0 {
+		return 0
+	}
+	n := 0
+	for _, b := range bufs {
+		if len(dst) == 0 {
+			break
+		}
+		if off >= len(b) {
+			off -= len(b)
+			continue
+		}
+		k := copy(dst, b[off:])
+		dst = dst[k:]
+		n += k
+		off = 0
+	}
+	return n
+}
+
 // Descriptors returns how many descriptors the chain consisted of, counting
 // the entries of an indirect table (not the descriptor pointing to it).
 func (c *Chain) Descriptors() int { return c.descs }

@@ -109,3 +109,49 @@ func hexOf(b []byte) string {
 	}
 	return string(s)
 }
+
+// FuzzLinkServices feeds arbitrary guest frames to every link service:
+// none may panic, write past out, or produce a frame that does not parse.
+func FuzzLinkServices(f *testing.F) {
+	f.Add(svcTestHex(f, svcTestCapDHCPDiscover))
+	f.Add(svcTestHex(f, svcTestCapRS))
+	f.Add(svcTestHex(f, svcTestCapDADNS))
+	f.Add(svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.1"))
+	f.Add(svcTestDHCPv6Frame(f, svcTestSolicitRapid))
+	f.Add(svcTestDHCPv6Frame(f, "041a2b3c"+d6ClientID+d6IANAOurAddr))
+	cfg := svcTestConfig()
+	arp, dhcp := ARPService{Config: cfg}, DHCPService{Config: cfg}
+	dhcp6, ndp := DHCPv6Service{Config: cfg}, NDPService{Config: cfg}
+	handlers := []func([]byte, []byte) int{arp.Handle, dhcp.Handle, dhcp6.Handle, ndp.Handle}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		for _, outLen := range []int{1514, 100} {
+			for i, h := range handlers {
+				out := make([]byte, outLen+8)
+				n := h(frame, out[:outLen])
+				if n < 0 || n > outLen {
+					t.Fatalf("handler %d returned %d for a %d-byte buffer", i, n, outLen)
+				}
+				if string(out[outLen:]) != "\x00\x00\x00\x00\x00\x00\x00\x00" {
+					t.Fatalf("handler %d wrote past out", i)
+				}
+				if n == 0 {
+					continue
+				}
+				eth, err := header.ParseEthernet(out[:n])
+				if err != nil {
+					t.Fatalf("handler %d reply does not parse: %v", i, err)
+				}
+				switch eth.Type() {
+				case header.EtherTypeIPv4:
+					if ip, err := header.ParseIPv4(eth.Payload()); err != nil || !ip.IsChecksumValid() {
+						t.Fatalf("handler %d: bad IPv4 reply %v", i, err)
+					}
+				case header.EtherTypeIPv6:
+					if _, err := header.ParseIPv6(eth.Payload()); err != nil {
+						t.Fatalf("handler %d: bad IPv6 reply %v", i, err)
+					}
+				}
+			}
+		}
+	})
+}

@@ -176,6 +176,11 @@ func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 			return nil, fmt.Errorf("vring %d: kick fd %d non-blocking: %w", cfg.Index, q.kick, err)
 		}
 	}
+	if cfg.EventIdx {
+		// The driver ignores used.flags with EVENT_IDX; clear a NO_NOTIFY
+		// left by a back-end that ran without it anyway.
+		store16(q.usedFlags, 0)
+	}
 	q.EnableKicks()
 	return q, nil
 }
@@ -344,6 +349,11 @@ func (q *SplitQueue) badChain(head uint16, w *walker, r badReason) {
 // skipped on the way back and forth. n <= 0 does nothing; n is clamped to
 // the chains this queue popped within the last Size avail entries (a
 // misuse, logged): Unpop never panics.
+//
+// The skip marks live in this queue only: a queue rebuilt from LastAvail
+// after an Unpop across a bad chain walks that chain again and returns it
+// as used a second time. Only a guest that posts malformed chains can get
+// there, and only its own device suffers.
 func (q *SplitQueue) Unpop(n int) {
 	if n <= 0 {
 		return

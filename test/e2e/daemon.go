@@ -78,6 +78,9 @@ type DaemonConfig struct {
 	// Name names the log file, Dir/<Name>.log (default "daemon"), so a test
 	// can run several daemons one after the other.
 	Name string
+	// Metrics serves Prometheus metrics on a free loopback port
+	// (--metrics 127.0.0.1:0); Daemon.MetricsAddr says where.
+	Metrics bool
 }
 
 // Daemon is a running back-end process, stopped by t.Cleanup.
@@ -86,6 +89,8 @@ type Daemon struct {
 	LogPath string   // copy of the log on disk
 	Log     *LogSink // parsed log lines
 	Passt   bool     // the stand-in is passt (VUNET_E2E_PASST): vunet's log lines are absent
+	// MetricsAddr is host:port of the metrics endpoint (DaemonConfig.Metrics).
+	MetricsAddr string
 
 	cmd     *exec.Cmd
 	exited  chan struct{}
@@ -129,6 +134,9 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 			d.Socket = cfg.Socket
 			args = append(args, "--socket", d.Socket)
 		}
+		if cfg.Metrics {
+			args = append(args, "--metrics", "127.0.0.1:0")
+		}
 	}
 	args = append(args, cfg.Args...)
 	logFile, err := os.Create(d.LogPath)
@@ -164,6 +172,13 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 			t.Logf("%s log tail (%s):\n%s", cfg.Name, d.LogPath, d.Log.Tail(60))
 		}
 	})
+	if cfg.Metrics && !d.Passt {
+		l, err := d.Log.Wait(10*time.Second, "metrics address", MsgIs("metrics listening"))
+		if err != nil {
+			t.Fatalf("daemon metrics: %v", err)
+		}
+		d.MetricsAddr = l.Attr("addr")
+	}
 	if cfg.Connect == "" {
 		if err := waitSocket(d.Socket, d.exited, 10*time.Second); err != nil {
 			t.Fatalf("daemon socket: %v\nlog:\n%s", err, d.Log.Tail(30))

@@ -21,7 +21,7 @@ const virtioFVersion1 = 32
 // an ARP request is answered through the RX ring.
 func TestQEMUGuestLinkUp(t *testing.T) {
 	start := time.Now()
-	d := StartDaemon(t, DaemonConfig{Args: []string{"--one-off"}})
+	d := StartDaemon(t, DaemonConfig{Args: []string{"--one-off"}, Metrics: true})
 	const txFrames = 16
 	vm := StartVM(t, VMConfig{
 		Socket: d.Socket,
@@ -32,6 +32,9 @@ func TestQEMUGuestLinkUp(t *testing.T) {
 			guest.ParamARP:      "10.0.2.2",
 			guest.ParamTXFrames: strconv.Itoa(txFrames),
 			guest.ParamTimeout:  "20s",
+			// Time to scrape vunet's metrics before QEMU, and with
+			// --one-off vunet, exit.
+			guest.ParamHold: "3s",
 		},
 		Timeout: 90 * time.Second,
 	})
@@ -69,6 +72,9 @@ func TestQEMUGuestLinkUp(t *testing.T) {
 	}
 
 	done := vm.RequireResult(t, guest.ResultDone, 30*time.Second)
+	if !d.Passt {
+		checkLinkMetrics(t, d, txFrames)
+	}
 	if err := vm.WaitExit(20 * time.Second); err != nil {
 		t.Fatalf("QEMU after power-off: %v", err)
 	}
@@ -103,5 +109,46 @@ func TestQEMUGuestLinkUp(t *testing.T) {
 	// --one-off: the daemon leaves when QEMU does, cleanly.
 	if err := d.WaitExit(10 * time.Second); err != nil {
 		t.Errorf("daemon with --one-off after QEMU exit: %v", err)
+	}
+}
+
+// checkLinkMetrics asserts vunet counted what the guest did: the probe
+// frames by ethertype and as drops, the ARP request and its reply, and no
+// protocol or ring errors.
+func checkLinkMetrics(t *testing.T, d *Daemon, txFrames int) {
+	t.Helper()
+	want := float64(txFrames)
+	m, err := d.WaitMetric(5*time.Second, "probe frames and ARP reply counted", func(m Metrics) bool {
+		return m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other") >= want &&
+			m.Sum("vunet_service_replies_total", "service", "arp") >= 1 &&
+			m.Sum("vunet_queue_frames_total", "direction", "rx") >= 1
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	if m == nil {
+		return
+	}
+	for _, c := range []struct {
+		what string
+		got  float64
+		ok   bool
+	}{
+		// Exactly: nothing but the agent sends the experimental ethertype.
+		{"tx frames of ethertype other (the probes)", m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other"), m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other") == want},
+		{"tx drops for unknown ethertype", m.Sum("vunet_queue_drops_total", "direction", "tx", "reason", "unknown_ethertype"), m.Sum("vunet_queue_drops_total", "direction", "tx", "reason", "unknown_ethertype") >= want},
+		{"tx frames of ethertype arp", m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "arp"), m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "arp") >= 1},
+		{"tx frames", m.Sum("vunet_queue_frames_total", "direction", "tx"), m.Sum("vunet_queue_frames_total", "direction", "tx") >= want+1},
+		{"ARP replies", m.Sum("vunet_service_replies_total", "service", "arp"), m.Sum("vunet_service_replies_total", "service", "arp") >= 1},
+		{"rx frames", m.Sum("vunet_queue_frames_total", "direction", "rx"), m.Sum("vunet_queue_frames_total", "direction", "rx") >= 1},
+		{"bad chains", m.Sum("vunet_queue_bad_chains_total"), m.Sum("vunet_queue_bad_chains_total") == 0},
+		{"vhost-user errors", m.Sum("vunet_vhost_user_errors_total"), m.Sum("vunet_vhost_user_errors_total") == 0},
+		{"front-end connected", m.Sum("vunet_vhost_user_frontend_connected"), m.Sum("vunet_vhost_user_frontend_connected") == 1},
+	} {
+		if !c.ok {
+			t.Errorf("metric %s = %v", c.what, c.got)
+		} else {
+			t.Logf("metric %s = %v", c.what, c.got)
+		}
 	}
 }

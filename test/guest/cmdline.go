@@ -18,6 +18,7 @@ const (
 	ParamHTTP     = "vunet.http"     // URL the http check fetches
 	ParamAddr     = "vunet.addr"     // static IPv4 address/prefix the link check puts on eth0 (no DHCP needed)
 	ParamARPLoop  = "vunet.arploop"  // how long the arploop check keeps asking (Go duration), default DefaultARPLoop
+	ParamHold     = "vunet.hold"     // keep the guest running this long (Go duration) after the last result, so the host can inspect the back-end
 	ParamResults  = "vunet.results"  // extra device for result lines, e.g. /dev/ttyS1
 )
 

@@ -24,6 +24,9 @@ func main() {
 	}
 	a := newAgent()
 	a.run()
+	if d, err := time.ParseDuration(a.params.Values[guest.ParamHold]); err == nil && d > 0 && d < time.Hour {
+		time.Sleep(d)
+	}
 	powerOff()
 }
 

@@ -156,8 +156,17 @@ func (s *DHCPService) build(req header.DHCPv4, r *dhcpv4Reply, out []byte) int {
 		}
 		mask := netip.PrefixFrom(cfg.IPv4.Addr, cfg.IPv4.PrefixLen)
 		w.AddOptionAddrs(header.DHCPv4OptSubnetMask, prefixMask4(mask.Bits()))
-		if cfg.IPv4.Gateway.Is4() {
-			w.AddOptionAddrs(header.DHCPv4OptRouter, cfg.IPv4.Gateway)
+		if gw := cfg.IPv4.Gateway; gw.Is4() {
+			w.AddOptionAddrs(header.DHCPv4OptRouter, gw)
+			if !mask.Contains(gw) {
+				// A gateway outside the guest's prefix (a /32 host address,
+				// as clouds hand out) is unreachable through option 3
+				// alone: give a host route to it, then the default route
+				// (RFC 3442; clients then ignore option 3).
+				g := gw.As4()
+				routes := [14]byte{32, g[0], g[1], g[2], g[3], 0, 0, 0, 0, 0, g[0], g[1], g[2], g[3]}
+				w.AddOption(header.DHCPv4OptClasslessRoutes, routes[:])
+			}
 		}
 		w.AddOptionAddrs(header.DHCPv4OptDNS, cfg.DNS4...)
 		w.AddOptionUint16(header.DHCPv4OptInterfaceMTU, uint16(min(max(cfg.EffectiveMTU(), 68), 65535)))

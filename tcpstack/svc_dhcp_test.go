@@ -219,6 +219,29 @@ func checkDHCPReply(t *testing.T, cfg *AddrConfig, reqFrame, reply []byte, w *dh
 	}
 }
 
+func TestDHCPServiceGatewayOutsidePrefix(t *testing.T) {
+	cfg := svcTestConfig()
+	cfg.IPv4.PrefixLen = 32
+	s := DHCPService{Config: cfg}
+	out := make([]byte, 1514)
+	n := s.Handle(svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""), out)
+	if n == 0 {
+		t.Fatal("no reply")
+	}
+	_, _, udp := svcTestUDP4Reply(t, out[:n])
+	m, _ := header.ParseDHCPv4(udp.Payload())
+	if d, _ := m.Option(header.DHCPv4OptSubnetMask); string(d) != "\xff\xff\xff\xff" {
+		t.Errorf("mask %x", d)
+	}
+	// Host route to 192.168.10.1 on-link, then default via it.
+	if d, ok := m.Option(header.DHCPv4OptClasslessRoutes); !ok || hexOf(d) != "20c0a80a010000000000c0a80a01" {
+		t.Errorf("classless routes %x", d)
+	}
+	if d, _ := m.Option(header.DHCPv4OptRouter); string(d) != "\xc0\xa8\x0a\x01" {
+		t.Errorf("router %x", d)
+	}
+}
+
 func TestDHCPServiceSmallMaxMessageDropsSearch(t *testing.T) {
 	cfg := svcTestConfig()
 	for i := 0; i < 30; i++ {

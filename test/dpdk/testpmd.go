@@ -40,8 +40,17 @@ func StartTestpmd(t testing.TB, bin, socket, tap string) *Testpmd {
 	t.Helper()
 	dir := e2e.WorkDir(t)
 	tp := &Testpmd{Tap: tap, Out: e2e.NewLogSink(), OutLog: filepath.Join(dir, "testpmd.log"), exited: make(chan struct{})}
+	// --in-memory keeps hugepage files and shared config out of the file
+	// system, but EAL still makes an (empty) runtime directory named after
+	// the prefix: a unique prefix lets cleanup remove exactly ours.
+	prefix := fmt.Sprintf("vunet-e2e-%d", os.Getpid())
+	t.Cleanup(func() {
+		for _, base := range []string{"/var/run/dpdk", "/run/dpdk"} {
+			_ = os.RemoveAll(filepath.Join(base, prefix))
+		}
+	})
 	args := []string{
-		"-l", "0,1", "--no-pci", "--in-memory", "--single-file-segments",
+		"-l", "0,1", "--no-pci", "--in-memory", "--single-file-segments", "--file-prefix", prefix,
 		"-m", fmt.Sprint(TestpmdMemMiB), "--no-telemetry", "--log-level", "lib.eal:notice",
 		"--vdev", "net_virtio_user0,path=" + socket + ",queue_size=1024",
 		"--vdev", "net_tap0,iface=" + tap,

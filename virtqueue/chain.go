@@ -181,6 +181,7 @@ var badReasonText = [...]string{
 	badIndirectMemory:        "indirect table outside guest memory or across regions",
 }
 
+// String returns the reason as logged.
 func (r badReason) String() string {
 	if int(r) < len(badReasonText) {
 		return badReasonText[r]

@@ -89,6 +89,7 @@ type SplitQueue struct {
 
 	lastBadLog time.Time
 	suppressed uint64 // bad-chain log lines not written since lastBadLog
+	lastSigLog time.Time
 
 	buf [8]byte // eventfd I/O, kept here so it does not escape per call
 }
@@ -412,6 +413,12 @@ func (q *SplitQueue) Flush() {
 	q.stats.Notifies.Add(1)
 	if err := q.Signal(); err != nil {
 		q.stats.SignalErrors.Add(1)
+		// A lost interrupt can stall the guest: say so, once a second.
+		if now := time.Now(); now.Sub(q.lastSigLog) >= time.Second {
+			q.lastSigLog = now
+			q.log.Error("virtqueue: signal failed", "vring", q.index, "err", err,
+				"errors", q.stats.SignalErrors.Load())
+		}
 	}
 }
 

@@ -846,3 +846,21 @@ func TestDrainKickAndSignal(t *testing.T) {
 		t.Fatal("queue without eventfds")
 	}
 }
+
+func TestSignalErrorCounted(t *testing.T) {
+	r := newRig(t, rigOpt{size: 8})
+	cfg := r.cfg
+	cfg.Call = 1 << 20 // not an open fd
+	q, err := virtqueue.NewSplitQueue(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Signal() == nil {
+		t.Fatal("Signal on a bad fd succeeded")
+	}
+	q.Push(0, 0)
+	q.Flush()
+	if r.stats.SignalErrors.Load() != 1 || r.stats.Notifies.Load() != 1 || r.d.UsedIdx() != 1 {
+		t.Fatalf("SignalErrors %d Notifies %d used %d", r.stats.SignalErrors.Load(), r.stats.Notifies.Load(), r.d.UsedIdx())
+	}
+}

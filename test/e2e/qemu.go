@@ -36,6 +36,9 @@ type VMConfig struct {
 	// MemoryMiB is guest memory (default 256); Queues the queue pairs (default 1).
 	MemoryMiB int
 	Queues    int
+	// CPUs is the guest's vCPU count (default 1). Linux enables one queue
+	// pair per vCPU, so multi-queue tests need CPUs >= Queues.
+	CPUs int
 	// MAC of the NIC (default 52:54:00:12:34:56).
 	MAC string
 	// Timeout bounds the guest's whole life (default 2 minutes): QEMU is
@@ -78,6 +81,10 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 	if queues == 0 {
 		queues = 1
 	}
+	cpus := cfg.CPUs
+	if cpus == 0 {
+		cpus = 1
+	}
 	mac := cfg.MAC
 	if mac == "" {
 		mac = DefaultMAC
@@ -92,6 +99,7 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 	device := "virtio-net-pci,netdev=n0,id=" + NICID + ",mac=" + mac + ",vectors=0,romfile="
 	if queues > 1 {
 		netdev += fmt.Sprintf(",queues=%d", queues)
+		// Vectors would be 2*queues+2 with MSI-X; vectors=0 stays (TCG crash).
 		device += ",mq=on"
 	}
 	params := map[string]string{guest.ParamResults: "/dev/ttyS1"}
@@ -106,7 +114,7 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 	args := []string{
 		// KVM does not work on these machines and MSI-X with vhost-user
 		// crashes QEMU 7.2 under TCG: tcg + vectors=0 (FIELD-NOTES.md).
-		"-accel", "tcg", "-machine", "pc", "-cpu", "max", "-smp", "1",
+		"-accel", "tcg", "-machine", "pc", "-cpu", "max", "-smp", fmt.Sprint(cpus),
 		"-m", fmt.Sprint(mem),
 		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", mem),
 		"-numa", "node,memdev=mem",

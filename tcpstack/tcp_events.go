@@ -1,0 +1,148 @@
+package tcpstack
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// HandleSocketEvent handles epoll events for the socket registered with
+// token. It only changes state and queues output; the loop's next Flush
+// writes the frames. Stale tokens (a connection closed earlier in the same
+// epoll batch) are ignored.
+func (t *tcpTable) HandleSocketEvent(now time.Time, token uint64, events uint32) {
+	f := t.flowByToken(token)
+	if f == nil || f.fd < 0 {
+		return
+	}
+	f.lastActivity = now
+	if f.flags&flConnected == 0 {
+		if events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) == 0 {
+			return
+		}
+		soErr, e := tcpGetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if e != 0 || soErr != 0 || events&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+			t.stats.ConnectFailures.Add(1)
+			t.log.Debug("tcp connect failed", "remote", f.remoteAddr, "port", f.remotePort, "err", unix.Errno(soErr))
+			t.resetFlow(f, now)
+			return
+		}
+		t.connected(f)
+		t.updateEpoll(f)
+		t.noteTimer(t.deadline(f))
+		return
+	}
+	if events&unix.EPOLLERR != 0 {
+		soErr, _ := tcpGetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		t.log.Debug("tcp host socket error", "err", unix.Errno(soErr))
+		t.resetFlow(f, now)
+		return
+	}
+	if events&unix.EPOLLOUT != 0 && f.flags&flWantOut != 0 {
+		// Send space freed up: the window to the guest may have reopened.
+		f.flags &^= flWantOut
+		f.flags |= flAckDue
+		t.updateEpoll(f)
+		t.markDirty(f)
+	}
+	if events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP) != 0 {
+		// The output pass reads (or finds EOF, or the error behind HUP).
+		t.markDirty(f)
+	}
+	t.noteTimer(t.deadline(f))
+}
+
+// deadline returns when f's next timer fires; zero for none.
+func (t *tcpTable) deadline(f *tcpFlow) time.Time {
+	switch f.state {
+	case tcpFree:
+		return time.Time{}
+	case tcpConnecting, tcpSynAckSent:
+		return f.created.Add(t.cfg.HandshakeTimeout)
+	case tcpResetting:
+		// Waiting for an RX buffer for the RST; give up eventually.
+		return f.lastActivity.Add(t.cfg.FinTimeout)
+	}
+	idle := t.cfg.IdleTimeout
+	if f.state == tcpClosing {
+		idle = t.cfg.FinTimeout
+	}
+	d := f.lastActivity.Add(idle)
+	if f.inFlight() > 0 {
+		d = tcpEarliest(d, f.lastAckProg.Add(t.cfg.AckTimeout<<f.retrans))
+	}
+	return tcpEarliest(d, f.ackDueAt)
+}
+
+func tcpEarliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// Timers fires the connection timers due at now (handshake, ACK timeout
+// with exponential backoff, delayed ACK checks, FIN and idle timeouts) and
+// returns the next deadline (zero: none). Every timer is computed from
+// explicit timestamps kept per connection, so it can be tested with any
+// clock.
+func (t *tcpTable) Timers(now time.Time) (next time.Time) {
+	// Backwards: release swaps the last active slot into the freed place,
+	// which has already been visited.
+	for i := len(t.active) - 1; i >= 0; i-- {
+		if i >= len(t.active) {
+			continue
+		}
+		f := &t.flows[t.active[i]]
+		d := t.deadline(f)
+		if d.IsZero() || d.After(now) {
+			next = tcpEarliest(next, d)
+			continue
+		}
+		t.fire(now, f)
+		if f.state != tcpFree {
+			next = tcpEarliest(next, t.deadline(f))
+		}
+	}
+	t.nextTimer = next
+	return next
+}
+
+// fire handles f's expired timers.
+func (t *tcpTable) fire(now time.Time, f *tcpFlow) {
+	switch f.state {
+	case tcpConnecting, tcpSynAckSent:
+		t.log.Debug("tcp handshake timeout", "remote", f.remoteAddr, "port", f.remotePort)
+		if f.state == tcpConnecting {
+			t.stats.ConnectFailures.Add(1)
+		}
+		t.resetFlow(f, now)
+		return
+	case tcpResetting:
+		t.release(f) // the RST never found a buffer
+		return
+	}
+	if !f.ackDueAt.IsZero() && !f.ackDueAt.After(now) {
+		f.ackDueAt = time.Time{}
+		f.flags |= flAckDue
+		t.markDirty(f)
+	}
+	if f.inFlight() > 0 && !f.lastAckProg.Add(t.cfg.AckTimeout<<f.retrans).After(now) {
+		if int(f.retrans) >= t.cfg.MaxRetrans {
+			t.log.Debug("tcp retransmissions exceeded", "remote", f.remoteAddr, "port", f.remotePort)
+			t.resetFlow(f, now)
+			return
+		}
+		f.retrans++
+		f.lastAckProg = now
+		t.rewind(f, TCPRetransTimeout)
+	}
+	idle := t.cfg.IdleTimeout
+	if f.state == tcpClosing {
+		idle = t.cfg.FinTimeout
+	}
+	if !f.lastActivity.Add(idle).After(now) {
+		t.log.Debug("tcp idle timeout", "remote", f.remoteAddr, "port", f.remotePort, "closing", f.state == tcpClosing)
+		t.resetFlow(f, now)
+	}
+}

@@ -1,0 +1,96 @@
+package tcpstack
+
+import (
+	"net/netip"
+	"time"
+)
+
+// tcpKey identifies a connection by what the guest sees: its own address
+// and port, and the remote address and port it talks to.
+type tcpKey struct {
+	guestAddr, remoteAddr [16]byte
+	guestPort, remotePort uint16
+	v6                    bool
+}
+
+// Connection events (what happened, for closing) and flags (what is due).
+const (
+	evSockFin      uint16 = 1 << iota // host socket reached EOF
+	evSockShut                        // we shut down the host socket's write side (guest FIN forwarded)
+	evGuestFin                        // guest FIN received (in order)
+	evGuestFinSent                    // FIN sent to the guest
+	evGuestFinAck                     // guest acknowledged our FIN
+)
+
+const (
+	flStalled   uint16 = 1 << iota // not reading the socket: guest window full or all data in flight
+	flSynAckDue                    // SYN-ACK to the guest not sent yet
+	flAckDue                       // ACK or window update to the guest due
+	flRstDue                       // RST to the guest due (socket already closed)
+	flDirty                        // in the table's output list
+	flLocal                        // peer on this host: ACK the guest on write
+	flWantOut                      // EPOLLOUT wanted: a write was short, or the window to the guest is closed
+	flConnected                    // host connect() completed
+	flWndStall                     // the stall is the guest's window (as opposed to no new socket data)
+	flRxBlocked                    // waiting for guest RX buffers with data to send
+)
+
+// tcpFlow is one translated connection. Sequence numbers follow passt's
+// naming: "to guest" is the direction host socket → guest.
+type tcpFlow struct {
+	key    tcpKey
+	fd     int
+	slot   int32
+	gen    uint32
+	state  tcpState
+	events uint16
+	flags  uint16
+
+	guestMAC   [6]byte
+	guestAddr  netip.Addr
+	remoteAddr netip.Addr // as the guest sees it (before gateway mapping)
+	guestPort  uint16
+	remotePort uint16
+
+	// Host socket → guest.
+	iss             uint32 // our initial sequence number (SYN-ACK)
+	seqToGuest      uint32 // next sequence to send; advances only on Commit
+	seqAckFromGuest uint32 // highest ACK from the guest (socket data before it is consumed)
+	eofSeq          uint32 // seqToGuest where the socket's EOF was seen (valid with evSockFin)
+	wndFromGuest    uint32 // guest's receive window in bytes (scaled)
+	wsFromGuest     uint8  // guest's window scale (0 when it sent none)
+	mssToGuest      int    // payload per segment: guest MSS, limited by the MTU
+	dupAcks         uint8
+	retrans         uint8 // ACK timeouts in a row
+
+	// Guest → host socket.
+	seqInitFromGuest uint32 // guest's ISN
+	seqFromGuest     uint32 // next byte expected from the guest (all before it written to the socket)
+	seqAckToGuest    uint32 // ACK number in our frames
+	ackSent          uint32 // ACK number in the last frame sent
+	wndToGuest       uint32 // window we advertise, bytes
+	wndSent          uint32 // window in the last frame sent, bytes
+	wsToGuest        uint8  // our window scale towards the guest
+	guestSACK        bool
+
+	epollEvents uint32 // events currently registered
+	inEpoll     bool
+	clamp       int // last TCP_WINDOW_CLAMP applied (0: never)
+
+	created      time.Time
+	lastActivity time.Time // any segment from the guest or socket event
+	lastAckProg  time.Time // guest ACK progress or data first sent after idle: ACK-timeout base
+	finAt        time.Time // both FINs forwarded or our FIN sent: FIN-timeout base
+	ackDueAt     time.Time // zero: no delayed ACK check pending
+
+	nextOut int32 // output list link
+}
+
+func tcpSeqLT(a, b uint32) bool { return int32(a-b) < 0 }
+func tcpSeqLE(a, b uint32) bool { return int32(a-b) <= 0 }
+func tcpSeqGT(a, b uint32) bool { return int32(a-b) > 0 }
+
+// inFlight is the data sent to the guest and not acknowledged yet.
+func (f *tcpFlow) inFlight() uint32 { return f.seqToGuest - f.seqAckFromGuest }
+
+func (f *tcpFlow) has(ev uint16) bool { return f.events&ev == ev }

@@ -1,0 +1,498 @@
+package tcpstack
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/header"
+)
+
+// tcpSegment is a guest TCP segment with its headers parsed out of the
+// copied head, and where its payload is in guest memory.
+type tcpSegment struct {
+	key        tcpKey
+	srcMAC     [6]byte
+	src, dst   netip.Addr
+	srcPort    uint16
+	dstPort    uint16
+	seq, ack   uint32
+	flags      header.TCPFlags
+	wnd        uint16
+	opts       header.TCPOptions
+	payloadOff int // from the start of the Ethernet frame
+	payloadLen int
+}
+
+// parseTCPFrame fills sg from head (a copy of the frame's first bytes,
+// Ethernet onward) for a frame of frameLen bytes. It reports false for
+// anything that is not a well-formed, unfragmented TCP segment. All
+// lengths are checked against both the copy and frameLen: the guest's
+// headers may claim anything.
+func parseTCPFrame(head []byte, frameLen int, sg *tcpSegment) bool {
+	if len(head) > frameLen || len(head) < header.EthernetMinimumSize {
+		return false
+	}
+	copy(sg.srcMAC[:], head[6:12])
+	l3 := head[header.EthernetMinimumSize:]
+	var l4off, l3len int
+	switch binary.BigEndian.Uint16(head[12:14]) {
+	case uint16(header.EtherTypeIPv4):
+		if len(l3) < header.IPv4MinimumSize || l3[0]>>4 != 4 {
+			return false
+		}
+		ihl := int(l3[0]&0xf) * 4
+		l3len = int(binary.BigEndian.Uint16(l3[2:4]))
+		if ihl < header.IPv4MinimumSize || l3len < ihl || len(l3) < ihl {
+			return false
+		}
+		if header.IPProtocol(l3[9]) != header.IPProtocolTCP {
+			return false
+		}
+		if binary.BigEndian.Uint16(l3[6:8])&0x3fff != 0 { // MF or offset: a fragment
+			return false
+		}
+		sg.src = netip.AddrFrom4([4]byte(l3[12:16]))
+		sg.dst = netip.AddrFrom4([4]byte(l3[16:20]))
+		l4off = ihl
+	case uint16(header.EtherTypeIPv6):
+		if len(l3) < header.IPv6MinimumSize || l3[0]>>4 != 6 {
+			return false
+		}
+		l3len = header.IPv6MinimumSize + int(binary.BigEndian.Uint16(l3[4:6]))
+		ul, err := header.IPv6(l3).UpperLayer()
+		if err != nil || ul.Protocol != header.IPProtocolTCP || ul.Fragment {
+			return false
+		}
+		sg.src = netip.AddrFrom16([16]byte(l3[8:24]))
+		sg.dst = netip.AddrFrom16([16]byte(l3[24:40]))
+		l4off = ul.Offset
+	default:
+		return false
+	}
+	if header.EthernetMinimumSize+l3len > frameLen || l4off > l3len {
+		return false
+	}
+	tcpEnd := min(len(l3), l3len)
+	if l4off > tcpEnd {
+		return false
+	}
+	th, err := header.ParseTCP(l3[l4off:tcpEnd])
+	if err != nil {
+		return false
+	}
+	doff := th.DataOffset()
+	if l4off+doff > l3len {
+		return false
+	}
+	sg.srcPort = th.SourcePort()
+	sg.dstPort = th.DestinationPort()
+	sg.seq = th.SequenceNumber()
+	sg.ack = th.AckNumber()
+	sg.flags = th.Flags()
+	sg.wnd = th.WindowSize()
+	sg.opts = header.TCPOptions{}
+	if sg.flags.Has(header.TCPFlagSYN) {
+		// A bad option list leaves what decoded before it; the SYN is still
+		// answered with defaults, as a host stack would.
+		_ = header.ParseTCPOptions(th.Options(), &sg.opts)
+	}
+	sg.payloadOff = header.EthernetMinimumSize + l4off + doff
+	sg.payloadLen = l3len - l4off - doff
+	sg.key = tcpKey{
+		guestAddr:  sg.src.As16(),
+		remoteAddr: sg.dst.As16(),
+		guestPort:  sg.srcPort,
+		remotePort: sg.dstPort,
+		v6:         sg.src.Is6(),
+	}
+	return true
+}
+
+// HandleGuestFrame translates one guest frame carrying TCP. head is a copy
+// of the frame's first bytes (Ethernet onward; at least up to the end of the
+// TCP header when the frame is that long); the frame itself is frameLen
+// bytes at byte offset skip of the iovecs frame (guest memory: the TX chain's
+// readable buffers, skip = virtio-net header length). Headers are only ever
+// read from head; payload is written to the host socket straight from frame.
+// It reports false for a frame that is not a well-formed TCP segment (the
+// caller counts the drop).
+func (t *tcpTable) HandleGuestFrame(now time.Time, head []byte, frame [][]byte, skip, frameLen int) bool {
+	sg := &t.seg
+	if !parseTCPFrame(head, frameLen, sg) {
+		return false
+	}
+	s, ok := t.byKey[sg.key]
+	if !ok {
+		if sg.flags&(header.TCPFlagSYN|header.TCPFlagACK|header.TCPFlagRST|header.TCPFlagFIN) == header.TCPFlagSYN {
+			t.connect(now, sg)
+		}
+		return true
+	}
+	f := &t.flows[s]
+	t.guestSegment(now, f, sg, frame, skip)
+	if f.state != tcpFree {
+		t.noteTimer(t.deadline(f))
+	}
+	return true
+}
+
+// tcpWsToGuest is the window scale we offer the guest: 2^8 × 64 KiB covers
+// tcpMaxWindow.
+const tcpWsToGuest = 8
+
+// tcpMSSDefault is the MSS assumed when the guest's SYN has none (RFC 9293).
+const tcpMSSDefault = 536
+
+func (t *tcpTable) ipHdrLen(v6 bool) int {
+	if v6 {
+		return header.IPv6MinimumSize
+	}
+	return header.IPv4MinimumSize
+}
+
+// connect starts a host connection for a guest SYN.
+func (t *tcpTable) connect(now time.Time, sg *tcpSegment) {
+	if !sg.src.IsGlobalUnicast() && !sg.src.IsLinkLocalUnicast() && !sg.src.IsPrivate() && !sg.src.IsLoopback() ||
+		!sg.dst.IsValid() || sg.dst.IsMulticast() || sg.dst.IsUnspecified() || sg.srcPort == 0 || sg.dstPort == 0 {
+		return
+	}
+	f := t.alloc(sg.key)
+	if f == nil {
+		t.stats.TableFull.Add(1)
+		t.log.Debug("tcp table full, SYN dropped", "dst", sg.dst, "port", sg.dstPort)
+		return
+	}
+	f.guestMAC = sg.srcMAC
+	f.guestAddr, f.remoteAddr = sg.src, sg.dst
+	f.guestPort, f.remotePort = sg.srcPort, sg.dstPort
+	f.seqInitFromGuest = sg.seq
+	f.seqFromGuest = sg.seq + 1
+	f.seqAckToGuest = f.seqFromGuest
+	mss := tcpMSSDefault
+	if sg.opts.HasMSS && sg.opts.MSS > 0 {
+		mss = int(sg.opts.MSS)
+	}
+	f.mssToGuest = max(min(mss, t.cfg.MTU-t.ipHdrLen(sg.key.v6)-header.TCPMinimumSize), 64)
+	if sg.opts.HasWindowScale {
+		f.wsFromGuest = min(sg.opts.WindowScale, header.TCPMaxWindowScale)
+		f.wsToGuest = tcpWsToGuest
+	}
+	f.wndFromGuest = max(uint32(sg.wnd), 1) // RFC 7323: the SYN's window is not scaled
+	f.guestSACK = sg.opts.SACKPermitted
+	f.iss = rand.Uint32()
+	f.seqToGuest = f.iss
+	f.seqAckFromGuest = f.iss
+	f.created, f.lastActivity = now, now
+
+	dst := t.mapRemote(sg.dst)
+	if dst.IsLoopback() {
+		f.flags |= flLocal
+	}
+	t.stats.Connects.Add(1)
+	fd, inProgress, err := tcpNewHostSocket(netip.AddrPortFrom(dst, sg.dstPort), t.cfg.SndBuf, t.cfg.RcvBuf)
+	t.setState(f, tcpConnecting)
+	if err != nil {
+		t.stats.ConnectFailures.Add(1)
+		t.log.Debug("tcp connect failed", "dst", dst, "port", sg.dstPort, "err", err)
+		t.resetFlow(f, now)
+		return
+	}
+	f.fd = fd
+	if !inProgress {
+		t.connected(f)
+	}
+	t.updateEpoll(f)
+	t.noteTimer(t.deadline(f))
+}
+
+// connected moves f on once its host connect() completed: the SYN-ACK to
+// the guest is due only now, so the guest never sees a connection the host
+// could not make.
+func (t *tcpTable) connected(f *tcpFlow) {
+	f.flags |= flConnected | flSynAckDue
+	t.setState(f, tcpSynAckSent)
+	t.markDirty(f)
+}
+
+// establish finishes the handshake on the guest's ACK of our SYN-ACK.
+func (t *tcpTable) establish(now time.Time, f *tcpFlow) {
+	t.setState(f, tcpEstablished)
+	f.seqAckFromGuest = f.iss + 1
+	f.lastAckProg = now
+	if t.peekOff {
+		if e := tcpSetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); e != 0 {
+			t.log.Debug("tcp SO_PEEK_OFF failed", "err", e)
+			t.resetFlow(f, now)
+			return
+		}
+	}
+	t.updateEpoll(f)
+	// The host peer may have sent data already (it spoke first): read it.
+	t.markDirty(f)
+}
+
+// guestSegment handles a segment for an existing connection.
+func (t *tcpTable) guestSegment(now time.Time, f *tcpFlow, sg *tcpSegment, frame [][]byte, skip int) {
+	f.lastActivity = now
+	if sg.flags.Has(header.TCPFlagRST) {
+		t.stats.RSTReceived.Add(1)
+		t.dropFlow(f, true)
+		return
+	}
+	syn := sg.flags.Has(header.TCPFlagSYN)
+	switch f.state {
+	case tcpResetting:
+		return
+	case tcpConnecting:
+		// A retransmitted SYN while connect() is pending: the SYN-ACK goes
+		// when the host connection is up; never reset here (invariant 8).
+		return
+	case tcpSynAckSent:
+		if syn && !sg.flags.Has(header.TCPFlagACK) {
+			if sg.seq == f.seqInitFromGuest {
+				f.flags |= flSynAckDue // our SYN-ACK may have been lost
+				t.markDirty(f)
+			}
+			return
+		}
+		if !sg.flags.Has(header.TCPFlagACK) {
+			return
+		}
+		if sg.ack != f.iss+1 || f.flags&flSynAckDue != 0 {
+			t.resetFlow(f, now)
+			return
+		}
+		t.establish(now, f)
+		if f.state != tcpEstablished {
+			return
+		}
+	}
+	if syn || !sg.flags.Has(header.TCPFlagACK) {
+		// A SYN on an established connection, or a segment without ACK:
+		// answer with an ACK that tells the guest where we are (RFC 9293
+		// 3.10.7.4) and drop it.
+		f.flags |= flAckDue
+		t.markDirty(f)
+		return
+	}
+	if !t.guestAck(now, f, sg) {
+		return
+	}
+	t.guestData(now, f, sg, frame, skip)
+}
+
+// guestAck processes the ACK number and window of sg. It reports false when
+// the segment must be dropped.
+func (t *tcpTable) guestAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
+	ack := sg.ack
+	if tcpSeqGT(ack, f.seqToGuest) {
+		// ACKs data we never sent.
+		f.flags |= flAckDue
+		t.markDirty(f)
+		return false
+	}
+	wnd := min(uint32(sg.wnd)<<f.wsFromGuest, tcpMaxWindow)
+	progressed := false
+	if tcpSeqGT(ack, f.seqAckFromGuest) {
+		n := ack - f.seqAckFromGuest
+		if f.has(evGuestFinSent) && ack == f.seqToGuest {
+			n-- // our FIN is not a byte in the socket
+			f.events |= evGuestFinAck
+		}
+		if n > 0 && f.fd >= 0 {
+			r, e := tcpDiscard(f.fd, int(n))
+			if e != 0 || r != int(n) {
+				t.log.Debug("tcp consume failed", "want", n, "got", r, "err", e)
+				t.resetFlow(f, now)
+				return false
+			}
+		}
+		f.seqAckFromGuest = ack
+		f.retrans = 0
+		f.dupAcks = 0
+		f.lastAckProg = now
+		progressed = true
+	} else if ack == f.seqAckFromGuest && sg.payloadLen == 0 && !sg.flags.Has(header.TCPFlagFIN) &&
+		wnd == f.wndFromGuest && f.inFlight() > 0 {
+		f.dupAcks++
+		if f.dupAcks == 2 {
+			// The guest is asking for the data after ack again.
+			t.rewind(f, TCPRetransDupAck)
+		}
+	}
+	// A zero window while data is in flight is ignored, as passt does: some
+	// guest kernels send one transiently when short of memory ("net: tcp:
+	// send zero-window ACK when no memory"), and taking it would stall us.
+	opened := false
+	if wnd != 0 || f.inFlight() == 0 {
+		opened = wnd > f.wndFromGuest
+		f.wndFromGuest = wnd
+	}
+	if progressed || opened {
+		if f.flags&flStalled != 0 {
+			t.unstall(f)
+		}
+		t.markDirty(f)
+	}
+	return true
+}
+
+// unstall implements DESIGN invariant 4 on a guest ACK or window opening:
+// clear STALLED, re-apply the window clamp so the kernel recomputes the
+// window it advertises to the host peer, and read the socket right away
+// (markDirty: the loop's output pass this iteration), not waiting for epoll.
+func (t *tcpTable) unstall(f *tcpFlow) {
+	f.flags &^= flStalled | flWndStall
+	t.applyClampWorkaround(f)
+	t.updateEpoll(f)
+	t.markDirty(f)
+}
+
+// applyClampWorkaround re-sets TCP_WINDOW_CLAMP to the socket's current
+// clamp, raised to the window it already advertises if that is larger.
+//
+// On Linux 6.1–6.5, consuming data with MSG_TRUNC after a zero window did
+// not make the kernel advertise the reopened window; setting the clamp
+// forced the recomputation (passt commit "Force TCP_WINDOW_CLAMP before
+// resetting STALLED flag"). Since the "mid stream window clamp" change
+// (~6.7), a clamp below the current window shrinks it at once, and a clamp
+// taken from a momentarily tiny guest window could lock the host window
+// near zero. So the value is never derived from the guest's window: it is
+// the kernel's own clamp (never below the advertised receive window, never
+// zero). On 6.7+ setting an unchanged clamp is a no-op in the kernel, so the
+// workaround cannot hurt there.
+func (t *tcpTable) applyClampWorkaround(f *tcpFlow) {
+	if t.cfg.NoWindowClamp || f.fd < 0 {
+		return
+	}
+	cur, e := tcpGetsockoptInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
+	if e != 0 || cur <= 0 {
+		return
+	}
+	v := cur
+	if t.sys.tcpInfo(f.fd) && int(t.sys.info.Rcv_wnd) > v {
+		v = int(t.sys.info.Rcv_wnd)
+	}
+	if tcpSetsockoptInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, v) != 0 {
+		return
+	}
+	f.clamp = v
+	t.stats.ClampApplications.Add(1)
+}
+
+// rewind makes the next output pass send again from the guest's last ACK.
+func (t *tcpTable) rewind(f *tcpFlow, cause TCPRetransCause) {
+	if f.inFlight() == 0 {
+		return
+	}
+	if f.has(evGuestFinSent) && !f.has(evGuestFinAck) {
+		f.events &^= evGuestFinSent
+	}
+	f.seqToGuest = f.seqAckFromGuest
+	f.dupAcks = 0
+	if t.peekOff && f.fd >= 0 {
+		if e := tcpSetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); e != 0 {
+			t.log.Debug("tcp SO_PEEK_OFF reset failed", "err", e)
+		}
+	}
+	t.stats.Retransmits[cause].Add(1)
+	if f.flags&flStalled != 0 {
+		f.flags &^= flStalled | flWndStall
+		t.updateEpoll(f)
+	}
+	t.markDirty(f)
+}
+
+// guestData writes sg's payload to the host socket and handles its FIN.
+func (t *tcpTable) guestData(now time.Time, f *tcpFlow, sg *tcpSegment, frame [][]byte, skip int) {
+	l := sg.payloadLen
+	fin := sg.flags.Has(header.TCPFlagFIN)
+	if l == 0 && !fin {
+		if tcpSeqLT(sg.seq, f.seqFromGuest) {
+			f.flags |= flAckDue // keep-alive probe
+			t.markDirty(f)
+		}
+		return
+	}
+	if f.has(evGuestFin) {
+		if fin || l > 0 {
+			f.flags |= flAckDue // retransmitted FIN: our ACK was lost
+			t.markDirty(f)
+		}
+		return
+	}
+	off := int32(f.seqFromGuest - sg.seq)
+	if off < 0 {
+		// A gap: something before this segment is missing. Drop it and
+		// repeat our ACK so the guest retransmits from there.
+		f.flags |= flAckDue
+		t.markDirty(f)
+		return
+	}
+	if l > 0 {
+		if int(off) >= l {
+			f.flags |= flAckDue // all old: the guest missed our ACK
+			t.markDirty(f)
+		} else if f.fd >= 0 {
+			t.bufs = tcpAppendIovecs(t.bufs[:0], frame, skip+sg.payloadOff+int(off), l-int(off))
+			n, e := t.sys.send(f.fd, t.sys.setIov(t.bufs))
+			t.bufs = t.bufs[:0]
+			switch e {
+			case 0:
+			case unix.EAGAIN:
+				n = 0
+			default:
+				t.log.Debug("tcp write to host failed", "err", e)
+				t.resetFlow(f, now)
+				return
+			}
+			f.seqFromGuest += uint32(n)
+			t.stats.BytesFromGuest.Add(uint64(n))
+			if n < l-int(off) {
+				// The socket is full: the guest retransmits the rest; we
+				// tell it when space frees up (EPOLLOUT → window update).
+				f.flags |= flWantOut
+				t.updateEpoll(f)
+			}
+			f.flags |= flAckDue
+			t.markDirty(f)
+		}
+	}
+	if fin && sg.seq+uint32(l) == f.seqFromGuest {
+		f.seqFromGuest++
+		f.events |= evGuestFin
+		if f.fd >= 0 {
+			_ = unix.Shutdown(f.fd, unix.SHUT_WR)
+			f.events |= evSockShut
+		}
+		t.setState(f, tcpClosing)
+		f.flags |= flAckDue
+		t.markDirty(f)
+	}
+}
+
+// tcpAppendIovecs appends the n bytes at offset off of the concatenated bufs
+// to dst.
+func tcpAppendIovecs(dst, bufs [][]byte, off, n int) [][]byte {
+	for _, b := range bufs {
+		if n <= 0 {
+			break
+		}
+		if off >= len(b) {
+			off -= len(b)
+			continue
+		}
+		b = b[off:]
+		off = 0
+		if len(b) > n {
+			b = b[:n]
+		}
+		dst = append(dst, b)
+		n -= len(b)
+	}
+	return dst
+}

@@ -1,0 +1,176 @@
+package tcpstack
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/header"
+)
+
+// tcpBacklogFullListener returns a loopback listener whose accept queue is
+// full (backlog 0, filled by one unaccepted connection), so a further
+// connect() stays pending: the kernel drops its SYNs until accept() makes
+// room, and the connecting side retransmits after ~1s.
+func tcpBacklogFullListener(t *testing.T) (fd int, port uint16) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := unix.Getsockname(fd)
+	port = uint16(sa.(*unix.SockaddrInet4).Port)
+	for i := 0; i < 1; i++ {
+		c, err := net.DialTimeout("tcp4", net.JoinHostPort("127.0.0.1", tcpItoa(int(port))), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	time.Sleep(50 * time.Millisecond)
+	return fd, port
+}
+
+func tcpItoa(i int) string {
+	return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(i)).String()[8:]
+}
+
+// TestTCPSynAckOnlyAfterConnect: the SYN-ACK reaches the guest only once
+// the host connect() completed, with our MSS and window scale; a guest SYN
+// retransmitted meanwhile is tolerated (no RST, no frame).
+func TestTCPSynAckOnlyAfterConnect(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	lfd, port := tcpBacklogFullListener(t)
+	h.remote = netip.AddrPortFrom(netip.MustParseAddr("10.0.2.2"), port)
+
+	h.sendSYN(tcpMss1400ws7)
+	if f := h.flow(); f == nil || f.state != tcpConnecting {
+		t.Fatalf("flow not connecting: %+v", f)
+	}
+	if got := h.pump(300 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("frames before connect completed: %+v", got)
+	}
+	// Guest retransmits its SYN while connect() is pending.
+	h.inject(h.frame(header.TCPFlagSYN, h.isn, 0, h.wnd, nil, nil))
+	if got := h.pump(100 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("retransmitted SYN answered: %+v", got)
+	}
+	if h.stats.RSTSent.Load() != 0 || h.flow() == nil {
+		t.Fatalf("connection reset on retransmitted SYN")
+	}
+	if h.stats.ConnsByState[tcpConnecting].Load() != 1 {
+		t.Fatalf("connecting gauge = %d", h.stats.ConnsByState[tcpConnecting].Load())
+	}
+	// Make room in the accept queue: the kernel's SYN retransmission gets in.
+	for i := 0; i < 3; i++ {
+		if nfd, _, err := unix.Accept(lfd); err == nil {
+			defer unix.Close(nfd)
+		}
+	}
+	got := h.collect("SYN-ACK", func(s []tcpSeg) bool { return len(s) > 0 })
+	if len(got) != 1 {
+		t.Fatalf("want 1 frame, got %d", len(got))
+	}
+	sa := got[0]
+	if sa.flags != header.TCPFlagSYN|header.TCPFlagACK || sa.ack != h.isn+1 {
+		t.Fatalf("bad SYN-ACK flags %v ack %d", sa.flags, sa.ack)
+	}
+	if !sa.opts.HasMSS || sa.opts.MSS != 1460 {
+		t.Fatalf("SYN-ACK MSS = %v %d, want 1460", sa.opts.HasMSS, sa.opts.MSS)
+	}
+	if !sa.opts.HasWindowScale || sa.opts.WindowScale != tcpWsToGuest {
+		t.Fatalf("SYN-ACK window scale = %v %d", sa.opts.HasWindowScale, sa.opts.WindowScale)
+	}
+	if sa.wnd == 0 {
+		t.Fatalf("SYN-ACK with zero window")
+	}
+	if sa.src != h.remote || sa.dst != h.guest {
+		t.Fatalf("SYN-ACK addresses %v -> %v", sa.src, sa.dst)
+	}
+	if h.stats.Connects.Load() != 1 || h.stats.ConnectFailures.Load() != 0 {
+		t.Fatalf("connects %d failures %d", h.stats.Connects.Load(), h.stats.ConnectFailures.Load())
+	}
+	// Guest ACK completes the handshake.
+	h.ack = sa.seq + 1
+	h.sendAck(nil)
+	if f := h.flow(); f.state != tcpEstablished || h.stats.ConnsByState[tcpEstablished].Load() != 1 {
+		t.Fatalf("not established")
+	}
+}
+
+// TestTCPSynAckRetransmitted: a SYN retransmitted after our SYN-ACK went
+// out gets the SYN-ACK again (it was lost), not a reset.
+func TestTCPSynAckRetransmitted(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	h.listen()
+	h.sendSYN(tcpMss1400ws7)
+	first := h.collect("SYN-ACK", func(s []tcpSeg) bool { return len(s) > 0 })
+	h.inject(h.frame(header.TCPFlagSYN, h.isn, 0, h.wnd, nil, nil))
+	again := h.flush()
+	if len(again) != 1 || again[0].flags != header.TCPFlagSYN|header.TCPFlagACK || again[0].seq != first[0].seq {
+		t.Fatalf("SYN-ACK not repeated: %+v", again)
+	}
+}
+
+// TestTCPConnectRefused: a refused host connect() becomes an RST to the
+// guest that acknowledges its SYN, and the slot is freed.
+func TestTCPConnectRefused(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	ln := h.listen()
+	ln.Close() // nothing listens on the port now
+	h.sendSYN(tcpMss1400ws7)
+	got := h.collect("RST", func(s []tcpSeg) bool { return len(s) > 0 })
+	if len(got) != 1 || !got[0].flags.Has(header.TCPFlagRST) || got[0].ack != h.isn+1 {
+		t.Fatalf("want RST acking the SYN, got %+v", got)
+	}
+	if h.stats.ConnectFailures.Load() != 1 || h.stats.RSTSent.Load() != 1 {
+		t.Fatalf("failures %d rst %d", h.stats.ConnectFailures.Load(), h.stats.RSTSent.Load())
+	}
+	if h.tab.Len() != 0 || h.flow() != nil {
+		t.Fatalf("flow kept after refusal")
+	}
+	for s := range h.stats.ConnsByState {
+		if h.stats.ConnsByState[s].Load() != 0 {
+			t.Fatalf("state gauge %s = %d", tcpState(s), h.stats.ConnsByState[s].Load())
+		}
+	}
+}
+
+// TestTCPHostSocketOptions: host sockets have TCP_NODELAY and keep the
+// kernel's buffer auto-tuning unless buffer sizes are configured.
+func TestTCPHostSocketOptions(t *testing.T) {
+	for _, pin := range []bool{false, true} {
+		cfg := TCPConfig{}
+		if pin {
+			cfg.SndBuf, cfg.RcvBuf = 32768, 32768
+		}
+		h := tcpNewHarness(t, cfg)
+		ln := h.listen()
+		h.establish(ln, tcpMss1400ws7)
+		fd := h.flow().fd
+		if v, _ := tcpGetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY); v != 1 {
+			t.Fatalf("TCP_NODELAY = %d", v)
+		}
+		ref, _ := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+		defRcv, _ := tcpGetsockoptInt(ref, unix.SOL_SOCKET, unix.SO_RCVBUF)
+		unix.Close(ref)
+		rcv, _ := tcpGetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+		if pin && rcv != 2*32768 {
+			t.Fatalf("pinned SO_RCVBUF = %d, want %d", rcv, 2*32768)
+		}
+		if !pin && rcv == 2*32768 {
+			t.Fatalf("SO_RCVBUF pinned without configuration")
+		}
+		_ = defRcv
+	}
+}

@@ -1,0 +1,481 @@
+package tcpstack
+
+import (
+	"encoding/binary"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/header"
+	"vunet/virtqueue"
+)
+
+// tcpMaxHdrLen is Ethernet + IPv6 + TCP with the SYN options we send.
+const tcpMaxHdrLen = header.EthernetMinimumSize + header.IPv6MinimumSize + header.TCPMinimumSize + 8
+
+// Flush runs the output pass: every connection with something due (data
+// from its socket, SYN-ACK, ACK, window update, FIN, RST) writes it through
+// w, in that order per connection (DESIGN invariant 2: one ordered output,
+// so a flag never overtakes data). The loop calls it once per iteration
+// after handling TX frames, socket events and timers, and again when the
+// guest posts RX buffers. blocked reports that the guest's RX ring ran out:
+// the unserved connections stay queued, and the loop must call Flush again
+// when buffers arrive (enable RX kicks); no timer is involved.
+func (t *tcpTable) Flush(now time.Time, w tcpFrameWriter) (blocked bool) {
+	// Flows queued during this pass (a reset, say) are served in it too,
+	// but a flow blocked on descriptors ends the pass.
+	for t.outHead >= 0 {
+		s := t.outHead
+		f := &t.flows[s]
+		t.outHead = f.nextOut
+		if t.outHead < 0 {
+			t.outTail = -1
+		}
+		f.nextOut = -1
+		f.flags &^= flDirty
+		if f.state == tcpFree {
+			t.free = append(t.free, s) // released while queued
+			continue
+		}
+		if !t.output(now, f, w) {
+			// Requeue at the tail: the next pass serves the others first.
+			t.markDirty(f)
+			return true
+		}
+		if f.state != tcpFree {
+			t.noteTimer(t.deadline(f))
+		}
+	}
+	return false
+}
+
+// output writes everything due for f. It returns false when the guest had
+// no RX buffer for something that was due.
+func (t *tcpTable) output(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
+	if f.flags&flRstDue != 0 {
+		if !t.sendFlags(f, w, header.TCPFlagRST|header.TCPFlagACK, f.seqToGuest) {
+			return false
+		}
+		t.stats.RSTSent.Add(1)
+		t.release(f)
+		return true
+	}
+	switch f.state {
+	case tcpConnecting:
+		return true
+	case tcpSynAckSent:
+		if f.flags&flSynAckDue == 0 {
+			return true
+		}
+		t.refreshAckWnd(now, f)
+		if !t.sendFlags(f, w, header.TCPFlagSYN|header.TCPFlagACK, f.iss) {
+			return false
+		}
+		f.flags &^= flSynAckDue
+		f.seqToGuest = f.iss + 1
+		return true
+	}
+	t.refreshAckWnd(now, f)
+	if !t.sendData(now, f, w) {
+		return false
+	}
+	if f.has(evSockFin) && !f.has(evGuestFinSent) && f.seqToGuest == f.eofSeq && f.fd >= 0 {
+		if !t.sendFlags(f, w, header.TCPFlagFIN|header.TCPFlagACK, f.seqToGuest) {
+			return false
+		}
+		if f.inFlight() == 0 {
+			f.lastAckProg = now
+		}
+		f.seqToGuest++
+		f.events |= evGuestFinSent
+		t.setState(f, tcpClosing)
+		t.updateEpoll(f)
+	}
+	if f.flags&flAckDue != 0 || f.seqAckToGuest != f.ackSent || t.windowUpdateDue(f) {
+		if !t.sendFlags(f, w, header.TCPFlagACK, f.seqToGuest) {
+			return false
+		}
+	}
+	if f.has(evGuestFin | evGuestFinSent | evGuestFinAck) {
+		// Both directions are closed and acknowledged: done.
+		t.dropFlow(f, false)
+	}
+	return true
+}
+
+// windowUpdateDue reports whether the window we advertise grew enough since
+// the last frame to be worth a frame of its own. Shrinking is never
+// announced: the guest finds out with the next frame.
+func (t *tcpTable) windowUpdateDue(f *tcpFlow) bool {
+	if f.wndToGuest <= f.wndSent || f.wndToGuest>>f.wsToGuest == f.wndSent>>f.wsToGuest {
+		return false
+	}
+	return f.wndSent < uint32(2*f.mssToGuest) || f.wndToGuest-f.wndSent >= f.wndSent/2
+}
+
+// refreshAckWnd updates the ACK number and window we give the guest from
+// the host socket (DESIGN invariants 5 and 7).
+func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
+	if f.fd < 0 {
+		f.seqAckToGuest = f.seqFromGuest
+		return
+	}
+	haveInfo := t.sys.tcpInfo(f.fd)
+	local := f.flags&flLocal != 0 && !t.cfg.AckOnPeerAck
+	switch {
+	case !haveInfo || t.cfg.AckOnWrite || local || f.has(evGuestFin):
+		// Written to the socket is good enough: the local peer's kernel
+		// has it (or the guest closed and must not wait for the peer).
+		f.seqAckToGuest = f.seqFromGuest
+	default:
+		// Remote peer: ACK what it acknowledged, so the guest feels the
+		// end-to-end backpressure. tcpi_bytes_acked counts our SYN too,
+		// which lines it up with the guest's ISN.
+		a := f.seqInitFromGuest + uint32(t.sys.info.Bytes_acked)
+		if tcpSeqGT(a, f.seqFromGuest) {
+			a = f.seqFromGuest
+		}
+		if tcpSeqGT(a, f.seqAckToGuest) {
+			f.seqAckToGuest = a
+		}
+		if f.seqAckToGuest != f.seqFromGuest && f.ackDueAt.IsZero() {
+			f.ackDueAt = now.Add(t.cfg.AckInterval)
+		}
+	}
+	wnd := uint32(tcpMaxWindow)
+	if haveInfo {
+		wnd = t.sys.info.Snd_wnd
+		if f.state == tcpSynAckSent && wnd == 0 {
+			wnd = 65535
+		}
+	}
+	if sb, e := tcpGetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_SNDBUF); e == 0 {
+		// The send buffer bounds what we can take at once; sk_sndbuf
+		// counts overhead too, so half of it is the usable payload.
+		space := sb/2 - tcpSendQueueBytes(f.fd)
+		if space < 0 {
+			space = 0
+		}
+		wnd = min(wnd, uint32(space))
+	}
+	wnd = min(wnd, uint32(0xffff)<<f.wsToGuest, tcpMaxWindow)
+	f.wndToGuest = wnd
+	if wnd < uint32(f.mssToGuest) && f.flags&flWantOut == 0 && f.state != tcpSynAckSent {
+		// Watch for send space so the window update is not missed.
+		f.flags |= flWantOut
+		t.updateEpoll(f)
+	}
+}
+
+// sendData peeks socket data into guest buffers, frame by frame, and
+// commits what it read. seqToGuest advances only on Commit (invariant 1).
+// It returns false when the guest ran out of RX buffers with data left.
+func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
+	if f.fd < 0 || f.has(evGuestFinSent) || (f.has(evSockFin) && f.seqToGuest == f.eofSeq) {
+		return true
+	}
+	v6 := f.key.v6
+	hdrLen := header.EthernetMinimumSize + t.ipHdrLen(v6) + header.TCPMinimumSize
+	frameMax := f.mssToGuest
+	if (v6 && t.tso6) || (!v6 && t.tso4) {
+		// One GSO frame: the IP packet must stay within 64 KiB.
+		frameMax = (0xffff - t.ipHdrLen(v6) - header.TCPMinimumSize) / f.mssToGuest * f.mssToGuest
+		if v6 {
+			frameMax = (0xffff - header.TCPMinimumSize) / f.mssToGuest * f.mssToGuest
+		}
+	}
+	for {
+		already := f.inFlight()
+		wnd := min(f.wndFromGuest, tcpMaxWindow)
+		if already >= wnd {
+			t.stall(f, true)
+			return true
+		}
+		fill := int(wnd - already)
+		t.bufs = t.bufs[:0]
+		if !t.peekOff && already > 0 {
+			t.bufs = append(t.bufs, t.discard[:already])
+		}
+		nfr, reserved, blocked := 0, 0, false
+		for fill > 0 && nfr < len(t.frm) && len(t.bufs) < tcpIovMax-64 {
+			hdr, pay, ok := w.Reserve(hdrLen, min(fill, frameMax))
+			if !ok {
+				blocked = true
+				break
+			}
+			fr := &t.frm[nfr]
+			fr.hdr, fr.first, fr.capLen = hdr, len(t.bufs), 0
+			for _, b := range pay {
+				if len(b) > fill-fr.capLen {
+					b = b[:fill-fr.capLen]
+				}
+				if len(b) == 0 {
+					continue
+				}
+				t.bufs = append(t.bufs, b)
+				fr.capLen += len(b)
+			}
+			fr.nbufs = len(t.bufs) - fr.first
+			nfr++
+			if fr.capLen == 0 {
+				break
+			}
+			reserved += fr.capLen
+			fill -= fr.capLen
+		}
+		if nfr == 0 {
+			t.bufs = t.bufs[:0]
+			if blocked {
+				t.rxBlocked(f, true)
+				return false
+			}
+			return true
+		}
+		r, e := t.sys.recvPeek(f.fd, t.sys.setIov(t.bufs))
+		got := 0
+		eof := false
+		switch e {
+		case 0:
+			got = r
+			if !t.peekOff {
+				got -= int(already)
+			}
+			eof = r == 0
+			got = max(got, 0)
+		case unix.EAGAIN:
+		default:
+			w.Abort()
+			t.bufs = t.bufs[:0]
+			t.log.Debug("tcp read from host failed", "err", e)
+			t.resetFlow(f, now)
+			return true
+		}
+		startedIdle := already == 0
+		rest := got
+		committed := 0
+		for i := 0; i < nfr && rest > 0; i++ {
+			fr := &t.frm[i]
+			n := min(fr.capLen, rest)
+			last := rest == n
+			t.commitData(f, w, fr, n, last)
+			rest -= n
+			committed++
+		}
+		if committed < nfr {
+			w.Abort()
+		}
+		t.bufs = t.bufs[:0]
+		if got > 0 {
+			t.stats.BytesToGuest.Add(uint64(got))
+			if startedIdle {
+				f.lastAckProg = now // the ACK timeout runs from the first unacked byte
+			}
+			f.flags &^= flAckDue
+		}
+		if eof {
+			f.events |= evSockFin
+			f.eofSeq = f.seqToGuest
+		}
+		switch {
+		case got == 0 && !eof && already > 0:
+			t.stall(f, false) // everything readable is in flight
+			return true
+		case got < reserved:
+			// The socket had less than we had room for: done for now.
+			t.rxBlocked(f, false)
+			if f.flags&flStalled != 0 && got > 0 {
+				f.flags &^= flStalled | flWndStall
+				t.updateEpoll(f)
+			}
+			return true
+		case blocked:
+			t.rxBlocked(f, true)
+			return false
+		}
+		// Every reserved byte was filled: there may be more, go on.
+		if f.flags&flStalled != 0 {
+			f.flags &^= flStalled | flWndStall
+			t.updateEpoll(f)
+		}
+	}
+}
+
+// stall marks f STALLED (invariant 4): wnd when the guest's window is the
+// limit, otherwise all readable data is in flight.
+func (t *tcpTable) stall(f *tcpFlow, wnd bool) {
+	was := f.flags & (flStalled | flWndStall)
+	f.flags |= flStalled
+	if wnd {
+		f.flags |= flWndStall
+	} else {
+		f.flags &^= flWndStall
+	}
+	if was&flStalled == 0 {
+		t.stats.Stalls.Add(1)
+	}
+	if was != f.flags&(flStalled|flWndStall) {
+		t.updateEpoll(f)
+	}
+}
+
+// rxBlocked records whether f waits for guest RX buffers. While it does,
+// EPOLLIN is masked: the data would not fit anywhere, and level-triggered
+// readiness would spin the loop. The pending output pass retries it.
+func (t *tcpTable) rxBlocked(f *tcpFlow, b bool) {
+	if b == (f.flags&flRxBlocked != 0) {
+		return
+	}
+	if b {
+		f.flags |= flRxBlocked
+	} else {
+		f.flags &^= flRxBlocked
+	}
+	t.updateEpoll(f)
+}
+
+// commitData fills the headers of reserved frame fr for n payload bytes and
+// commits it.
+func (t *tcpTable) commitData(f *tcpFlow, w tcpFrameWriter, fr *tcpFrame, n int, last bool) {
+	fl := header.TCPFlagACK
+	if last {
+		fl |= header.TCPFlagPSH
+	}
+	payload := t.bufs[fr.first : fr.first+fr.nbufs]
+	vh := t.buildHeaders(f, fr.hdr, fl, f.seqToGuest, nil, payload, n)
+	w.Commit(n, &vh)
+	f.seqToGuest += uint32(n)
+}
+
+// sendFlags sends a frame without payload. It returns false when the guest
+// had no RX buffer.
+func (t *tcpTable) sendFlags(f *tcpFlow, w tcpFrameWriter, fl header.TCPFlags, seq uint32) bool {
+	var opts []byte
+	var ob [8]byte
+	if fl.Has(header.TCPFlagSYN) {
+		mss := min(t.cfg.MTU-t.ipHdrLen(f.key.v6)-header.TCPMinimumSize, 0xffff)
+		o := header.TCPOptions{HasMSS: true, MSS: uint16(mss)}
+		if f.wsToGuest > 0 {
+			o.HasWindowScale, o.WindowScale = true, f.wsToGuest
+		}
+		opts = ob[:header.EncodeTCPOptions(ob[:], &o)]
+	}
+	hdrLen := header.EthernetMinimumSize + t.ipHdrLen(f.key.v6) + header.TCPMinimumSize + len(opts)
+	hdr, _, ok := w.Reserve(hdrLen, 0)
+	if !ok {
+		t.rxBlocked(f, true)
+		return false
+	}
+	vh := t.buildHeaders(f, hdr, fl, seq, opts, nil, 0)
+	w.Commit(0, &vh)
+	f.flags &^= flAckDue
+	return true
+}
+
+// buildHeaders writes Ethernet, IP and TCP headers for a frame to the guest
+// into hdr and returns the virtio-net header fields for it.
+func (t *tcpTable) buildHeaders(f *tcpFlow, hdr []byte, fl header.TCPFlags, seq uint32, opts []byte, payload [][]byte, n int) virtqueue.NetHdr {
+	v6 := f.key.v6
+	et := header.EtherTypeIPv4
+	if v6 {
+		et = header.EtherTypeIPv6
+	}
+	off := header.EncodeEthernet(hdr, header.MAC(f.guestMAC), header.MAC(t.cfg.OurMAC), et)
+	tcpLen := header.TCPMinimumSize + len(opts)
+	if v6 {
+		off += header.EncodeIPv6(hdr[off:], &header.IPv6Fields{
+			PayloadLength: uint16(tcpLen + n),
+			NextHeader:    header.IPProtocolTCP,
+			HopLimit:      64,
+			Source:        f.remoteAddr,
+			Destination:   f.guestAddr,
+		})
+	} else {
+		off += header.EncodeIPv4(hdr[off:], &header.IPv4Fields{
+			TotalLength: uint16(header.IPv4MinimumSize + tcpLen + n),
+			Flags:       header.IPv4FlagDontFragment,
+			TTL:         64,
+			Protocol:    header.IPProtocolTCP,
+			Source:      f.remoteAddr,
+			Destination: f.guestAddr,
+		})
+	}
+	ack := uint32(0)
+	if fl.Has(header.TCPFlagACK) {
+		ack = f.seqAckToGuest
+	}
+	wnd := f.wndToGuest >> f.wsToGuest
+	if fl.Has(header.TCPFlagSYN) {
+		wnd = min(f.wndToGuest, 0xffff) // RFC 7323: never scaled in a SYN
+	}
+	th := hdr[off : off+tcpLen]
+	header.EncodeTCP(th, &header.TCPFields{
+		SrcPort:    f.remotePort,
+		DstPort:    f.guestPort,
+		SeqNum:     seq,
+		AckNum:     ack,
+		Flags:      fl,
+		WindowSize: uint16(min(wnd, 0xffff)),
+		Options:    opts,
+	})
+	if fl.Has(header.TCPFlagACK) {
+		f.ackSent = ack
+		f.wndSent = f.wndToGuest
+		if f.wndToGuest == 0 {
+			f.wndSent = 0
+		}
+	}
+	psum := header.PseudoHeaderChecksum(header.IPProtocolTCP, f.remoteAddr, f.guestAddr, uint32(tcpLen+n))
+	var vh virtqueue.NetHdr
+	if t.guestCsum {
+		// Partial checksum: the guest (or its NIC emulation) completes it
+		// from the pseudo-header sum, for free on local delivery.
+		binary.BigEndian.PutUint16(th[16:18], psum)
+		vh.Flags = virtqueue.NetHdrFNeedsCsum
+		vh.CsumStart = uint16(off)
+		vh.CsumOffset = 16
+		if n > f.mssToGuest {
+			vh.GSOType = virtqueue.GSOTCPv4
+			if v6 {
+				vh.GSOType = virtqueue.GSOTCPv6
+			}
+			vh.GSOSize = uint16(f.mssToGuest)
+			vh.HdrLen = uint16(off + tcpLen)
+		}
+		return vh
+	}
+	sum := header.Checksum(th, psum)
+	sum = tcpChecksumIovecs(payload, n, sum)
+	binary.BigEndian.PutUint16(th[16:18], ^sum)
+	return vh
+}
+
+// tcpChecksumIovecs adds the first n bytes of the concatenated bufs to sum,
+// carrying odd bytes across buffer boundaries.
+func tcpChecksumIovecs(bufs [][]byte, n int, sum uint16) uint16 {
+	var odd bool
+	var oddByte byte
+	for _, b := range bufs {
+		if n <= 0 {
+			break
+		}
+		if len(b) > n {
+			b = b[:n]
+		}
+		n -= len(b)
+		if odd && len(b) > 0 {
+			sum = header.ChecksumCombine(sum, uint16(oddByte)<<8|uint16(b[0]))
+			b = b[1:]
+			odd = false
+		}
+		if len(b)%2 == 1 {
+			oddByte = b[len(b)-1]
+			b = b[:len(b)-1]
+			odd = true
+		}
+		sum = header.Checksum(b, sum)
+	}
+	if odd {
+		sum = header.ChecksumCombine(sum, uint16(oddByte)<<8)
+	}
+	return sum
+}

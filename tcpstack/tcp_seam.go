@@ -1,0 +1,139 @@
+package tcpstack
+
+import (
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"vunet/virtqueue"
+)
+
+// tcpFrameWriter is what the RX path lends the TCP table to put frames for
+// the guest straight into reserved guest RX buffers. Several reservations
+// may be outstanding at once; they are always committed front first, and
+// Abort gives back every reservation not committed yet (virtqueue Unpop).
+//
+// This shape is what makes frame accounting exact (DESIGN invariant 1): the
+// TCP code peeks socket data into the payload buffers of reservations it
+// already holds, and advances its sequence to the guest only by what it
+// Commits. Nothing is ever "sent" that could later fail to find a buffer.
+type tcpFrameWriter interface {
+	// Reserve takes guest RX buffers for one frame: hdrLen bytes of headers
+	// (Ethernet onward; the writer owns the virtio-net header in front of
+	// them) and up to maxPayload bytes of payload. hdr is contiguous and
+	// exactly hdrLen long. payload is writable guest memory, 1..maxPayload
+	// bytes in total when maxPayload > 0 (less when the guest's buffers are
+	// smaller and cannot be merged), nil when maxPayload == 0. The [][]byte
+	// itself may be reused by the next Reserve; the memory it points to stays
+	// valid until Commit or Abort. ok is false when the guest has no buffer
+	// now: the loop must call tcpTable.Flush again once it posts more.
+	Reserve(hdrLen, maxPayload int) (hdr []byte, payload [][]byte, ok bool)
+	// Commit publishes the oldest outstanding reservation as a frame of
+	// hdrLen+payloadLen bytes. vh carries the checksum/GSO fields for the
+	// virtio-net header; the writer sets NumBuffers itself.
+	Commit(payloadLen int, vh *virtqueue.NetHdr)
+	// Abort returns all outstanding, uncommitted reservations to the ring.
+	Abort()
+}
+
+// tcpPoller is the event loop's epoll set as the TCP table uses it. The
+// token is returned by epoll with each event; the loop hands events whose
+// token carries the table's tag (see tcpTokenTag) to HandleSocketEvent.
+type tcpPoller interface {
+	Add(fd int, events uint32, token uint64) error
+	Mod(fd int, events uint32, token uint64) error
+	Del(fd int) error
+}
+
+// Token layout: bits 56–63 are the tag the loop dispatches on, bits 32–55
+// a generation that makes events for a reused slot harmless, bits 0–31 the
+// flow slot.
+const (
+	tcpTokenTagShift = 56
+	tcpTokenGenMask  = 1<<24 - 1
+)
+
+// TCPConfig configures TCP translation. The zero value is usable: every zero
+// field takes the default documented on it.
+type TCPConfig struct {
+	// MaxFlows bounds the connections per queue pair (default 4096). The
+	// table is allocated once; a SYN beyond it is answered with RST.
+	MaxFlows int
+	// OurMAC is the source MAC of frames to the guest.
+	OurMAC [6]byte
+	// MTU of the guest link (default 65520): frames without GSO stay within it.
+	MTU int
+	// GatewayV4 and GatewayV6 are the guest's gateway addresses; guest
+	// connections to them go to the host's loopback (127.0.0.1 / ::1)
+	// unless NoMapGateway is set.
+	GatewayV4, GatewayV6 netip.Addr
+	// NoMapGateway disables the gateway → loopback mapping.
+	NoMapGateway bool
+	// SndBuf and RcvBuf pin SO_SNDBUF / SO_RCVBUF on host sockets when
+	// non-zero. Zero (the default) leaves the kernel's auto-tuning alone
+	// (DESIGN invariant 6); pinning is for experiments.
+	SndBuf, RcvBuf int
+	// HandshakeTimeout resets a connection whose handshake with the host or
+	// the guest does not finish in time (default 10s).
+	HandshakeTimeout time.Duration
+	// AckTimeout is the first guest ACK timeout; it doubles per retry
+	// (default 2s).
+	AckTimeout time.Duration
+	// MaxRetrans is how many ACK timeouts in a row reset the connection
+	// (default 5).
+	MaxRetrans int
+	// FinTimeout resets a connection stuck half-closed after FINs went both
+	// ways or a FIN to the guest stays unacknowledged (default 60s).
+	FinTimeout time.Duration
+	// IdleTimeout resets a connection with no activity on either side
+	// (default 2h).
+	IdleTimeout time.Duration
+	// AckInterval is how soon a pending ACK or window update to the guest is
+	// retried when it could not be decided at once (default 10ms).
+	AckInterval time.Duration
+	// AckOnPeerAck makes ACKs to the guest follow tcpi_bytes_acked (what the
+	// remote peer acknowledged) for every peer, not only non-loopback ones.
+	AckOnPeerAck bool
+	// AckOnWrite makes ACKs to the guest follow bytes written to the host
+	// socket for every peer. It wins over AckOnPeerAck.
+	AckOnWrite bool
+	// NoPeekOffset forces the discard-buffer fallback even where SO_PEEK_OFF
+	// works (tests, comparisons).
+	NoPeekOffset bool
+	// NoWindowClamp disables the TCP_WINDOW_CLAMP workaround.
+	NoWindowClamp bool
+	// TokenTag is the epoll token tag (bits 56–63) of TCP sockets.
+	TokenTag uint8
+	// Logger receives debug logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *TCPConfig) setDefaults() {
+	if c.MaxFlows <= 0 {
+		c.MaxFlows = 4096
+	}
+	if c.MTU <= 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = 2 * time.Second
+	}
+	if c.MaxRetrans <= 0 {
+		c.MaxRetrans = 5
+	}
+	if c.FinTimeout <= 0 {
+		c.FinTimeout = 60 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 2 * time.Hour
+	}
+	if c.AckInterval <= 0 {
+		c.AckInterval = 10 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}

@@ -1,0 +1,79 @@
+package tcpstack
+
+import "sync/atomic"
+
+// tcpState is a connection's coarse state, for the state machine and the
+// connections-by-state gauge.
+type tcpState uint8
+
+const (
+	tcpFree        tcpState = iota // slot unused
+	tcpConnecting                  // guest SYN seen, host connect() pending
+	tcpSynAckSent                  // host connected, SYN-ACK to the guest, waiting for its ACK
+	tcpEstablished                 // data both ways
+	tcpClosing                     // a FIN went or came on either side
+	tcpResetting                   // socket gone; an RST to the guest is still due
+	numTCPStates
+)
+
+var tcpStateNames = [numTCPStates]string{"free", "connecting", "syn_ack_sent", "established", "closing", "resetting"}
+
+// String returns the metric label value of the state.
+func (s tcpState) String() string {
+	if s < numTCPStates {
+		return tcpStateNames[s]
+	}
+	return "unknown"
+}
+
+// TCPRetransCause says why data was sent to the guest again.
+type TCPRetransCause uint8
+
+// Retransmission causes.
+const (
+	// TCPRetransDupAck: the guest repeated an ACK (fast retransmit request).
+	TCPRetransDupAck TCPRetransCause = iota
+	// TCPRetransTimeout: the guest did not ACK in time.
+	TCPRetransTimeout
+	// NumTCPRetransCauses is the number of causes (array size).
+	NumTCPRetransCauses
+)
+
+// String returns the metric label value of the cause.
+func (c TCPRetransCause) String() string {
+	switch c {
+	case TCPRetransDupAck:
+		return "dup_ack"
+	case TCPRetransTimeout:
+		return "timeout"
+	}
+	return "unknown"
+}
+
+// TCPStats counts TCP translation events of one table. All fields are
+// atomics so metrics read them at scrape time while the loop writes them.
+type TCPStats struct {
+	// ConnsByState is a gauge of live connections per state, indexed by the
+	// state number (see TCPStateName).
+	ConnsByState [numTCPStates]atomic.Int64
+	// Connects counts host connect() attempts; ConnectFailures those refused,
+	// unreachable or timed out.
+	Connects, ConnectFailures atomic.Uint64
+	// TableFull counts guest SYNs refused because every slot was taken.
+	TableFull atomic.Uint64
+	// Stalls counts transitions into STALLED (guest window exhausted or all
+	// socket data in flight).
+	Stalls atomic.Uint64
+	// ClampApplications counts TCP_WINDOW_CLAMP workaround applications.
+	ClampApplications atomic.Uint64
+	// Retransmits counts rewinds of the sequence to the guest, by cause.
+	Retransmits [NumTCPRetransCauses]atomic.Uint64
+	// RSTSent counts RSTs sent to the guest; RSTReceived RSTs from it.
+	RSTSent, RSTReceived atomic.Uint64
+	// BytesToGuest and BytesFromGuest count payload bytes committed to guest
+	// frames and written to host sockets.
+	BytesToGuest, BytesFromGuest atomic.Uint64
+}
+
+// TCPStateName returns the label of state number i of ConnsByState.
+func TCPStateName(i int) string { return tcpState(i).String() }

@@ -1,0 +1,330 @@
+package tcpstack
+
+import (
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// tcpMaxWindow caps the guest window we fill (and the window we advertise):
+// with the discard-buffer fallback it is also the discard buffer's size.
+const tcpMaxWindow = 8 << 20
+
+// tcpMaxFramesPerPass bounds the frames one flow reserves per output pass,
+// so one connection cannot hog the RX ring and the iovec scratch.
+const tcpMaxFramesPerPass = 64
+
+// tcpTable holds the TCP connections of one queue pair. It is used only by
+// the pair's loop goroutine (no locks); TCPStats are atomics for metrics.
+type tcpTable struct {
+	cfg   TCPConfig
+	log   *slog.Logger
+	stats *TCPStats
+	poll  tcpPoller
+
+	flows  []tcpFlow
+	free   []int32 // free slot stack
+	byKey  map[tcpKey]int32
+	active []int32 // slots in use, unordered (timers walk it)
+
+	outHead, outTail int32 // flows with output due, FIFO through tcpFlow.nextOut
+
+	peekOff bool   // SO_PEEK_OFF usable
+	discard []byte // fallback: already-sent bytes are peeked into this
+
+	// Offloads the guest negotiated (set from virtio features).
+	guestCsum, tso4, tso6 bool
+
+	nextTimer time.Time // tcpEarliest deadline of any flow, zero: none
+
+	sys   tcpSysBufs
+	seg   tcpSegment
+	frm   [tcpMaxFramesPerPass]tcpFrame
+	bufs  [][]byte // payload iovecs of the reserved frames, in order
+	hdrSc [tcpMaxHdrLen]byte
+}
+
+// tcpFrame is one reserved frame during an output pass.
+type tcpFrame struct {
+	hdr    []byte
+	first  int // index into tcpTable.bufs
+	nbufs  int
+	capLen int
+}
+
+// newTCPTable allocates a table of cfg.MaxFlows connections. stats may be
+// nil (a private set is used).
+func newTCPTable(cfg TCPConfig, stats *TCPStats, p tcpPoller) *tcpTable {
+	cfg.setDefaults()
+	if stats == nil {
+		stats = new(TCPStats)
+	}
+	t := &tcpTable{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		stats:   stats,
+		poll:    p,
+		flows:   make([]tcpFlow, cfg.MaxFlows),
+		free:    make([]int32, 0, cfg.MaxFlows),
+		byKey:   make(map[tcpKey]int32, cfg.MaxFlows),
+		active:  make([]int32, 0, cfg.MaxFlows),
+		outHead: -1,
+		outTail: -1,
+		peekOff: !cfg.NoPeekOffset && tcpPeekOffsetSupported(),
+		bufs:    make([][]byte, 0, tcpIovMax),
+	}
+	for i := cfg.MaxFlows - 1; i >= 0; i-- {
+		t.flows[i].slot = int32(i)
+		t.flows[i].fd = -1
+		t.flows[i].nextOut = -1
+		t.free = append(t.free, int32(i))
+	}
+	if !t.peekOff {
+		t.discard = make([]byte, tcpMaxWindow)
+	}
+	return t
+}
+
+// SetFeatures records the guest's offload features (virtio-net feature
+// bits): checksum offload lets frames carry a partial checksum, TSO lets
+// them exceed the MTU as GSO frames.
+func (t *tcpTable) SetFeatures(guestCsum, tso4, tso6 bool) {
+	t.guestCsum, t.tso4, t.tso6 = guestCsum, tso4 && guestCsum, tso6 && guestCsum
+}
+
+// SetMTU changes the guest MTU for frames built from now on.
+func (t *tcpTable) SetMTU(mtu int) {
+	if mtu > 0 {
+		t.cfg.MTU = mtu
+	}
+}
+
+// Attach sets the poller and registers every open socket with it: the loop
+// calls it after building a new epoll set (queue pair restart), so
+// connections survive the control plane's ring rebuilds.
+func (t *tcpTable) Attach(p tcpPoller) {
+	t.poll = p
+	for _, s := range t.active {
+		f := &t.flows[s]
+		if f.fd < 0 || !f.inEpoll {
+			continue
+		}
+		f.inEpoll = p.Add(f.fd, f.epollEvents, t.token(f)) == nil
+	}
+}
+
+// Len returns the number of live connections.
+func (t *tcpTable) Len() int { return len(t.active) }
+
+// Close resets every connection's host socket and frees the table's slots
+// (loop shutdown for good, not a pair restart).
+func (t *tcpTable) Close() {
+	for len(t.active) > 0 {
+		f := &t.flows[t.active[len(t.active)-1]]
+		t.closeSocket(f, true)
+		t.release(f)
+	}
+}
+
+func (t *tcpTable) token(f *tcpFlow) uint64 {
+	return uint64(t.cfg.TokenTag)<<tcpTokenTagShift | uint64(f.gen&tcpTokenGenMask)<<32 | uint64(uint32(f.slot))
+}
+
+// flowByToken resolves an epoll token; nil for a stale one.
+func (t *tcpTable) flowByToken(tok uint64) *tcpFlow {
+	slot := uint32(tok)
+	if int(slot) >= len(t.flows) {
+		return nil
+	}
+	f := &t.flows[slot]
+	if f.state == tcpFree || f.gen&tcpTokenGenMask != uint32(tok>>32)&tcpTokenGenMask {
+		return nil
+	}
+	return f
+}
+
+func (t *tcpTable) setState(f *tcpFlow, s tcpState) {
+	if f.state == s {
+		return
+	}
+	if f.state != tcpFree {
+		t.stats.ConnsByState[f.state].Add(-1)
+	}
+	if s != tcpFree {
+		t.stats.ConnsByState[s].Add(1)
+	}
+	f.state = s
+}
+
+// alloc takes a free slot for key; nil when the table is full.
+func (t *tcpTable) alloc(key tcpKey) *tcpFlow {
+	if len(t.free) == 0 {
+		return nil
+	}
+	s := t.free[len(t.free)-1]
+	t.free = t.free[:len(t.free)-1]
+	f := &t.flows[s]
+	gen := f.gen + 1
+	*f = tcpFlow{key: key, fd: -1, slot: s, gen: gen, nextOut: -1}
+	t.byKey[key] = s
+	t.active = append(t.active, s)
+	return f
+}
+
+// release returns f's slot. The socket must be closed already, and f must
+// not be in the output list (output passes skip free slots anyway).
+func (t *tcpTable) release(f *tcpFlow) {
+	if f.state == tcpFree {
+		return
+	}
+	if s, ok := t.byKey[f.key]; ok && s == f.slot {
+		delete(t.byKey, f.key)
+	}
+	for i, s := range t.active {
+		if s == f.slot {
+			last := len(t.active) - 1
+			t.active[i] = t.active[last]
+			t.active = t.active[:last]
+			break
+		}
+	}
+	t.setState(f, tcpFree)
+	f.gen++
+	if f.flags&flDirty == 0 {
+		t.free = append(t.free, f.slot)
+	}
+	// A dirty flow's slot is returned when the output pass unlinks it, so
+	// the list never points at a reused slot.
+}
+
+// closeSocket removes f's socket from epoll and closes it; with reset the
+// host peer sees RST.
+func (t *tcpTable) closeSocket(f *tcpFlow, reset bool) {
+	if f.fd < 0 {
+		return
+	}
+	if f.inEpoll && t.poll != nil {
+		_ = t.poll.Del(f.fd)
+	}
+	f.inEpoll = false
+	f.epollEvents = 0
+	if reset {
+		tcpCloseWithReset(f.fd)
+	} else {
+		unix.Close(f.fd)
+	}
+	f.fd = -1
+}
+
+// resetFlow closes the host socket with RST and schedules an RST to the
+// guest; the slot is released once the RST is out.
+func (t *tcpTable) resetFlow(f *tcpFlow, now time.Time) {
+	t.closeSocket(f, true)
+	f.flags |= flRstDue
+	t.setState(f, tcpResetting)
+	t.markDirty(f)
+}
+
+// dropFlow forgets f at once: no frame to the guest (it reset, or the
+// connection finished cleanly).
+func (t *tcpTable) dropFlow(f *tcpFlow, reset bool) {
+	t.closeSocket(f, reset)
+	t.release(f)
+}
+
+// markDirty queues f for the next output pass.
+func (t *tcpTable) markDirty(f *tcpFlow) {
+	if f.flags&flDirty != 0 {
+		return
+	}
+	f.flags |= flDirty
+	f.nextOut = -1
+	if t.outTail < 0 {
+		t.outHead = f.slot
+	} else {
+		t.flows[t.outTail].nextOut = f.slot
+	}
+	t.outTail = f.slot
+}
+
+// updateEpoll registers the events f's state calls for.
+//
+// Reading follows DESIGN invariant 4: a flow stalled on the guest's window
+// does not watch EPOLLIN at all (nothing could be sent anyway; the guest's
+// ACK or window update re-reads the socket directly). A flow stalled because
+// everything readable is already in flight watches EPOLLIN edge-triggered:
+// level-triggered would fire forever for data that stays queued until the
+// guest ACKs it, while an edge still reports new data.
+func (t *tcpTable) updateEpoll(f *tcpFlow) {
+	if f.fd < 0 || t.poll == nil {
+		return
+	}
+	var ev uint32
+	switch {
+	case f.flags&flConnected == 0:
+		ev = unix.EPOLLOUT
+	case f.state == tcpSynAckSent:
+		// Data before the guest's ACK waits; an edge is enough to note it.
+		ev = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
+	case f.has(evGuestFinSent):
+		// Nothing more to read; only errors and hang-up matter.
+		ev = unix.EPOLLRDHUP
+	case f.flags&flRxBlocked != 0, f.flags&flStalled != 0 && f.flags&flWndStall != 0:
+		ev = 0
+	case f.flags&flStalled != 0:
+		ev = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
+	default:
+		ev = unix.EPOLLIN | unix.EPOLLRDHUP
+	}
+	if f.flags&flWantOut != 0 {
+		ev |= unix.EPOLLOUT
+	}
+	// EPOLLERR and EPOLLHUP are always reported; a zero mask still keeps the
+	// fd registered for them.
+	if f.inEpoll && f.epollEvents == ev {
+		return
+	}
+	var err error
+	if !f.inEpoll {
+		err = t.poll.Add(f.fd, ev, t.token(f))
+	} else {
+		err = t.poll.Mod(f.fd, ev, t.token(f))
+	}
+	if err != nil {
+		t.log.Debug("tcp epoll update failed", "fd", f.fd, "err", err)
+		return
+	}
+	f.inEpoll = true
+	f.epollEvents = ev
+}
+
+// noteTimer lowers the table's next deadline to d.
+func (t *tcpTable) noteTimer(d time.Time) {
+	if d.IsZero() {
+		return
+	}
+	if t.nextTimer.IsZero() || d.Before(t.nextTimer) {
+		t.nextTimer = d
+	}
+}
+
+// NextTimer returns the tcpEarliest deadline of any connection; zero means
+// none. The loop arms its timerfd to it after each iteration and calls
+// Timers when it fires.
+func (t *tcpTable) NextTimer() time.Time { return t.nextTimer }
+
+// mapRemote returns the host address a guest connection to a goes to.
+func (t *tcpTable) mapRemote(a netip.Addr) netip.Addr {
+	if t.cfg.NoMapGateway {
+		return a
+	}
+	if t.cfg.GatewayV4.IsValid() && a == t.cfg.GatewayV4 {
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	if t.cfg.GatewayV6.IsValid() && a == t.cfg.GatewayV6 {
+		return netip.IPv6Loopback()
+	}
+	return a
+}

@@ -45,6 +45,9 @@ func (t *tcpTable) HandleSocketEvent(now time.Time, token uint64, events uint32)
 		t.updateEpoll(f)
 		t.markDirty(f)
 	}
+	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP) != 0 {
+		f.events |= evSockRdHup
+	}
 	if events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP) != 0 {
 		// The output pass reads (or finds EOF, or the error behind HUP).
 		t.markDirty(f)

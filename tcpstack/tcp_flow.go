@@ -20,6 +20,7 @@ const (
 	evGuestFin                        // guest FIN received (in order)
 	evGuestFinSent                    // FIN sent to the guest
 	evGuestFinAck                     // guest acknowledged our FIN
+	evSockRdHup                       // epoll reported the peer's FIN (data before it may still be queued)
 )
 
 const (

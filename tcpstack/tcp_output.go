@@ -240,7 +240,10 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 			if !t.peekOff {
 				got -= int(already)
 			}
-			eof = r == 0
+			// r == 0 is EOF at the peek offset. With the peer's FIN already
+			// seen, a short read also ends at EOF: a non-blocking peek
+			// returns everything queued up to the length asked for.
+			eof = r == 0 || (f.has(evSockRdHup) && got < reserved)
 			got = max(got, 0)
 		case unix.EAGAIN:
 		default:

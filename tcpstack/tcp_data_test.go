@@ -1,0 +1,244 @@
+package tcpstack
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/header"
+)
+
+// waitQueued waits until the host socket of the harness flow has n bytes
+// queued for reading (SIOCINQ), so tests do not race the loopback.
+func (h *tcpHarness) waitQueued(n int) {
+	h.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, err := unix.IoctlGetInt(h.flow().fd, unix.SIOCINQ)
+		if err == nil && v >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("socket has %d bytes queued, want %d", v, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (h *tcpHarness) queued() int {
+	v, err := unix.IoctlGetInt(h.flow().fd, unix.SIOCINQ)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return v
+}
+
+// TestTCPFrameAccounting: with k of n needed descriptors free, seqToGuest
+// advances by exactly the bytes of k frames; the rest goes out on the next
+// output pass once descriptors are back, with no timer and no socket event.
+func TestTCPFrameAccounting(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	f := h.flow()
+	start := f.seqToGuest
+
+	data := tcpPattern(10 * 1400)
+	peer.Write(data)
+	h.waitQueued(len(data))
+	h.w.free = 3
+	got := h.pump(0)
+	if len(got) != 3 {
+		t.Fatalf("want 3 frames, got %d", len(got))
+	}
+	if !h.blocked {
+		t.Fatalf("Flush did not report the ring as exhausted")
+	}
+	if f.seqToGuest-start != 3*1400 {
+		t.Fatalf("seqToGuest advanced %d, want %d", f.seqToGuest-start, 3*1400)
+	}
+	for i, s := range got {
+		if s.seq != start+uint32(i*1400) || len(s.payload) != 1400 {
+			t.Fatalf("frame %d: seq %d len %d", i, s.seq-start, len(s.payload))
+		}
+	}
+	if h.w.free != 0 || len(h.w.pending) != 0 {
+		t.Fatalf("reservations leaked: free %d pending %d", h.w.free, len(h.w.pending))
+	}
+	// Nothing happens without descriptors, however often we are called.
+	if again := h.flush(); len(again) != 0 || f.seqToGuest-start != 3*1400 {
+		t.Fatalf("sent without descriptors: %d frames", len(again))
+	}
+	// Descriptors return: the loop calls Flush, the rest goes out at once.
+	h.w.free = 100
+	rest := h.flush()
+	if len(rest) != 7 || h.blocked {
+		t.Fatalf("want the 7 remaining frames, got %d (blocked %v)", len(rest), h.blocked)
+	}
+	if !bytes.Equal(append(tcpPayloadOf(got), tcpPayloadOf(rest)...), data) {
+		t.Fatalf("payload mismatch")
+	}
+	if f.seqToGuest-start != uint32(len(data)) {
+		t.Fatalf("seqToGuest advanced %d, want %d", f.seqToGuest-start, len(data))
+	}
+	if h.stats.BytesToGuest.Load() != uint64(len(data)) {
+		t.Fatalf("BytesToGuest %d", h.stats.BytesToGuest.Load())
+	}
+}
+
+// TestTCPFlagsDoNotOvertakeData: a FIN from the host peer, and an ACK for
+// guest data, queue behind data that is waiting for descriptors.
+func TestTCPFlagsDoNotOvertakeData(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	f := h.flow()
+	start := f.seqToGuest
+
+	data := tcpPattern(3 * 1400)
+	peer.Write(data)
+	peer.CloseWrite()
+	h.waitQueued(len(data))
+	time.Sleep(20 * time.Millisecond) // let the FIN arrive too
+	h.w.free = 2
+	first := h.pump(0)
+	// Guest data arrives while the ring is still empty: its ACK must wait.
+	h.sendAck([]byte("hello"))
+	first = append(first, h.flush()...)
+	if len(first) != 2 {
+		t.Fatalf("want 2 frames, got %d", len(first))
+	}
+	for _, s := range first {
+		if s.flags.Has(header.TCPFlagFIN) || len(s.payload) == 0 {
+			t.Fatalf("flag frame overtook data: %+v", s)
+		}
+	}
+	h.w.free = 10
+	rest := h.flush()
+	if len(rest) < 2 {
+		t.Fatalf("want data then FIN, got %d frames", len(rest))
+	}
+	if len(rest[0].payload) != 1400 || rest[0].seq != start+2800 {
+		t.Fatalf("third data frame wrong: seq %d len %d", rest[0].seq-start, len(rest[0].payload))
+	}
+	fin := rest[1]
+	if !fin.flags.Has(header.TCPFlagFIN) || fin.seq != start+4200 || len(fin.payload) != 0 {
+		t.Fatalf("FIN wrong: %+v", fin)
+	}
+	// The FIN (or a frame before it) carries the ACK for the guest's data.
+	if fin.ack != h.seq {
+		t.Fatalf("ACK for guest data = %d, want %d", fin.ack, h.seq)
+	}
+	if b := tcpReadN(t, peer, 5); string(b) != "hello" {
+		t.Fatalf("peer got %q", b)
+	}
+}
+
+// testPeek drives MSG_PEEK reads, MSG_TRUNC consumption on guest ACKs and
+// rewinds on duplicate ACKs, with or without SO_PEEK_OFF.
+func testPeek(t *testing.T, noPeekOff bool) {
+	h := tcpNewHarness(t, TCPConfig{MTU: 1500, NoPeekOffset: noPeekOff})
+	if h.tab.peekOff == noPeekOff {
+		t.Fatalf("peekOff = %v", h.tab.peekOff)
+	}
+	if !noPeekOff && !tcpPeekOffsetSupported() {
+		t.Skip("kernel without SO_PEEK_OFF for TCP")
+	}
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	f := h.flow()
+	start := f.seqToGuest
+
+	a, b := tcpPattern(1000), bytes.Repeat([]byte("B"), 700)
+	peer.Write(a)
+	h.waitQueued(len(a))
+	ga := h.pump(0)
+	if !bytes.Equal(tcpPayloadOf(ga), a) {
+		t.Fatalf("first read wrong")
+	}
+	peer.Write(b)
+	h.waitQueued(len(a) + len(b))
+	gb := h.collect("second chunk", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(b) })
+	if !bytes.Equal(tcpPayloadOf(gb), b) || gb[0].seq != start+1000 {
+		t.Fatalf("second read resent old data or wrong seq: seq %d len %d", gb[0].seq-start, len(tcpPayloadOf(gb)))
+	}
+	// Unacknowledged data stays in the kernel.
+	if q := h.queued(); q != 1700 {
+		t.Fatalf("socket holds %d bytes, want 1700", q)
+	}
+	// Guest ACKs the first chunk: it is dropped from the socket.
+	h.ack = start + 1000
+	h.sendAck(nil)
+	if q := h.queued(); q != 700 {
+		t.Fatalf("after ACK socket holds %d bytes, want 700", q)
+	}
+	if f.seqAckFromGuest != start+1000 {
+		t.Fatalf("seqAckFromGuest %d", f.seqAckFromGuest-start)
+	}
+	h.flush()
+	// Two duplicate ACKs: the guest wants everything after 1000 again.
+	h.sendAck(nil)
+	h.sendAck(nil)
+	re := h.flush()
+	if len(re) == 0 || re[0].seq != start+1000 || !bytes.Equal(tcpPayloadOf(re), b) {
+		t.Fatalf("retransmission wrong: %+v", re)
+	}
+	if h.stats.Retransmits[TCPRetransDupAck].Load() != 1 {
+		t.Fatalf("dup-ack retransmits %d", h.stats.Retransmits[TCPRetransDupAck].Load())
+	}
+	// And reading goes on after the rewound data, not before it.
+	c := bytes.Repeat([]byte("C"), 300)
+	peer.Write(c)
+	h.waitQueued(1000)
+	gc := h.collect("third chunk", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(c) })
+	if gc[0].seq != start+1700 || !bytes.Equal(tcpPayloadOf(gc), c) {
+		t.Fatalf("after rewind: seq %d data %q", gc[0].seq-start, tcpPayloadOf(gc)[:10])
+	}
+	// Everything acknowledged: the socket is empty.
+	h.ack = start + 2000
+	h.sendAck(nil)
+	if q := h.queued(); q != 0 {
+		t.Fatalf("socket holds %d bytes after full ACK", q)
+	}
+}
+
+func TestTCPPeekOffset(t *testing.T)         { testPeek(t, false) }
+func TestTCPPeekDiscardFallback(t *testing.T) { testPeek(t, true) }
+
+// TestTCPGuestDataToHost: guest payload reaches the host socket and is
+// acknowledged for what was written (loopback peer: at once).
+func TestTCPGuestDataToHost(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	data := tcpPattern(5000)
+	h.sendAck(data[:3000])
+	h.sendAck(data[3000:])
+	got := h.flush()
+	if len(got) == 0 || got[len(got)-1].ack != h.seq {
+		t.Fatalf("no ACK for written data: %+v", got)
+	}
+	if b := tcpReadN(t, peer, len(data)); !bytes.Equal(b, data) {
+		t.Fatalf("peer got wrong data")
+	}
+	// A retransmission of old data is not written twice, only ACKed.
+	h.inject(h.frame(header.TCPFlagACK, h.seq-3000, h.ack, h.wnd, nil, data[2000:]))
+	if again := h.flush(); len(again) != 1 || again[0].ack != h.seq {
+		t.Fatalf("old data not re-ACKed: %+v", again)
+	}
+	// A segment after a gap is dropped and the expected sequence re-ACKed.
+	h.inject(h.frame(header.TCPFlagACK, h.seq+100, h.ack, h.wnd, nil, []byte("gap")))
+	if again := h.flush(); len(again) != 1 || again[0].ack != h.seq {
+		t.Fatalf("gap not re-ACKed: %+v", again)
+	}
+	if h.stats.BytesFromGuest.Load() != uint64(len(data)) {
+		t.Fatalf("BytesFromGuest = %d", h.stats.BytesFromGuest.Load())
+	}
+	peer.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, _ := peer.Read(make([]byte, 10)); n != 0 {
+		t.Fatalf("peer got %d extra bytes", n)
+	}
+}

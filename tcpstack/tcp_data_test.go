@@ -204,7 +204,7 @@ func testPeek(t *testing.T, noPeekOff bool) {
 	}
 }
 
-func TestTCPPeekOffset(t *testing.T)         { testPeek(t, false) }
+func TestTCPPeekOffset(t *testing.T)          { testPeek(t, false) }
 func TestTCPPeekDiscardFallback(t *testing.T) { testPeek(t, true) }
 
 // TestTCPGuestDataToHost: guest payload reaches the host socket and is

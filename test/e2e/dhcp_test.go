@@ -17,6 +17,7 @@ const defaultGuestMTU = 65520
 // defaults, like passt), the default MTU and a DNS server, then resolves the
 // gateway by ARP from the leased address.
 func TestQEMUGuestDHCP(t *testing.T) {
+	NeedQEMU(t)
 	host, err := HostDefaults()
 	if err != nil {
 		Unavailable(t, err, "a host with an IPv4 default route")

@@ -21,6 +21,7 @@
 //   - TestQEMUBackendRestart, TestQEMUDaemonConnects: vunet killed and
 //     restarted under a running guest, in server mode (QEMU reconnect=1) and
 //     in client mode (--connect, QEMU server=on).
+//   - TestQEMUGuestMultiQueue: two queue pairs, two vCPUs; both pairs run.
 //   - TestQEMUGuestDHCP, TestQEMUGuestPing, TestQEMUGuestHTTPDownload: the
 //     guest configures itself by DHCP, pings the gateway, downloads a blob
 //     from the host's loopback through the gateway address. They fail until

@@ -15,6 +15,7 @@ import (
 // guest finds it, transmits through it and gets ARP answers. The agent's link
 // check waits for eth0 to appear, so the plug can happen after boot.
 func TestQEMUHotplugNIC(t *testing.T) {
+	NeedQEMU(t)
 	start := time.Now()
 	d := StartDaemon(t, DaemonConfig{})
 	vm := StartVM(t, VMConfig{

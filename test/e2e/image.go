@@ -27,6 +27,9 @@ func GuestImage(t testing.TB) initramfs.Image {
 		start := time.Now()
 		image.img, image.err = initramfs.Build(ctx, initramfs.Options{})
 		image.took = time.Since(start)
+		if image.err == nil {
+			t.Logf("guest image: kernel %s, initrd %s (from cache: %v, %v)", image.img.Kernel, image.img.Initrd, image.img.Cached, image.took.Round(time.Millisecond))
+		}
 	})
 	if errors.Is(image.err, initramfs.ErrMissing) {
 		Unavailable(t, image.err, "apt-get install linux-image-amd64 busybox-static")
@@ -34,6 +37,5 @@ func GuestImage(t testing.TB) initramfs.Image {
 	if image.err != nil {
 		t.Fatalf("guest image: %v", image.err)
 	}
-	t.Logf("guest image: kernel %s, initrd %s (cached=%v, %v)", image.img.Kernel, image.img.Initrd, image.img.Cached, image.took.Round(time.Millisecond))
 	return image.img
 }

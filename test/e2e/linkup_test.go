@@ -20,6 +20,7 @@ const virtioFVersion1 = 32
 // guest driver counts tx_packets only on completion), vunet sees them, and
 // an ARP request is answered through the RX ring.
 func TestQEMUGuestLinkUp(t *testing.T) {
+	NeedQEMU(t)
 	start := time.Now()
 	d := StartDaemon(t, DaemonConfig{Args: []string{"--one-off"}, Metrics: true})
 	const txFrames = 16

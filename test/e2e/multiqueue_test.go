@@ -17,6 +17,7 @@ const virtioNetFMQ = 22
 // memory region per pair (FIELD-NOTES.md), and vunet must run both pairs
 // and still carry the guest's traffic.
 func TestQEMUGuestMultiQueue(t *testing.T) {
+	NeedQEMU(t)
 	const pairs = 2
 	d := StartDaemon(t, DaemonConfig{Args: []string{"--queues", strconv.Itoa(pairs)}, Metrics: true})
 	vm := StartVM(t, VMConfig{

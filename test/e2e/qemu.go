@@ -129,6 +129,15 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 	)
 }
 
+// NeedQEMU checks QEMU and the guest image's inputs before a test starts
+// anything else, so a host without them skips (or, under CI, fails) with
+// the install hint instead of failing somewhere later.
+func NeedQEMU(t testing.TB) {
+	t.Helper()
+	NeedTool(t, "qemu-system-x86_64", "VUNET_E2E_QEMU", QEMUHint)
+	GuestImage(t)
+}
+
 // StartVM boots a guest with the agent and connects QMP (with
 // VMConfig.Server, only once the test calls ConnectQMP).
 func StartVM(t testing.TB, cfg VMConfig) *VM {

@@ -17,6 +17,7 @@ const arpLoopFor = 12 * time.Second
 // replays the set-up with the rings' used indices, and the guest must get
 // ARP answers again without any action on its side.
 func TestQEMUBackendRestart(t *testing.T) {
+	NeedQEMU(t)
 	d1 := StartDaemon(t, DaemonConfig{Name: "daemon1"})
 	vm := StartVM(t, VMConfig{
 		Socket:    d1.Socket,
@@ -52,6 +53,7 @@ func TestQEMUBackendRestart(t *testing.T) {
 // listening (server=on), then kills and restarts vunet: the new process
 // dials in and the guest's link works again.
 func TestQEMUDaemonConnects(t *testing.T) {
+	NeedQEMU(t)
 	dir := WorkDir(t)
 	sock := dir + "/qemu-vhost.sock"
 	vm := StartVM(t, VMConfig{

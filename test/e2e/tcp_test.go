@@ -22,6 +22,7 @@ import (
 // and checks every byte arrived: size and SHA-256 must match what was served.
 // Under TCG the guest is the bottleneck; the rate is logged, not asserted.
 func TestQEMUGuestHTTPDownload(t *testing.T) {
+	NeedQEMU(t)
 	host, err := HostDefaults()
 	if err != nil {
 		Unavailable(t, err, "a host with an IPv4 default route")
@@ -65,6 +66,7 @@ func TestQEMUGuestHTTPDownload(t *testing.T) {
 // TestQEMUGuestPing pings the gateway from the guest; vunet answers it
 // through a host ICMP (ping) socket towards the host's loopback.
 func TestQEMUGuestPing(t *testing.T) {
+	NeedQEMU(t)
 	if _, err := HostDefaults(); err != nil {
 		Unavailable(t, err, "a host with an IPv4 default route")
 	}

@@ -136,9 +136,9 @@ func TestTCPFlagsDoNotOvertakeData(t *testing.T) {
 	}
 }
 
-// testPeek drives MSG_PEEK reads, MSG_TRUNC consumption on guest ACKs and
+// tcpTestPeek drives MSG_PEEK reads, MSG_TRUNC consumption on guest ACKs and
 // rewinds on duplicate ACKs, with or without SO_PEEK_OFF.
-func testPeek(t *testing.T, noPeekOff bool) {
+func tcpTestPeek(t *testing.T, noPeekOff bool) {
 	h := tcpNewHarness(t, TCPConfig{MTU: 1500, NoPeekOffset: noPeekOff})
 	if h.tab.peekOff == noPeekOff {
 		t.Fatalf("peekOff = %v", h.tab.peekOff)
@@ -204,8 +204,8 @@ func testPeek(t *testing.T, noPeekOff bool) {
 	}
 }
 
-func TestTCPPeekOffset(t *testing.T)          { testPeek(t, false) }
-func TestTCPPeekDiscardFallback(t *testing.T) { testPeek(t, true) }
+func TestTCPPeekOffset(t *testing.T)          { tcpTestPeek(t, false) }
+func TestTCPPeekDiscardFallback(t *testing.T) { tcpTestPeek(t, true) }
 
 // TestTCPGuestDataToHost: guest payload reaches the host socket and is
 // acknowledged for what was written (loopback peer: at once).

@@ -306,6 +306,17 @@ func (h *tcpHarness) listen() *net.TCPListener {
 	return ln
 }
 
+// setRcvBuf pins SO_RCVBUF on ln, inherited by accepted connections, so
+// the peer's window is small from the handshake on.
+func (h *tcpHarness) setRcvBuf(ln *net.TCPListener, n int) {
+	h.t.Helper()
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, n) })
+}
+
 // establish runs the handshake against ln and returns the accepted peer.
 func (h *tcpHarness) establish(ln *net.TCPListener, opts header.TCPOptions) *net.TCPConn {
 	h.t.Helper()

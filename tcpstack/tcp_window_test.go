@@ -1,0 +1,209 @@
+package tcpstack
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/header"
+)
+
+// TestTCPStallAndClampWorkaround: a host peer pushes 2 MiB through a small
+// (pinned) receive buffer to a guest with a 4 KiB window. The connection
+// stalls on the guest window again and again; each guest ACK clears
+// STALLED, re-applies the window clamp (never zero, never below the window
+// the socket advertises) and reads at once; the transfer completes.
+func TestTCPStallAndClampWorkaround(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{MTU: 1500, RcvBuf: 16384})
+	h.wnd = 4096
+	ln := h.listen()
+	peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: 1400}) // no window scale
+	peer.SetWriteBuffer(16384)
+	f := h.flow()
+	clamp0, _ := tcpGetsockoptInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
+	if clamp0 <= 0 {
+		t.Fatalf("initial clamp %d", clamp0)
+	}
+
+	data := tcpPattern(2 << 20)
+	go func() {
+		peer.SetWriteDeadline(time.Now().Add(20 * time.Second))
+		peer.Write(data)
+	}()
+	var got []byte
+	sawWndStall, readAtOnce := false, false
+	deadline := time.Now().Add(20 * time.Second)
+	for len(got) < len(data) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stalled for good at %d of %d bytes (stalls %d clamps %d)", len(got), len(data),
+				h.stats.Stalls.Load(), h.stats.ClampApplications.Load())
+		}
+		segs := h.pump(10 * time.Millisecond)
+		got = append(got, tcpPayloadOf(segs)...)
+		if f.flags&flStalled != 0 && f.flags&flWndStall != 0 {
+			sawWndStall = true
+			if f.epollEvents&unix.EPOLLIN != 0 {
+				t.Fatalf("EPOLLIN watched while stalled on the guest window")
+			}
+		}
+		if len(segs) == 0 {
+			continue
+		}
+		last := segs[len(segs)-1]
+		h.ack = last.seq + uint32(len(last.payload))
+		wasStalled := f.flags&flWndStall != 0
+		h.sendAck(nil)
+		if c, _ := tcpGetsockoptInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); c < clamp0 || c == 0 {
+			t.Fatalf("window clamp shrank: %d < %d", c, clamp0)
+		}
+		if wasStalled && h.queued() > 0 {
+			// Read right away on the ACK, without waiting for epoll.
+			if more := h.flush(); len(more) > 0 {
+				readAtOnce = true
+				got = append(got, tcpPayloadOf(more)...)
+				l := more[len(more)-1]
+				h.ack = l.seq + uint32(len(l.payload))
+				h.sendAck(nil)
+			}
+		}
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("data corrupted")
+	}
+	if !sawWndStall || h.stats.Stalls.Load() == 0 {
+		t.Fatalf("never stalled on the guest window (stalls %d)", h.stats.Stalls.Load())
+	}
+	if !readAtOnce {
+		t.Fatalf("an ACK that cleared STALLED did not lead to an immediate read")
+	}
+	if h.stats.ClampApplications.Load() == 0 || f.clamp < clamp0 {
+		t.Fatalf("clamp workaround: applications %d value %d (initial %d)",
+			h.stats.ClampApplications.Load(), f.clamp, clamp0)
+	}
+	t.Logf("stalls %d clamp applications %d", h.stats.Stalls.Load(), h.stats.ClampApplications.Load())
+}
+
+// TestTCPGuestWindowLimitsPeek: we never read more than the guest's window
+// ahead of its ACK; a window update opens the tap again.
+func TestTCPGuestWindowLimitsPeek(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h.wnd = 3000
+	ln := h.listen()
+	peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: 1400})
+	f := h.flow()
+	start := f.seqToGuest
+	data := tcpPattern(10000)
+	peer.Write(data)
+	h.waitQueued(len(data))
+	got := h.pump(0)
+	if n := len(tcpPayloadOf(got)); n != 3000 {
+		t.Fatalf("sent %d bytes into a 3000-byte window", n)
+	}
+	if f.flags&flWndStall == 0 || h.stats.Stalls.Load() != 1 {
+		t.Fatalf("not stalled on the window")
+	}
+	// Window update without new ACK: 3000 more.
+	h.wnd = 6000
+	h.sendAck(nil)
+	more := h.flush()
+	if n := len(tcpPayloadOf(more)); n != 3000 || more[0].seq != start+3000 {
+		t.Fatalf("after window update sent %d bytes at %d", n, more[0].seq-start)
+	}
+	if !bytes.Equal(append(tcpPayloadOf(got), tcpPayloadOf(more)...), data[:6000]) {
+		t.Fatalf("payload mismatch")
+	}
+}
+
+// TestTCPWindowToGuestFollowsSendSide: the window we advertise to the guest
+// follows the host socket's send side: it closes when the host peer does
+// not read and our send buffer fills, and reopens (window update, driven by
+// EPOLLOUT) when the peer drains it.
+func TestTCPWindowToGuestFollowsSendSide(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{SndBuf: 16384})
+	ln := h.listen()
+	h.setRcvBuf(ln, 4096)
+	peer := h.establish(ln, tcpMss1400ws7)
+	f := h.flow()
+	first := h.flush()
+	_ = first
+	initial := f.wndToGuest
+	chunk := tcpPattern(8192)
+	var lastWnd uint32
+	written := 0
+	for i := 0; i < 64; i++ {
+		before := f.seqFromGuest
+		h.inject(h.frame(header.TCPFlagACK, f.seqFromGuest, h.ack, h.wnd, nil, chunk))
+		written += int(f.seqFromGuest - before)
+		segs := h.flush()
+		if len(segs) > 0 {
+			lastWnd = uint32(segs[len(segs)-1].wnd) << tcpWsToGuest
+		}
+		if f.seqFromGuest == before {
+			break // the socket takes nothing more
+		}
+	}
+	if lastWnd >= initial || lastWnd > 16384 {
+		t.Fatalf("window did not close: initial %d last %d", initial, lastWnd)
+	}
+	if f.flags&flWantOut == 0 || f.epollEvents&unix.EPOLLOUT == 0 {
+		t.Fatalf("not watching for send space")
+	}
+	// The peer drains everything: EPOLLOUT brings a window update.
+	tcpReadN(t, peer, written)
+	upd := h.collect("window update", func(s []tcpSeg) bool {
+		return len(s) > 0 && uint32(s[len(s)-1].wnd)<<tcpWsToGuest > lastWnd
+	})
+	if w := uint32(upd[len(upd)-1].wnd) << tcpWsToGuest; w <= lastWnd {
+		t.Fatalf("window not reopened: %d", w)
+	}
+}
+
+// TestTCPAckFollowsPeerAck: with AckOnPeerAck, the guest is acknowledged
+// for what the host peer acknowledged (tcpi_bytes_acked), not for what sits
+// in our send buffer; the rest is acknowledged as the peer catches up.
+func TestTCPAckFollowsPeerAck(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{AckOnPeerAck: true})
+	ln := h.listen()
+	h.setRcvBuf(ln, 4096)
+	peer := h.establish(ln, tcpMss1400ws7)
+	f := h.flow()
+	h.flush()
+	chunk := tcpPattern(16384)
+	for i := 0; i < 16; i++ {
+		h.inject(h.frame(header.TCPFlagACK, f.seqFromGuest, h.ack, h.wnd, nil, chunk))
+	}
+	time.Sleep(50 * time.Millisecond)
+	segs := h.flush()
+	if len(segs) == 0 {
+		t.Fatalf("no ACK")
+	}
+	if !h.tab.sys.tcpInfo(f.fd) {
+		t.Fatal("TCP_INFO")
+	}
+	acked := h.tab.sys.info.Bytes_acked
+	ack := segs[len(segs)-1].ack
+	if !tcpSeqLT(ack, f.seqFromGuest) {
+		t.Fatalf("ACKed everything written (%d) although the peer has not", f.seqFromGuest-h.isn)
+	}
+	if ack-h.isn > uint32(acked) || ack == h.isn+1 {
+		t.Fatalf("ACK %d not from bytes_acked %d", ack-h.isn, acked)
+	}
+	// The peer reads: the delayed-ACK timer brings the guest up to date.
+	written := int(f.seqFromGuest - h.isn - 1)
+	t.Logf("written %d acked %d outq %d", written, acked, tcpSendQueueBytes(f.fd))
+	tcpReadN(t, peer, written)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.now = h.now.Add(20 * time.Millisecond)
+		h.tab.Timers(h.now)
+		s := h.pump(5 * time.Millisecond)
+		if len(s) > 0 && s[len(s)-1].ack == f.seqFromGuest {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("guest never fully ACKed")
+		}
+	}
+}

@@ -232,3 +232,32 @@ func TestNDPServiceIgnoresOtherMessages(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLinkServices measures one request/reply per service; every one
+// must report 0 allocs/op.
+func BenchmarkLinkServices(b *testing.B) {
+	cfg := svcTestConfig()
+	out := make([]byte, 1514)
+	arp, dhcp := ARPService{Config: cfg}, DHCPService{Config: cfg}
+	dhcp6, ndp := DHCPv6Service{Config: cfg}, NDPService{Config: cfg}
+	cases := []struct {
+		name  string
+		frame []byte
+		h     func([]byte, []byte) int
+	}{
+		{"arp", svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.1"), arp.Handle},
+		{"dhcp-discover", svcTestHex(b, svcTestCapDHCPDiscover), dhcp.Handle},
+		{"dhcpv6-solicit", svcTestDHCPv6Frame(b, svcTestSolicitRapid), dhcp6.Handle},
+		{"ndp-rs", svcTestHex(b, svcTestCapRS), ndp.Handle},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if c.h(c.frame, out) == 0 {
+					b.Fatal("no reply")
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,251 @@
+package tcpstack
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"vunet/tcpstack/header"
+)
+
+// ackAll makes the guest acknowledge everything in segs.
+func (h *tcpHarness) ackAll(segs []tcpSeg) {
+	if len(segs) == 0 {
+		return
+	}
+	l := segs[len(segs)-1]
+	h.ack = l.seq + uint32(len(l.payload))
+	if l.flags.Has(header.TCPFlagFIN) {
+		h.ack++
+	}
+	h.sendAck(nil)
+}
+
+func hasFlag(ss []tcpSeg, fl header.TCPFlags) bool {
+	for _, s := range ss {
+		if s.flags.Has(fl) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestTCPGuestCloseFirst: the guest's FIN half-closes the host socket (the
+// peer reads EOF) while data still flows to the guest; the peer's FIN then
+// reaches the guest after that data, and the guest's ACK of it ends the
+// connection.
+func TestTCPGuestCloseFirst(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	h.sendAck([]byte("request"))
+	h.sendFin()
+	got := h.flush()
+	if len(got) == 0 || got[len(got)-1].ack != h.seq {
+		t.Fatalf("guest FIN not acknowledged: %+v", got)
+	}
+	if h.stats.ConnsByState[tcpClosing].Load() != 1 {
+		t.Fatalf("not closing")
+	}
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(peer)
+	if err != nil || string(b) != "request" {
+		t.Fatalf("peer read %q, %v (want EOF after the request)", b, err)
+	}
+	// Half-closed: the peer still answers.
+	resp := tcpPattern(5000)
+	peer.Write(resp)
+	peer.CloseWrite()
+	all := h.collect("response and FIN", func(s []tcpSeg) bool { return hasFlag(s, header.TCPFlagFIN) })
+	if !bytes.Equal(tcpPayloadOf(all), resp) {
+		t.Fatalf("response corrupted")
+	}
+	if fin := all[len(all)-1]; !fin.flags.Has(header.TCPFlagFIN) || len(fin.payload) != 0 {
+		t.Fatalf("FIN not last: %+v", fin)
+	}
+	h.ackAll(all)
+	h.flush()
+	if h.tab.Len() != 0 || h.flow() != nil {
+		t.Fatalf("connection kept after both FINs were acknowledged")
+	}
+	for s := range h.stats.ConnsByState {
+		if h.stats.ConnsByState[s].Load() != 0 {
+			t.Fatalf("gauge %s = %d", tcpState(s), h.stats.ConnsByState[s].Load())
+		}
+	}
+}
+
+// TestTCPPeerCloseFirst: the host peer closes its side; the guest gets the
+// data and a FIN, keeps sending (half-close the other way), then closes.
+func TestTCPPeerCloseFirst(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	peer.Write([]byte("bye"))
+	peer.CloseWrite()
+	all := h.collect("FIN", func(s []tcpSeg) bool { return hasFlag(s, header.TCPFlagFIN) })
+	if string(tcpPayloadOf(all)) != "bye" {
+		t.Fatalf("got %q", tcpPayloadOf(all))
+	}
+	h.ackAll(all)
+	h.flush()
+	if h.flow() == nil {
+		t.Fatalf("connection closed while the guest may still send")
+	}
+	h.sendAck([]byte("late data"))
+	h.flush()
+	if b := tcpReadN(t, peer, 9); string(b) != "late data" {
+		t.Fatalf("peer got %q", b)
+	}
+	h.sendFin()
+	h.flush()
+	if h.flow() != nil {
+		t.Fatalf("connection kept after the guest's FIN")
+	}
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := peer.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("peer read after close: %v", err)
+	}
+}
+
+// TestTCPGuestReset: a guest RST resets the host connection.
+func TestTCPGuestReset(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	h.inject(h.frame(header.TCPFlagRST, h.seq, 0, 0, nil, nil))
+	if h.flow() != nil || h.stats.RSTReceived.Load() != 1 {
+		t.Fatalf("RST not handled")
+	}
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := peer.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("peer read: %v, want connection reset", err)
+	}
+}
+
+// TestTCPPeerReset: a host RST becomes an RST to the guest.
+func TestTCPPeerReset(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	peer.SetLinger(0)
+	peer.Close()
+	got := h.collect("RST", func(s []tcpSeg) bool { return hasFlag(s, header.TCPFlagRST) })
+	if l := got[len(got)-1]; !l.flags.Has(header.TCPFlagRST) {
+		t.Fatalf("RST not last")
+	}
+	if h.flow() != nil || h.stats.RSTSent.Load() != 1 {
+		t.Fatalf("flow %v rst %d", h.flow() != nil, h.stats.RSTSent.Load())
+	}
+}
+
+// TestTCPHandshakeTimeout: a host connect() that never completes is reset
+// after HandshakeTimeout of the injected clock, not before.
+func TestTCPHandshakeTimeout(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{HandshakeTimeout: 10 * time.Second})
+	_, port := tcpBacklogFullListener(t)
+	h.remote = netip.AddrPortFrom(netip.MustParseAddr("10.0.2.2"), port)
+	h.sendSYN(tcpMss1400ws7)
+	if next := h.tab.NextTimer(); !next.Equal(h.now.Add(10 * time.Second)) {
+		t.Fatalf("next timer %v, want +10s", next.Sub(h.now))
+	}
+	h.tab.Timers(h.now.Add(9 * time.Second))
+	if h.flow() == nil || len(h.flush()) != 0 {
+		t.Fatalf("reset too early")
+	}
+	h.tab.Timers(h.now.Add(10 * time.Second))
+	got := h.flush()
+	if len(got) != 1 || !got[0].flags.Has(header.TCPFlagRST) || h.flow() != nil {
+		t.Fatalf("no RST after the handshake timeout: %+v", got)
+	}
+	if h.stats.ConnectFailures.Load() != 1 {
+		t.Fatalf("connect failures %d", h.stats.ConnectFailures.Load())
+	}
+}
+
+// TestTCPAckTimeoutBackoff: unacknowledged data is sent again after
+// AckTimeout, then after twice that, and so on; after MaxRetrans the
+// connection is reset.
+func TestTCPAckTimeoutBackoff(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{AckTimeout: time.Second, MaxRetrans: 3})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	peer.Write([]byte("unacked"))
+	first := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) > 0 })
+	t0 := h.now
+	at := t0
+	for i, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		if next := h.tab.NextTimer(); !next.Equal(at.Add(wait)) {
+			t.Fatalf("retry %d: next timer at %v, want %v", i, next.Sub(t0), at.Add(wait).Sub(t0))
+		}
+		h.tab.Timers(at.Add(wait - time.Millisecond))
+		if len(h.flush()) != 0 {
+			t.Fatalf("retry %d early", i)
+		}
+		at = at.Add(wait)
+		h.now = at
+		h.tab.Timers(at)
+		re := h.flush()
+		if string(tcpPayloadOf(re)) != "unacked" || re[0].seq != first[0].seq {
+			t.Fatalf("retry %d: %+v", i, re)
+		}
+		if h.stats.Retransmits[TCPRetransTimeout].Load() != uint64(i+1) {
+			t.Fatalf("timeout retransmits %d", h.stats.Retransmits[TCPRetransTimeout].Load())
+		}
+	}
+	h.now = at.Add(8 * time.Second)
+	h.tab.Timers(h.now)
+	if got := h.flush(); !hasFlag(got, header.TCPFlagRST) || h.flow() != nil {
+		t.Fatalf("no reset after MaxRetrans: %+v", got)
+	}
+}
+
+// TestTCPIdleTimeout: a connection without activity is reset both ways
+// after IdleTimeout; activity pushes the deadline out.
+func TestTCPIdleTimeout(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{IdleTimeout: time.Hour})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	h.now = h.now.Add(50 * time.Minute)
+	h.sendAck([]byte("x")) // activity
+	h.flush()
+	h.tab.Timers(h.now.Add(59 * time.Minute))
+	if h.flow() == nil {
+		t.Fatalf("reset despite activity")
+	}
+	h.tab.Timers(h.now.Add(time.Hour))
+	if got := h.flush(); !hasFlag(got, header.TCPFlagRST) || h.flow() != nil {
+		t.Fatalf("idle connection not reset: %+v", got)
+	}
+	tcpReadN(t, peer, 1)
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := peer.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("peer not reset: %v", err)
+	}
+}
+
+// TestTCPFinTimeout: once a FIN went either way, the connection must finish
+// within FinTimeout.
+func TestTCPFinTimeout(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{FinTimeout: time.Minute})
+	ln := h.listen()
+	h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	h.sendFin()
+	h.flush()
+	h.tab.Timers(h.now.Add(59 * time.Second))
+	if h.flow() == nil {
+		t.Fatalf("reset before the FIN timeout")
+	}
+	h.tab.Timers(h.now.Add(time.Minute))
+	if got := h.flush(); !hasFlag(got, header.TCPFlagRST) || h.flow() != nil {
+		t.Fatalf("half-closed connection not reset: %+v", got)
+	}
+}

@@ -48,7 +48,9 @@ type flow struct {
 // flowConfig is the part of the Stack's Config the flows use.
 type flowConfig struct {
 	maxFlows                int
-	gw4, gw6                netip.Addr
+	gw4, gw6                netip.Addr // the gateway as the guest addresses it
+	gw6Global               netip.Addr // the host's own IPv6 router, if the guest uses it
+	dnsFwd4, dnsFwd6        netip.Addr // host loopback resolvers behind the gateway's port 53
 	mapGateway              bool
 	ourMAC                  [6]byte
 	udpTimeout, icmpTimeout time.Duration
@@ -310,16 +312,23 @@ func (ft *flowTable) expire(now time.Time) {
 	ft.nextSweep = now.Add(ft.sweepInterval())
 }
 
-// hostAddr maps the address the guest talks to onto the host address the
-// socket connects to: the gateway is the host itself (loopback).
-func (ft *flowTable) hostAddr(a netip.Addr) netip.Addr {
+// hostAddr maps the address and port the guest talks to onto the host
+// address the socket connects to: the gateway is the host itself (loopback),
+// and its DNS port leads to a loopback resolver when one was detected.
+func (ft *flowTable) hostAddr(a netip.Addr, port uint16) netip.Addr {
 	if !ft.cfg.mapGateway {
 		return a
 	}
 	if a.Is4() && ft.cfg.gw4.IsValid() && a == ft.cfg.gw4 {
+		if port == 53 && ft.cfg.dnsFwd4.IsValid() {
+			return ft.cfg.dnsFwd4
+		}
 		return netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
-	if a.Is6() && ft.cfg.gw6.IsValid() && a == ft.cfg.gw6 {
+	if a.Is6() && ((ft.cfg.gw6.IsValid() && a == ft.cfg.gw6) || (ft.cfg.gw6Global.IsValid() && a == ft.cfg.gw6Global)) {
+		if port == 53 && ft.cfg.dnsFwd6.IsValid() {
+			return ft.cfg.dnsFwd6
+		}
 		return netip.IPv6Loopback()
 	}
 	return a
@@ -341,7 +350,7 @@ func (ft *flowTable) nextIPID() uint16 {
 // openDgram opens a non-blocking datagram socket of proto connected to
 // the host address for key's remote end.
 func (ft *flowTable) openDgram(key *flowKey, proto int) (int, error) {
-	remote := ft.hostAddr(key.remoteAddr())
+	remote := ft.hostAddr(key.remoteAddr(), key.remotePort)
 	family := unix.AF_INET
 	if key.v6 {
 		family = unix.AF_INET6

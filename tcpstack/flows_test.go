@@ -26,7 +26,9 @@ var (
 func newFlowPair(t *testing.T, features uint64, mod func(*Config)) *testPair {
 	t.Helper()
 	p := newTestPair(t, features, 256)
-	cfg := Config{Logger: testLogger(), GatewayV4: testGw4, GatewayV6: testGw6}
+	cfg := Config{Logger: testLogger()}
+	cfg.Addr.IPv4.Gateway = testGw4
+	cfg.Addr.IPv6.GatewayLL = testGw6
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -42,9 +42,12 @@ type loop struct {
 	rx        rxWriter
 	pending   replyRing
 	flows     *flowTable
-	guestCsum bool // VIRTIO_NET_F_GUEST_CSUM: frames to the guest may carry partial checksums
-	rxWaiting bool // producers wait for RX descriptors: RX kicks are enabled
-	again     bool // work is left: poll epoll without sleeping
+	tcp       *tcpTable
+	now       time.Time // taken once per iteration
+	mtu       int       // guest MTU the TCP table was last told
+	guestCsum bool      // VIRTIO_NET_F_GUEST_CSUM: frames to the guest may carry partial checksums
+	rxWaiting bool      // producers wait for RX descriptors: RX kicks are enabled
+	again     bool      // work is left: poll epoll without sleeping
 
 	timerArmed time.Time // deadline the timerfd is set to; zero: disarmed
 }
@@ -60,6 +63,7 @@ func newLoop(s *Stack, qp QueuePair, ps *pairState) (*loop, error) {
 		qp:      qp,
 		st:      st,
 		flows:   ps.flows,
+		tcp:     ps.tcp,
 		log:     s.log.With("pair", qp.Index),
 		ep:      epollSet{fd: -1},
 		wakefd:  -1,
@@ -83,6 +87,7 @@ func newLoop(s *Stack, qp QueuePair, ps *pairState) (*loop, error) {
 		unix.Close(l.wakefd)
 		return nil, err
 	}
+	l.attachTCP()
 	return l, nil
 }
 
@@ -211,7 +216,8 @@ func (l *loop) run() {
 // one publication of the RX used ring.
 func (l *loop) iterate(tx, rx bool) {
 	l.rx.starved, l.rx.limited = false, false
-	l.flows.now = time.Now()
+	l.now = time.Now()
+	l.flows.now = l.now
 	txMore := false
 	if tx {
 		txMore = l.processTX()
@@ -236,6 +242,7 @@ func (l *loop) iterate(tx, rx bool) {
 // link-service replies first (they are few and unblock guests), then flows.
 func (l *loop) produceRX() (more bool) {
 	l.deliverPending()
+	l.tcpOutput()
 	return l.flows.flush(l)
 }
 
@@ -284,6 +291,9 @@ func (l *loop) armTimer() {
 		return
 	}
 	d := l.flows.nextDeadline()
+	if t := l.tcpDeadline(); !t.IsZero() && (d.IsZero() || t.Before(d)) {
+		d = t
+	}
 	if d.Equal(l.timerArmed) {
 		return
 	}
@@ -304,7 +314,9 @@ func (l *loop) armTimer() {
 // onTimer runs expired timeouts.
 func (l *loop) onTimer() {
 	l.timerArmed = time.Time{}
-	l.flows.expire(time.Now())
+	l.now = time.Now()
+	l.flows.expire(l.now)
+	l.tcp.Timers(l.now)
 }
 
 // onSocket dispatches readiness of a flow socket by its token's tag.
@@ -312,6 +324,8 @@ func (l *loop) onSocket(tok uint64, events uint32) {
 	switch tokenTag(tok) {
 	case tagUDP, tagICMP:
 		l.flows.ready(tok, events)
+	case tagTCP:
+		l.tcp.HandleSocketEvent(l.now, tok, events)
 	}
 }
 

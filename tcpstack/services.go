@@ -4,6 +4,6 @@ package tcpstack
 // instances so services may keep scratch state without locking.
 func (s *Stack) newServices() [NumServices]linkService {
 	var svc [NumServices]linkService
-	svc[SvcARP] = &arpResponder{ourMAC: s.cfg.OurMAC}
+	svc[SvcARP] = &arpResponder{ourMAC: s.cfg.Addr.OurMAC}
 	return svc
 }

@@ -26,16 +26,12 @@ type QueuePair struct {
 type Config struct {
 	// Logger receives the data path's logs; nil means slog.Default().
 	Logger *slog.Logger
-	// OurMAC is the MAC address the stack answers with (gateway, ARP, NDP).
-	// Zero means DefaultOurMAC.
-	OurMAC [6]byte
-	// MTU is the guest MTU used to size frames sent to the guest; 0 means
-	// DefaultMTU. [Stack.SetMTU] overrides it at run time.
-	MTU int
-	// GatewayV4 and GatewayV6 are the guest's gateway addresses. Guest flows
-	// to them go to the host's loopback (127.0.0.1, ::1) unless NoMapGateway.
-	GatewayV4, GatewayV6 netip.Addr
-	// NoMapGateway disables the gateway to loopback mapping.
+	// Addr is what the guest is told about its link (addresses, gateway,
+	// resolvers, MTU); the link services answer from it and the flows map
+	// the gateway with it. A zero OurMAC means DefaultOurMAC.
+	Addr AddrConfig
+	// NoMapGateway disables the mapping of guest flows to the gateway
+	// address onto the host's loopback (127.0.0.1, ::1).
 	NoMapGateway bool
 	// MaxFlows bounds the UDP and ICMP echo flows of one queue pair
 	// (default 1024); a datagram that needs a new flow beyond it is dropped.
@@ -44,6 +40,9 @@ type Config struct {
 	UDPTimeout time.Duration
 	// ICMPTimeout closes an ICMP echo flow idle for that long (default 60s).
 	ICMPTimeout time.Duration
+	// TCP configures TCP translation. Its OurMAC, MTU, gateways, token tag
+	// and logger are filled in from the fields above.
+	TCP TCPConfig
 }
 
 // DefaultOurMAC is the stack's own MAC address unless configured, the one
@@ -70,11 +69,13 @@ type Stack struct {
 
 // pairState is what a queue pair keeps across loop restarts (the control
 // plane stops and restarts pairs on every ring or memory-table change): its
-// counters and its flows, whose sockets stay open and are re-registered with
-// the next loop's epoll set.
+// counters and its flows and connections, whose sockets stay open and are
+// re-registered with the next loop's epoll set.
 type pairState struct {
-	st    *QueueStats
-	flows *flowTable
+	st       *QueueStats
+	tcpStats *TCPStats
+	flows    *flowTable
+	tcp      *tcpTable
 }
 
 // New returns a Stack with no running pairs.
@@ -82,11 +83,8 @@ func New(cfg Config) *Stack {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.OurMAC == ([6]byte{}) {
-		cfg.OurMAC = DefaultOurMAC
-	}
-	if cfg.MTU <= 0 {
-		cfg.MTU = DefaultMTU
+	if cfg.Addr.OurMAC.IsZero() {
+		cfg.Addr.OurMAC = DefaultOurMAC
 	}
 	if cfg.MaxFlows <= 0 {
 		cfg.MaxFlows = 1024
@@ -103,7 +101,7 @@ func New(cfg Config) *Stack {
 		loops: make(map[int]*loop),
 		pairs: make(map[int]*pairState),
 	}
-	s.mtu.Store(int64(cfg.MTU))
+	s.mtu.Store(int64(cfg.Addr.EffectiveMTU()))
 	return s
 }
 
@@ -126,8 +124,9 @@ func (s *Stack) StartPair(qp QueuePair) error {
 	}
 	ps := s.pairs[qp.Index]
 	if ps == nil {
-		ps = &pairState{st: new(QueueStats)}
+		ps = &pairState{st: new(QueueStats), tcpStats: new(TCPStats)}
 		ps.flows = newFlowTable(s.flowConfig(), ps.st, s.log.With("pair", qp.Index))
+		ps.tcp = newTCPTable(s.tcpConfig(qp.Index), ps.tcpStats, epollSet{fd: -1})
 		s.pairs[qp.Index] = ps
 	}
 	st := ps.st
@@ -225,17 +224,57 @@ func (s *Stack) Close() {
 	defer s.mu.Unlock()
 	for _, ps := range s.pairs {
 		ps.flows.closeAll()
+		ps.tcp.Close()
 	}
+}
+
+// PairTCPStats returns the TCP translation counters of pair index, or nil
+// if the pair has never been started.
+func (s *Stack) PairTCPStats(index int) *TCPStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ps := s.pairs[index]; ps != nil {
+		return ps.tcpStats
+	}
+	return nil
+}
+
+// gateway6 returns the IPv6 address the guest uses for the host: the
+// link-local router address it learns from our router advertisements.
+func (s *Stack) gateway6() netip.Addr {
+	if !s.cfg.Addr.Disable6 {
+		return s.cfg.Addr.RouterLL()
+	}
+	return netip.Addr{}
+}
+
+// tcpConfig derives pair index's TCP settings.
+func (s *Stack) tcpConfig(index int) TCPConfig {
+	c := s.cfg.TCP
+	c.OurMAC = s.cfg.Addr.OurMAC
+	c.MTU = s.cfg.Addr.EffectiveMTU()
+	c.GatewayV4 = s.cfg.Addr.IPv4.Gateway
+	c.GatewayV6 = s.gateway6()
+	c.NoMapGateway = c.NoMapGateway || s.cfg.NoMapGateway
+	c.TokenTag = tagTCP
+	if c.Logger == nil {
+		c.Logger = s.log.With("pair", index)
+	}
+	return c
 }
 
 // flowConfig derives the flow table's settings.
 func (s *Stack) flowConfig() flowConfig {
+	a := &s.cfg.Addr
 	return flowConfig{
 		maxFlows:    s.cfg.MaxFlows,
-		gw4:         s.cfg.GatewayV4,
-		gw6:         s.cfg.GatewayV6,
+		gw4:         a.IPv4.Gateway,
+		gw6:         s.gateway6(),
+		gw6Global:   a.IPv6.Gateway,
+		dnsFwd4:     a.DNSForward4,
+		dnsFwd6:     a.DNSForward6,
 		mapGateway:  !s.cfg.NoMapGateway,
-		ourMAC:      s.cfg.OurMAC,
+		ourMAC:      a.OurMAC,
 		udpTimeout:  s.cfg.UDPTimeout,
 		icmpTimeout: s.cfg.ICMPTimeout,
 	}

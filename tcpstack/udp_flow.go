@@ -88,7 +88,7 @@ func parseL3v6(head []byte, frameLen int, ip *l3Info) bool {
 // handleIPv4Flow translates an IPv4 frame to a host socket flow. It reports
 // false when the frame is not (yet) translated; the caller counts the drop.
 func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int, proto uint8, fragmented bool) bool {
-	if proto != ipProtoUDP && proto != ipProtoICMP {
+	if proto != ipProtoUDP && proto != ipProtoICMP && proto != ipProtoTCP {
 		return false
 	}
 	if fragmented {
@@ -100,7 +100,11 @@ func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int
 		l.st.TX.Drops[DropMalformed].Add(1)
 		return true
 	}
-	if proto == ipProtoUDP {
+	switch proto {
+	case ipProtoTCP:
+		l.tcpFromGuest(c, head, frameLen)
+		return true
+	case ipProtoUDP:
 		l.udpFromGuest(c, head, &ip)
 		return true
 	}
@@ -109,6 +113,10 @@ func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int
 
 // handleIPv6Flow is handleIPv4Flow for IPv6.
 func (l *loop) handleIPv6Flow(c *virtqueue.Chain, head []byte, frameLen int, next uint8) bool {
+	if next == ipProtoTCP {
+		l.tcpFromGuest(c, head, frameLen)
+		return true
+	}
 	if next != ipProtoUDP && next != ipProtoICMPv6 {
 		return false
 	}

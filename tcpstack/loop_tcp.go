@@ -1,0 +1,45 @@
+package tcpstack
+
+import (
+	"time"
+
+	"vunet/virtqueue"
+)
+
+// The loop's side of TCP translation: the tcpTable (tcp_*.go) does the
+// protocol; the loop feeds it guest segments, socket events and timer ticks,
+// and lends it the RX writer for its output pass.
+
+// attachTCP hands the pair's connections to this loop: their sockets join
+// its epoll set, and they learn the guest's offloads and MTU.
+func (l *loop) attachTCP() {
+	f := l.qp.Features
+	l.tcp.Attach(l.ep)
+	l.tcp.SetFeatures(l.guestCsum,
+		virtqueue.HasFeature(f, virtqueue.FeatureNetGuestTSO4),
+		virtqueue.HasFeature(f, virtqueue.FeatureNetGuestTSO6))
+	l.mtu = l.s.MTU()
+	l.tcp.SetMTU(l.mtu)
+}
+
+// tcpFromGuest passes a guest TCP segment to the table; payload goes from
+// the chain's guest memory straight to the host socket.
+func (l *loop) tcpFromGuest(c *virtqueue.Chain, head []byte, frameLen int) {
+	if !l.tcp.HandleGuestFrame(l.now, head, c.Readable, l.rx.vhLen, frameLen) {
+		l.st.TX.Drops[DropMalformed].Add(1)
+	}
+}
+
+// tcpOutput runs the TCP output pass into the RX ring. A pass blocked on
+// descriptors has already marked the writer starved, so the refill kick
+// brings the loop back.
+func (l *loop) tcpOutput() {
+	if m := l.s.MTU(); m != l.mtu {
+		l.mtu = m
+		l.tcp.SetMTU(m)
+	}
+	l.tcp.Flush(l.now, &l.rx)
+}
+
+// tcpDeadline is the TCP table's next timer, zero for none.
+func (l *loop) tcpDeadline() time.Time { return l.tcp.NextTimer() }

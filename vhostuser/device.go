@@ -78,6 +78,14 @@ func newDevice(cfg DeviceConfig) *device {
 	// Bits the control plane cannot honour whatever the data plane does:
 	// dirty logging, packed rings, IOMMU translation.
 	offered &^= FeatureLogAll | 1<<virtqueue.FeatureRingPacked | 1<<virtqueue.FeatureAccessPlatform
+	// VIRTIO_NET_F_MQ passes through QEMU to the guest: without it a guest
+	// driver uses one pair whatever `queues=N` says, so it follows the pairs
+	// we serve.
+	if pairs > 1 {
+		offered |= 1 << virtqueue.FeatureNetMQ
+	} else {
+		offered &^= 1 << virtqueue.FeatureNetMQ
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()

@@ -154,7 +154,7 @@ func addMem(h *harness, g *guestMem)               { h.ok(ReqAddMemReg, memReg(g
 
 func messageCases() []msgCase {
 	return []msgCase{
-		{name: "GET_FEATURES", req: ReqGetFeatures, payload: constPayload(nil), wantReply: u64(DefaultFeatures),
+		{name: "GET_FEATURES", req: ReqGetFeatures, payload: constPayload(nil), wantReply: u64(DefaultFeatures | 1<<virtqueue.FeatureNetMQ),
 			bad: u64(0), badReason: ErrReasonMalformed},
 		{name: "SET_FEATURES", req: ReqSetFeatures, payload: constPayload(u64(DefaultFeatures)),
 			check: func(t *testing.T, h *harness) {

@@ -1,0 +1,138 @@
+package tcpstack
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"testing"
+
+	"vunet/tcpstack/header"
+	"vunet/virtqueue"
+)
+
+// TestTCPGuestMSSAndMTU: frames to the guest carry at most the guest's MSS,
+// and never more than the MTU allows.
+func TestTCPGuestMSSAndMTU(t *testing.T) {
+	for _, tc := range []struct {
+		mss, want int
+	}{{500, 500}, {9000, 1460}} {
+		h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+		ln := h.listen()
+		peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: uint16(tc.mss)})
+		data := tcpPattern(10 * tc.want)
+		peer.Write(data)
+		got := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(data) })
+		for _, s := range got {
+			if len(s.payload) > tc.want {
+				t.Fatalf("guest MSS %d: frame with %d bytes", tc.mss, len(s.payload))
+			}
+			if s.vh.GSOType != virtqueue.GSONone {
+				t.Fatalf("GSO without offload")
+			}
+		}
+		if len(got[0].payload) != tc.want {
+			t.Fatalf("guest MSS %d: first frame %d bytes, want %d", tc.mss, len(got[0].payload), tc.want)
+		}
+		if !bytes.Equal(tcpPayloadOf(got), data) {
+			t.Fatalf("payload mismatch")
+		}
+	}
+}
+
+// TestTCPGSOFrames: with the guest's checksum and TSO offloads, frames grow
+// to 64 KiB with GSO fields describing the segmentation, and carry a partial
+// checksum the guest completes.
+func TestTCPGSOFrames(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h.tab.SetFeatures(true, true, true)
+	ln := h.listen()
+	peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: 1460, HasWindowScale: true, WindowScale: 7})
+	data := tcpPattern(200000)
+	go peer.Write(data)
+	got := h.collect("data", func(s []tcpSeg) bool {
+		if len(s) > 0 {
+			h.ackAll(s[len(s)-1:])
+		}
+		return len(tcpPayloadOf(s)) >= len(data)
+	})
+	if !bytes.Equal(tcpPayloadOf(got), data) {
+		t.Fatalf("payload mismatch")
+	}
+	big := 0
+	for _, s := range got {
+		if len(s.payload) == 0 {
+			continue
+		}
+		if s.vh.Flags != virtqueue.NetHdrFNeedsCsum || s.vh.CsumStart != 34 || s.vh.CsumOffset != 16 {
+			t.Fatalf("checksum fields %+v", s.vh)
+		}
+		if len(s.payload) > 1460 {
+			big++
+			if s.vh.GSOType != virtqueue.GSOTCPv4 || s.vh.GSOSize != 1460 || s.vh.HdrLen != 54 {
+				t.Fatalf("GSO fields %+v for %d bytes", s.vh, len(s.payload))
+			}
+			if len(s.payload) > 65535-40 {
+				t.Fatalf("GSO frame of %d bytes", len(s.payload))
+			}
+		} else if s.vh.GSOType != virtqueue.GSONone {
+			t.Fatalf("GSO type on a frame within the MSS")
+		}
+	}
+	if big == 0 {
+		t.Fatalf("no GSO frame")
+	}
+}
+
+// TestTCPChecksumAcrossIovecs: full TCP checksums are right when the guest
+// buffers split the payload at odd offsets (merged RX buffers).
+func TestTCPChecksumAcrossIovecs(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h.w.chunk = 333
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	data := tcpPattern(4321)
+	peer.Write(data)
+	got := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(data) })
+	if !bytes.Equal(tcpPayloadOf(got), data) {
+		t.Fatalf("payload mismatch")
+	}
+	for _, s := range got {
+		if !s.csumOK {
+			t.Fatalf("bad checksum")
+		}
+	}
+}
+
+// TestTCPIPv6: a guest IPv6 connection to the gateway reaches ::1.
+func TestTCPIPv6(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{GatewayV6: netip.MustParseAddr("fd00::2")})
+	ln, err := net.ListenTCP("tcp6", &net.TCPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Skip("no IPv6 loopback")
+	}
+	defer ln.Close()
+	h.guest = netip.MustParseAddrPort("[fd00::15]:40000")
+	h.remote = netip.AddrPortFrom(netip.MustParseAddr("fd00::2"), uint16(ln.Addr().(*net.TCPAddr).Port))
+	peer := h.establish(ln, tcpMss1400ws7)
+	peer.Write([]byte("over v6"))
+	got := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= 7 })
+	if string(tcpPayloadOf(got)) != "over v6" || got[0].src != h.remote || got[0].dst != h.guest {
+		t.Fatalf("got %q from %v to %v", tcpPayloadOf(got), got[0].src, got[0].dst)
+	}
+	h.sendAck([]byte("back"))
+	if b := tcpReadN(t, peer, 4); string(b) != "back" {
+		t.Fatalf("peer got %q", b)
+	}
+}
+
+// TestTCPTableFull: a SYN beyond MaxFlows is refused and counted.
+func TestTCPTableFull(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{MaxFlows: 1})
+	ln := h.listen()
+	h.establish(ln, tcpMss1400ws7)
+	h.guest = netip.MustParseAddrPort("10.0.2.15:40001")
+	h.sendSYN(tcpMss1400ws7)
+	if h.tab.Len() != 1 || h.stats.TableFull.Load() != 1 {
+		t.Fatalf("len %d tableFull %d", h.tab.Len(), h.stats.TableFull.Load())
+	}
+}

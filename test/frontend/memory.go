@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -35,10 +36,16 @@ var ErrNoMemory = errors.New("guest memory exhausted")
 // Memory is the guest's RAM: one memfd mapped once into this process, shown
 // to the back-end as one or more regions. The user address of each region is
 // its real address in this process, as QEMU does.
+//
+// Allocation is safe for concurrent use (a receiving and a sending goroutine
+// may share one Memory); reads and writes of guest bytes are not locked.
 type Memory struct {
 	fd      int
-	buf     []byte
+	size    uint64   // bytes of the memfd
+	maps    [][]byte // every mapping, for Close
 	regions []Region
+	data    [][]byte // per region: its bytes
+	mu      sync.Mutex
 	free    [][]extent // per region, sorted, coalesced
 }
 
@@ -66,7 +73,7 @@ func NewMemory(size uint64, layout Layout) (*Memory, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("mmap guest memory: %w", err)
 	}
-	m := &Memory{fd: fd, buf: buf}
+	m := &Memory{fd: fd, size: size, maps: [][]byte{buf}}
 	base := uint64(uintptr(unsafe.Pointer(&buf[0])))
 	switch layout {
 	case LayoutPCHole:
@@ -82,6 +89,9 @@ func NewMemory(size uint64, layout Layout) (*Memory, error) {
 		}
 	default:
 		m.regions = []Region{{GuestAddr: 0, Size: size, UserAddr: base, MmapOffset: 0}}
+	}
+	for _, r := range m.regions {
+		m.data = append(m.data, buf[r.MmapOffset:r.MmapOffset+r.Size:r.MmapOffset+r.Size])
 	}
 	for i, r := range m.regions {
 		start := r.GuestAddr
@@ -102,16 +112,50 @@ func (m *Memory) FD() int { return m.fd }
 // Regions returns the region table sent to the back-end.
 func (m *Memory) Regions() []Region { return append([]Region(nil), m.regions...) }
 
-// Size is the total mapped size.
-func (m *Memory) Size() uint64 { return uint64(len(m.buf)) }
+// Size is the size of the memfd.
+func (m *Memory) Size() uint64 { return m.size }
+
+// Grow adds size bytes (rounded up to a page) as a new region above the
+// highest guest address, backed by the same memfd at the next offset and
+// mapped separately (its own user address), the way memory hot-plug shows
+// up. The caller then re-sends the table (RemapMemTable or ADD_MEM_REG).
+// Grow must not run concurrently with any other use of m.
+func (m *Memory) Grow(size uint64) (Region, error) {
+	size = (size + pageSize - 1) &^ (pageSize - 1)
+	off := m.size
+	if err := unix.Ftruncate(m.fd, int64(off+size)); err != nil {
+		return Region{}, fmt.Errorf("grow guest memory: %w", err)
+	}
+	buf, err := unix.Mmap(m.fd, int64(off), int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return Region{}, fmt.Errorf("map grown guest memory: %w", err)
+	}
+	var top uint64
+	for _, r := range m.regions {
+		top = max(top, r.GuestAddr+r.Size)
+	}
+	// 1 GiB alignment keeps the new region visibly apart, like DIMM slots.
+	gpa := (top + (1 << 30) - 1) &^ ((1 << 30) - 1)
+	r := Region{GuestAddr: gpa, Size: size, UserAddr: uint64(uintptr(unsafe.Pointer(&buf[0]))), MmapOffset: off}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.size += size
+	m.maps = append(m.maps, buf)
+	m.regions = append(m.regions, r)
+	m.data = append(m.data, buf)
+	m.free = append(m.free, []extent{{gpa, gpa + size}})
+	return r, nil
+}
 
 // Close unmaps the memory and closes the memfd.
 func (m *Memory) Close() error {
 	var err error
-	if m.buf != nil {
-		err = unix.Munmap(m.buf)
-		m.buf = nil
+	for _, b := range m.maps {
+		if uerr := unix.Munmap(b); err == nil {
+			err = uerr
+		}
 	}
+	m.maps, m.data = nil, nil
 	if m.fd >= 0 {
 		if cerr := unix.Close(m.fd); err == nil {
 			err = cerr
@@ -141,8 +185,7 @@ func (m *Memory) Slice(gpa, n uint64) ([]byte, error) {
 	if n > r.Size-off {
 		return nil, fmt.Errorf("gpa %#x+%d crosses the end of region %d", gpa, n, i)
 	}
-	start := r.MmapOffset + off
-	return m.buf[start : start+n : start+n], nil
+	return m.data[i][off : off+n : off+n], nil
 }
 
 // Write copies b to gpa; the range may span adjacent regions.
@@ -165,7 +208,7 @@ func (m *Memory) each(gpa, n uint64, fn func(part []byte, done uint64)) error {
 		r := m.regions[i]
 		off := gpa + done - r.GuestAddr
 		k := min(r.Size-off, n-done)
-		fn(m.buf[r.MmapOffset+off:r.MmapOffset+off+k], done)
+		fn(m.data[i][off:off+k], done)
 		done += k
 	}
 	return nil
@@ -204,6 +247,8 @@ func (m *Memory) AllocIn(i int, size, align uint64) (uint64, error) {
 	if align&(align-1) != 0 {
 		return 0, fmt.Errorf("alloc: alignment %d is not a power of two", align)
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if i < 0 || i >= len(m.free) {
 		return 0, fmt.Errorf("alloc: no region %d", i)
 	}
@@ -236,6 +281,8 @@ func (m *Memory) Free(gpa, size uint64) {
 	if !ok {
 		return
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	ext := append(m.free[i], extent{gpa, gpa + size})
 	sort.Slice(ext, func(a, b int) bool { return ext[a].start < ext[b].start })
 	out := ext[:1]
@@ -252,6 +299,8 @@ func (m *Memory) Free(gpa, size uint64) {
 
 // FreeBytes reports the bytes still available to Alloc (for leak checks).
 func (m *Memory) FreeBytes() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var n uint64
 	for _, ext := range m.free {
 		for _, e := range ext {

@@ -3,6 +3,8 @@ package frontend
 import (
 	"bytes"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestMemoryLayouts(t *testing.T) {
@@ -97,6 +99,39 @@ func TestMemorySpanningAccess(t *testing.T) {
 	}
 	ua, _ := m.UserAddr(boundary + 8)
 	if ua != m.Regions()[1].UserAddr+8 {
+		t.Fatalf("user addr %#x", ua)
+	}
+}
+
+func TestMemoryGrow(t *testing.T) {
+	m, err := NewMemory(1<<20, LayoutPCHole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	r, err := m.Grow(100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GuestAddr != 1<<30 || r.Size != 102400 || r.MmapOffset != 1<<20 || len(m.Regions()) != 3 {
+		t.Fatalf("grown region %+v, %d regions", r, len(m.Regions()))
+	}
+	gpa, err := m.AllocIn(2, 4096, 8)
+	if err != nil || gpa < r.GuestAddr {
+		t.Fatalf("alloc in grown region: %#x %v", gpa, err)
+	}
+	data := frameOf(4096, 1)
+	if err := m.Write(gpa, data); err != nil {
+		t.Fatal(err)
+	}
+	// The same bytes are visible through the memfd at the region's offset,
+	// which is what the back-end maps.
+	back := make([]byte, 4096)
+	if _, err := unix.Pread(m.FD(), back, int64(r.MmapOffset+gpa-r.GuestAddr)); err != nil || !bytes.Equal(back, data) {
+		t.Fatalf("memfd contents differ: %v", err)
+	}
+	ua, _ := m.UserAddr(gpa)
+	if ua != r.UserAddr+gpa-r.GuestAddr {
 		t.Fatalf("user addr %#x", ua)
 	}
 }

@@ -189,3 +189,55 @@ func TestInterruptSuppression(t *testing.T) {
 		})
 	}
 }
+
+// TestDPDKMemoryGrowth does what DPDK's virtio-user does when its memory
+// grows: SET_MEM_TABLE again, with one more region, between
+// SET_VRING_ENABLE 0 and 1, rings already running. A buffer in the new
+// region must then work.
+func TestDPDKMemoryGrowth(t *testing.T) {
+	s := startServer(t)
+	f := s.connect(t, fe.Options{Order: fe.OrderDPDK, Layout: fe.LayoutPCHole})
+	p := f.Pair0()
+	// Traffic before the growth (no RX buffers yet: TX only).
+	if err := p.SubmitTX(eth(0x88b5, make([]byte, 46))); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitTX(3 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Mem.Grow(4 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.RemapMemTable(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	gpa, err := f.Mem.AllocIn(len(f.Mem.Regions())-1, 2048, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := p.RX.AddChain([]fe.Buffer{{GPA: gpa, Len: 2048, Write: true}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.RX.Publish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SubmitTX(arpRequest()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RX.WaitUsedIdx(1, 3*time.Second); err != nil {
+		t.Fatalf("buffer in the grown region not used: %v", err)
+	}
+	u := p.RX.UsedElem(0)
+	if u.ID != uint32(head) || u.Len != 12+42 {
+		t.Fatalf("used %+v, want head %d len 54", u, head)
+	}
+	b := make([]byte, 54)
+	if err := f.Mem.Read(gpa, b); err != nil {
+		t.Fatal(err)
+	}
+	checkARPReply(t, b[12:])
+}

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Modules are the kernel modules the guest needs for virtio-net, in insmod
@@ -30,7 +31,7 @@ const AgentPath = "/agent"
 
 // formatVersion changes whenever the image layout changes, so that cached
 // images built by older code are not reused.
-const formatVersion = "vunet-initramfs-1"
+const formatVersion = "vunet-initramfs-2"
 
 // Options selects the inputs of an image. Zero values pick the host's.
 type Options struct {
@@ -125,6 +126,8 @@ func Build(ctx context.Context, opts Options) (Image, error) {
 	img.Initrd = filepath.Join(opts.CacheDir, "initramfs-"+kver+"-"+hex.EncodeToString(h.Sum(nil))[:20]+".cpio.gz")
 	if st, err := os.Stat(img.Initrd); err == nil && st.Size() > 0 {
 		img.Cached = true
+		now := time.Now()
+		_ = os.Chtimes(img.Initrd, now, now) // in use: keep it out of pruning
 		return img, nil
 	}
 
@@ -155,11 +158,40 @@ func Build(ctx context.Context, opts Options) (Image, error) {
 		os.Remove(tmp.Name())
 		return Image{}, fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
+	// Readable by others: QEMU may run as another user (libvirt-qemu).
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		os.Remove(tmp.Name())
+		return Image{}, fmt.Errorf("chmod %s: %w", tmp.Name(), err)
+	}
 	if err := os.Rename(tmp.Name(), img.Initrd); err != nil {
 		os.Remove(tmp.Name())
 		return Image{}, fmt.Errorf("publish %s: %w", img.Initrd, err)
 	}
+	pruneCache(opts.CacheDir, keepImages)
 	return img, nil
+}
+
+// keepImages is how many images the cache keeps: every change to the agent
+// makes a new one, and old ones are of no use.
+const keepImages = 4
+
+// pruneCache deletes all but the keep most recently used images.
+func pruneCache(dir string, keep int) {
+	matches, _ := filepath.Glob(filepath.Join(dir, "initramfs-*.cpio.gz"))
+	type entry struct {
+		path string
+		mod  time.Time
+	}
+	var es []entry
+	for _, m := range matches {
+		if st, err := os.Stat(m); err == nil {
+			es = append(es, entry{m, st.ModTime()})
+		}
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].mod.After(es[j].mod) })
+	for i := keep; i < len(es); i++ {
+		_ = os.Remove(es[i].path)
+	}
 }
 
 func writeTree(cw *newcWriter, busybox []byte, applets []string, agent []byte, mods []module, initScript string) {

@@ -129,6 +129,9 @@ func TestBuildHostImage(t *testing.T) {
 	if img.Cached {
 		t.Error("fresh cache dir reported a cache hit")
 	}
+	if st, err := os.Stat(img.Initrd); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("cached image %v mode, err %v; want 0644", st.Mode(), err)
+	}
 	again, err := Build(ctx, Options{CacheDir: cache})
 	if err != nil || !again.Cached || again.Initrd != img.Initrd {
 		t.Fatalf("second build: %+v, %v; want cache hit on %s", again, err, img.Initrd)
@@ -187,5 +190,33 @@ func TestBuildHostImage(t *testing.T) {
 	}
 	if !strings.HasSuffix(init, "exec "+AgentPath+"\n") {
 		t.Errorf("/init does not end by exec'ing the agent:\n%s", init)
+	}
+}
+
+func TestPruneCacheKeepsNewest(t *testing.T) {
+	dir := t.TempDir()
+	base := time.Now().Add(-time.Hour)
+	for i := 0; i < 6; i++ {
+		p := fmt.Sprintf("%s/initramfs-k-%d.cpio.gz", dir, i)
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mt := base.Add(time.Duration(i) * time.Minute)
+		if err := os.Chtimes(p, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(dir+"/unrelated", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pruneCache(dir, 4)
+	for i := 0; i < 6; i++ {
+		_, err := os.Stat(fmt.Sprintf("%s/initramfs-k-%d.cpio.gz", dir, i))
+		if kept := err == nil; kept != (i >= 2) {
+			t.Errorf("image %d kept=%v", i, kept)
+		}
+	}
+	if _, err := os.Stat(dir + "/unrelated"); err != nil {
+		t.Errorf("pruning removed an unrelated file: %v", err)
 	}
 }

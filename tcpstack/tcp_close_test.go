@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"vunet/tcpstack/header"
 )
 
@@ -247,5 +249,70 @@ func TestTCPFinTimeout(t *testing.T) {
 	h.tab.Timers(h.now.Add(time.Minute))
 	if got := h.flush(); !hasFlag(got, header.TCPFlagRST) || h.flow() != nil {
 		t.Fatalf("half-closed connection not reset: %+v", got)
+	}
+}
+
+// epollQuiet reports whether the table's epoll set stays silent for d.
+func (h *tcpHarness) epollQuiet(d time.Duration) bool {
+	var evs [8]unix.EpollEvent
+	n, _ := unix.EpollWait(h.poll.ep, evs[:], int(d/time.Millisecond))
+	return n == 0
+}
+
+// TestTCPNoEventStorm: data waiting in the socket for a guest ACK, a peer
+// FIN already passed on, and a fully shut socket waiting for the guest's
+// last ACK produce no endless epoll events.
+func TestTCPNoEventStorm(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	peer.Write([]byte("in flight"))
+	h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) > 0 })
+	if !h.epollQuiet(50 * time.Millisecond) {
+		t.Fatalf("events while all data is in flight")
+	}
+	peer.CloseWrite()
+	all := h.collect("FIN", func(s []tcpSeg) bool { return hasFlag(s, header.TCPFlagFIN) })
+	h.ackAll(all)
+	h.flush()
+	if !h.epollQuiet(50 * time.Millisecond) {
+		t.Fatalf("events after the peer's FIN was passed on")
+	}
+	h.sendFin()
+	h.flush()
+	if h.flow() != nil {
+		t.Fatalf("not closed")
+	}
+}
+
+// TestTCPAckAfterRewind: an ACK for data sent before a timeout rewind is
+// taken (the guest had it after all), and sending resumes after it.
+func TestTCPAckAfterRewind(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{AckTimeout: time.Second, MTU: 1500})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	f := h.flow()
+	start := f.seqToGuest
+	peer.Write(tcpPattern(2800))
+	h.waitQueued(2800)
+	h.w.free = 2
+	h.pump(0)
+	h.now = h.now.Add(time.Second)
+	h.w.free = 1
+	h.tab.Timers(h.now) // rewind, resend the first frame only
+	if re := h.flush(); len(re) != 1 || re[0].seq != start {
+		t.Fatalf("rewind resend: %+v", re)
+	}
+	// The guest ACKs both original frames.
+	h.ack = start + 2800
+	h.sendAck(nil)
+	if f.seqToGuest != start+2800 || f.inFlight() != 0 || h.queued() != 0 {
+		t.Fatalf("seqToGuest %d inFlight %d queued %d", f.seqToGuest-start, f.inFlight(), h.queued())
+	}
+	peer.Write([]byte("next"))
+	h.w.free = 10
+	got := h.collect("next", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) > 0 })
+	if got[0].seq != start+2800 || string(tcpPayloadOf(got)) != "next" {
+		t.Fatalf("after ACK: seq %d %q", got[0].seq-start, tcpPayloadOf(got))
 	}
 }

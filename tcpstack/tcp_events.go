@@ -38,11 +38,9 @@ func (t *tcpTable) HandleSocketEvent(now time.Time, token uint64, events uint32)
 		t.resetFlow(f, now)
 		return
 	}
-	if events&unix.EPOLLOUT != 0 && f.flags&flWantOut != 0 {
-		// Send space freed up: the window to the guest may have reopened.
-		f.flags &^= flWantOut
-		f.flags |= flAckDue
-		t.updateEpoll(f)
+	if events&unix.EPOLLOUT != 0 {
+		// Send space freed up: the window to the guest may have reopened
+		// (the output pass decides whether that is worth an update).
 		t.markDirty(f)
 	}
 	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP) != 0 {

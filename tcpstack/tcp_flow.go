@@ -56,6 +56,7 @@ type tcpFlow struct {
 	// Host socket → guest.
 	iss             uint32 // our initial sequence number (SYN-ACK)
 	seqToGuest      uint32 // next sequence to send; advances only on Commit
+	sndMax          uint32 // highest sequence ever sent (seqToGuest before any rewind)
 	seqAckFromGuest uint32 // highest ACK from the guest (socket data before it is consumed)
 	eofSeq          uint32 // seqToGuest where the socket's EOF was seen (valid with evSockFin)
 	wndFromGuest    uint32 // guest's receive window in bytes (scaled)
@@ -90,6 +91,13 @@ type tcpFlow struct {
 func tcpSeqLT(a, b uint32) bool { return int32(a-b) < 0 }
 func tcpSeqLE(a, b uint32) bool { return int32(a-b) <= 0 }
 func tcpSeqGT(a, b uint32) bool { return int32(a-b) > 0 }
+
+func tcpSeqMax(a, b uint32) uint32 {
+	if tcpSeqGT(b, a) {
+		return b
+	}
+	return a
+}
 
 // inFlight is the data sent to the guest and not acknowledged yet.
 func (f *tcpFlow) inFlight() uint32 { return f.seqToGuest - f.seqAckFromGuest }

@@ -185,6 +185,7 @@ func (t *tcpTable) connect(now time.Time, sg *tcpSegment) {
 	f.guestSACK = sg.opts.SACKPermitted
 	f.iss = rand.Uint32()
 	f.seqToGuest = f.iss
+	f.sndMax = f.iss
 	f.seqAckFromGuest = f.iss
 	f.created, f.lastActivity = now, now
 
@@ -289,7 +290,7 @@ func (t *tcpTable) guestSegment(now time.Time, f *tcpFlow, sg *tcpSegment, frame
 // the segment must be dropped.
 func (t *tcpTable) guestAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
 	ack := sg.ack
-	if tcpSeqGT(ack, f.seqToGuest) {
+	if tcpSeqGT(ack, f.sndMax) {
 		// ACKs data we never sent.
 		f.flags |= flAckDue
 		t.markDirty(f)
@@ -298,11 +299,12 @@ func (t *tcpTable) guestAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
 	wnd := min(uint32(sg.wnd)<<f.wsFromGuest, tcpMaxWindow)
 	progressed := false
 	if tcpSeqGT(ack, f.seqAckFromGuest) {
-		n := ack - f.seqAckFromGuest
-		if f.has(evGuestFinSent) && ack == f.seqToGuest {
-			n-- // our FIN is not a byte in the socket
-			f.events |= evGuestFinAck
+		dataEnd := ack
+		if f.has(evSockFin) && tcpSeqGT(ack, f.eofSeq) {
+			dataEnd = f.eofSeq // our FIN is not a byte in the socket
+			f.events |= evGuestFinSent | evGuestFinAck
 		}
+		n := dataEnd - f.seqAckFromGuest
 		if n > 0 && f.fd >= 0 {
 			r, e := tcpDiscard(f.fd, int(n))
 			if e != 0 || r != int(n) {
@@ -312,6 +314,12 @@ func (t *tcpTable) guestAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
 			}
 		}
 		f.seqAckFromGuest = ack
+		if tcpSeqGT(ack, f.seqToGuest) {
+			// An ACK for data sent before a rewind: skip what it covers.
+			// SO_PEEK_OFF moved back with the discard and stops at 0,
+			// which is exactly ack now.
+			f.seqToGuest = ack
+		}
 		f.retrans = 0
 		f.dupAcks = 0
 		f.lastAckProg = now

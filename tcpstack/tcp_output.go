@@ -73,6 +73,7 @@ func (t *tcpTable) output(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 		}
 		f.flags &^= flSynAckDue
 		f.seqToGuest = f.iss + 1
+		f.sndMax = f.seqToGuest
 		return true
 	}
 	t.refreshAckWnd(now, f)
@@ -87,6 +88,7 @@ func (t *tcpTable) output(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 			f.lastAckProg = now
 		}
 		f.seqToGuest++
+		f.sndMax = tcpSeqMax(f.sndMax, f.seqToGuest)
 		f.events |= evGuestFinSent
 		t.setState(f, tcpClosing)
 		t.updateEpoll(f)
@@ -149,21 +151,26 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 			wnd = 65535
 		}
 	}
+	space := tcpMaxWindow
 	if sb, e := tcpGetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_SNDBUF); e == 0 {
 		// The send buffer bounds what we can take at once; sk_sndbuf
 		// counts overhead too, so half of it is the usable payload.
-		space := sb/2 - tcpSendQueueBytes(f.fd)
-		if space < 0 {
-			space = 0
-		}
-		wnd = min(wnd, uint32(space))
+		space = max(sb/2-tcpSendQueueBytes(f.fd), 0)
 	}
-	wnd = min(wnd, uint32(0xffff)<<f.wsToGuest, tcpMaxWindow)
+	wnd = min(wnd, uint32(space), uint32(0xffff)<<f.wsToGuest, tcpMaxWindow)
 	f.wndToGuest = wnd
-	if wnd < uint32(f.mssToGuest) && f.flags&flWantOut == 0 && f.state != tcpSynAckSent {
-		// Watch for send space so the window update is not missed.
-		f.flags |= flWantOut
+	if f.state == tcpSynAckSent {
+		return
+	}
+	// A closed window needs a trigger to be reopened: EPOLLOUT when our
+	// send buffer is the limit, a short poll when the peer's window is.
+	wantOut := space < f.mssToGuest
+	if wantOut != (f.flags&flWantOut != 0) {
+		f.flags ^= flWantOut
 		t.updateEpoll(f)
+	}
+	if wnd < uint32(f.mssToGuest) && !wantOut && f.ackDueAt.IsZero() {
+		f.ackDueAt = now.Add(t.cfg.AckInterval)
 	}
 }
 
@@ -347,6 +354,7 @@ func (t *tcpTable) commitData(f *tcpFlow, w tcpFrameWriter, fr *tcpFrame, n int,
 	vh := t.buildHeaders(f, fr.hdr, fl, f.seqToGuest, nil, payload, n)
 	w.Commit(n, &vh)
 	f.seqToGuest += uint32(n)
+	f.sndMax = tcpSeqMax(f.sndMax, f.seqToGuest)
 }
 
 // sendFlags sends a frame without payload. It returns false when the guest

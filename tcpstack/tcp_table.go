@@ -251,12 +251,18 @@ func (t *tcpTable) markDirty(f *tcpFlow) {
 
 // updateEpoll registers the events f's state calls for.
 //
-// Reading follows DESIGN invariant 4: a flow stalled on the guest's window
-// does not watch EPOLLIN at all (nothing could be sent anyway; the guest's
-// ACK or window update re-reads the socket directly). A flow stalled because
-// everything readable is already in flight watches EPOLLIN edge-triggered:
-// level-triggered would fire forever for data that stays queued until the
-// guest ACKs it, while an edge still reports new data.
+// Once connected, a socket is always watched edge-triggered. Data stays
+// queued in the socket until the guest ACKs it, EOF and hang-up stay
+// readable forever, and send space is often plentiful while the window we
+// may advertise is not: level-triggered readiness would spin the loop in
+// every one of those cases. Edges are enough because nothing here relies on
+// epoll to be told twice: an output pass reads everything it has room for,
+// and every other reason to stop reading has its own trigger (a guest ACK
+// or window update, an RX refill, a timer), which reads directly.
+//
+// Reading follows DESIGN invariant 4: a flow stalled on the guest's window,
+// or waiting for RX buffers, does not watch EPOLLIN at all; a flow stalled
+// because everything readable is in flight watches it for new data.
 func (t *tcpTable) updateEpoll(f *tcpFlow) {
 	if f.fd < 0 || t.poll == nil {
 		return
@@ -264,19 +270,13 @@ func (t *tcpTable) updateEpoll(f *tcpFlow) {
 	var ev uint32
 	switch {
 	case f.flags&flConnected == 0:
-		ev = unix.EPOLLOUT
-	case f.state == tcpSynAckSent:
-		// Data before the guest's ACK waits; an edge is enough to note it.
-		ev = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
+		ev = unix.EPOLLOUT // connect() completion, once
 	case f.has(evGuestFinSent):
-		// Nothing more to read; only errors and hang-up matter.
-		ev = unix.EPOLLRDHUP
+		ev = unix.EPOLLET // nothing more to read; ERR and HUP are always reported
 	case f.flags&flRxBlocked != 0, f.flags&flStalled != 0 && f.flags&flWndStall != 0:
-		ev = 0
-	case f.flags&flStalled != 0:
-		ev = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
+		ev = unix.EPOLLET
 	default:
-		ev = unix.EPOLLIN | unix.EPOLLRDHUP
+		ev = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
 	}
 	if f.flags&flWantOut != 0 {
 		ev |= unix.EPOLLOUT

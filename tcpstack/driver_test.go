@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -288,13 +289,14 @@ func testLogger() *slog.Logger {
 
 // testPair is a started (or startable) queue pair with its driver rings.
 type testPair struct {
-	t        testing.TB
-	m        *testMem
-	rx, tx   *testRing
-	s        *Stack
-	qp       QueuePair
-	features uint64
-	hdrLen   int
+	t         testing.TB
+	m         *testMem
+	rx, tx    *testRing
+	s         *Stack
+	qp        QueuePair
+	features  uint64
+	hdrLen    int
+	announced int // frames the loop sends by itself at each start
 }
 
 func newTestPair(t testing.TB, features uint64, size uint16) *testPair {
@@ -304,7 +306,10 @@ func newTestPair(t testing.TB, features uint64, size uint16) *testPair {
 	p := &testPair{t: t, m: m, features: features, hdrLen: virtqueue.NetHdrLenFor(features)}
 	p.rx = newTestRing(t, m, 0, size, eventIdx)
 	p.tx = newTestRing(t, m, 1, size, eventIdx)
-	p.s = New(Config{Logger: testLogger()})
+	cfg := Config{Logger: testLogger()}
+	cfg.Addr.IPv4.Addr = netip.AddrFrom4(testGuestIP)
+	cfg.Addr.IPv4.PrefixLen = 24
+	p.s = New(cfg)
 	p.qp = QueuePair{Index: 0, RX: p.rx.q, TX: p.tx.q, RXEnabled: true, TXEnabled: true, Features: features}
 	t.Cleanup(p.s.Close)
 	return p

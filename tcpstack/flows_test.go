@@ -27,14 +27,35 @@ func newFlowPair(t *testing.T, features uint64, mod func(*Config)) *testPair {
 	t.Helper()
 	p := newTestPair(t, features, 256)
 	cfg := Config{Logger: testLogger()}
+	cfg.Addr.IPv4.Addr = testGuest4
+	cfg.Addr.IPv4.PrefixLen = 24
 	cfg.Addr.IPv4.Gateway = testGw4
 	cfg.Addr.IPv6.GatewayLL = testGw6
 	if mod != nil {
 		mod(&cfg)
 	}
 	p.s = New(cfg)
+	p.announced = 1 // the gratuitous ARP for the gateway at every pair start
 	t.Cleanup(p.s.Close)
 	return p
+}
+
+// rxReadIP is rxRead without the link announcements (ARP frames).
+func (p *testPair) rxReadIP(t *testing.T) (hdrs []virtqueue.NetHdr, frames [][]byte) {
+	t.Helper()
+	h, f := p.rxRead(t)
+	for i := range f {
+		if binary.BigEndian.Uint16(f[i][12:14]) == etherTypeARP {
+			continue
+		}
+		hdrs, frames = append(hdrs, h[i]), append(frames, f[i])
+	}
+	return hdrs, frames
+}
+
+// rxFrames is the RX frame count less the announcements of n pair starts.
+func (p *testPair) rxFrames(starts int) uint64 {
+	return p.stats().RX.Frames.Load() - uint64(starts*p.announced)
 }
 
 // udpFrame builds a guest UDP frame from the guest to dst.
@@ -167,9 +188,9 @@ func TestUDPFlowEcho(t *testing.T) {
 			payload := bytes.Repeat([]byte("0123456789abcdef"), tc.size/16+1)[:tc.size]
 			p.addTX(udpFrame(src, gw, 40000, port, payload))
 			p.tx.send()
-			waitFor(t, "echo", 3*time.Second, func() bool { return p.stats().RX.Frames.Load() == 1 })
+			waitFor(t, "echo", 3*time.Second, func() bool { return p.rxFrames(1) == 1 })
 			p.s.StopPair(0)
-			hdrs, frames := p.rxRead(t)
+			hdrs, frames := p.rxReadIP(t)
 			if len(frames) != 1 {
 				t.Fatalf("%d frames", len(frames))
 			}
@@ -191,19 +212,18 @@ func TestUDPFlowWaitsForRXBuffers(t *testing.T) {
 		p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte{byte(i)}))
 	}
 	p.tx.send()
-	st := p.stats()
 	waitFor(t, "TX sent", 2*time.Second, func() bool { return p.tx.usedIdx() == n })
 	time.Sleep(50 * time.Millisecond) // echoes are queued on the host socket
-	if st.RX.Frames.Load() != 0 {
+	if p.rxFrames(0) != 0 {
 		t.Fatal("frames without buffers")
 	}
-	for i := 0; i < n; i++ {
+	for i := 0; i < n+p.announced; i++ {
 		p.rx.addChain(nil, []uint32{1536})
 	}
 	p.rx.send()
-	waitFor(t, "echoes after refill", 2*time.Second, func() bool { return st.RX.Frames.Load() == n })
+	waitFor(t, "echoes after refill", 2*time.Second, func() bool { return p.rxFrames(1) == n })
 	p.s.StopPair(0)
-	_, frames := p.rxRead(t)
+	_, frames := p.rxReadIP(t)
 	for i, f := range frames {
 		if f[len(f)-1] != byte(i) {
 			t.Errorf("frame %d payload %x", i, f[len(f)-1])
@@ -222,11 +242,11 @@ func TestUDPFlowSurvivesRestartAndExpires(t *testing.T) {
 	p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte("a")))
 	p.tx.send()
 	st := p.stats()
-	waitFor(t, "echo 1", 2*time.Second, func() bool { return st.RX.Frames.Load() == 1 })
+	waitFor(t, "echo 1", 2*time.Second, func() bool { return p.rxFrames(1) == 1 })
 	p.restart()
 	p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte("b")))
 	p.tx.send()
-	waitFor(t, "echo 2", 2*time.Second, func() bool { return st.RX.Frames.Load() == 2 })
+	waitFor(t, "echo 2", 2*time.Second, func() bool { return p.rxFrames(2) == 2 })
 	if st.FlowsOpened.Load() != 1 {
 		t.Errorf("flows opened %d, want 1 (flow kept across restart)", st.FlowsOpened.Load())
 	}
@@ -310,9 +330,9 @@ func TestICMPEcho(t *testing.T) {
 		p.addTX(icmpEchoFrame(src, gw, 0x1234, 7, payload))
 		p.tx.send()
 		st := p.stats()
-		waitFor(t, "echo reply", 3*time.Second, func() bool { return st.RX.Frames.Load() == 1 })
+		waitFor(t, "echo reply", 3*time.Second, func() bool { return p.rxFrames(1) == 1 })
 		p.s.StopPair(0)
-		_, frames := p.rxRead(t)
+		_, frames := p.rxReadIP(t)
 		eth, _ := header.ParseEthernet(frames[0])
 		var msg []byte
 		if !v6 {

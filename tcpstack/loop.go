@@ -38,6 +38,9 @@ type loop struct {
 	done chan struct{}
 
 	svc       [NumServices]linkService
+	ndp       *NDPService
+	arp       *ARPService
+	nextRA    time.Time // next unsolicited Router Advertisement; zero: none
 	tx        txPath
 	rx        rxWriter
 	pending   replyRing
@@ -74,7 +77,7 @@ func newLoop(s *Stack, qp QueuePair, ps *pairState) (*loop, error) {
 	}
 	l.rx.init(qp.RX, st, l.log, qp.Features, qp.RXEnabled)
 	l.guestCsum = virtqueue.HasFeature(qp.Features, virtqueue.FeatureNetGuestCsum)
-	l.svc = s.newServices()
+	l.svc, l.ndp, l.arp = s.newServices()
 	if err := l.openFDs(); err != nil {
 		l.closeFDs()
 		if l.wakefd >= 0 {
@@ -161,6 +164,7 @@ func (l *loop) run() {
 
 	// Only a producer waiting for buffers makes us want RX kicks.
 	l.qp.RX.DisableKicks()
+	l.announceLink()
 	// Chains may be waiting from before a restart without a kick pending.
 	l.iterate(true, true)
 	for !l.quit.Load() {
@@ -291,8 +295,10 @@ func (l *loop) armTimer() {
 		return
 	}
 	d := l.flows.nextDeadline()
-	if t := l.tcpDeadline(); !t.IsZero() && (d.IsZero() || t.Before(d)) {
-		d = t
+	for _, t := range [...]time.Time{l.tcpDeadline(), l.nextRA} {
+		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
+			d = t
+		}
 	}
 	if d.Equal(l.timerArmed) {
 		return
@@ -317,6 +323,9 @@ func (l *loop) onTimer() {
 	l.now = time.Now()
 	l.flows.expire(l.now)
 	l.tcp.Timers(l.now)
+	if !l.nextRA.IsZero() && !l.now.Before(l.nextRA) {
+		l.sendRA()
+	}
 }
 
 // onSocket dispatches readiness of a flow socket by its token's tag.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -21,8 +22,16 @@ type fakeBackend struct {
 	nack      Request // reply non-zero to NEED_REPLY on this request
 	log       []string
 	done      chan struct{}
+	mu        sync.Mutex // the socket orders events, but the race detector cannot see that
 	badFDs    []string
 	vringAddr []VringAddr
+}
+
+// snapshot returns copies of what was recorded so far.
+func (b *fakeBackend) snapshot() (log, badFDs []string, addrs []VringAddr) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.log...), append([]string(nil), b.badFDs...), append([]VringAddr(nil), b.vringAddr...)
 }
 
 func socketPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
@@ -69,6 +78,7 @@ func (b *fakeBackend) run() {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
+		b.mu.Lock()
 		entry := reqName(req)
 		switch req {
 		case ReqSetVringKick, ReqSetVringCall, ReqSetVringErr:
@@ -100,6 +110,7 @@ func (b *fakeBackend) run() {
 			entry += "!"
 		}
 		b.log = append(b.log, entry)
+		b.mu.Unlock()
 		var reply []byte
 		switch req {
 		case ReqGetFeatures:
@@ -149,8 +160,13 @@ func reqName(r Request) string {
 }
 
 func startFake(t *testing.T, features, protocol uint64) (*Frontend, *fakeBackend) {
+	return startFakeNack(t, features, protocol, 0)
+}
+
+// startFakeNack starts a fake that refuses NEED_REPLY requests of type nack.
+func startFakeNack(t *testing.T, features, protocol uint64, nack Request) (*Frontend, *fakeBackend) {
 	a, b := socketPair(t)
-	fb := &fakeBackend{conn: b, features: features, protocol: protocol, queues: 4, done: make(chan struct{})}
+	fb := &fakeBackend{conn: b, features: features, protocol: protocol, queues: 4, nack: nack, done: make(chan struct{})}
 	go fb.run()
 	f := New(a)
 	t.Cleanup(func() { f.Close(); <-fb.done; b.Close() })
@@ -172,17 +188,18 @@ func TestNegotiateQEMUOrder(t *testing.T) {
 		"CALL(0) ERR(0) CALL(1) ERR(1) ENABLE(0,1) ENABLE(1,1) MTU! SET_FEATURES GET_STATUS SET_STATUS(0xb) " +
 		"ADD_MEM_REG! ADD_MEM_REG! NUM(0,64) BASE(0,0) ADDR(0) KICK(0) CALL(0) NUM(1,64) BASE(1,0) ADDR(1) KICK(1) CALL(1) " +
 		"ENABLE(0,1) ENABLE(1,1) SET_STATUS(0xf) GET_FEATURES"
-	if got := strings.Join(fb.log, " "); got != want {
+	log, badFDs, addrs := fb.snapshot()
+	if got := strings.Join(log, " "); got != want {
 		t.Fatalf("order:\n got %s\nwant %s", got, want)
 	}
-	if len(fb.badFDs) != 0 {
-		t.Fatalf("fd count wrong on %v", fb.badFDs)
+	if len(badFDs) != 0 {
+		t.Fatalf("fd count wrong on %v", badFDs)
 	}
 	if f.Features != allFeatures&DefaultFeatureMask {
 		t.Fatalf("acked %#x: must drop offers outside the mask (CSUM, RING_PACKED)", f.Features)
 	}
 	// Ring addresses are this process's addresses of the rings.
-	for _, a := range fb.vringAddr {
+	for _, a := range addrs {
 		r := f.Rings()[a.Index]
 		dg, ag, ug := r.GPAs()
 		for _, c := range [][2]uint64{{dg, a.Desc}, {ag, a.Avail}, {ug, a.Used}} {
@@ -203,15 +220,16 @@ func TestNegotiateQEMUMultiQueueRepeatsPerPair(t *testing.T) {
 	if err := f.Negotiate(Options{QueuePairs: 2, MemTable: true, EnablePairs: 1, NoSync: true, AckAll: true}); err != nil {
 		t.Fatal(err)
 	}
+	log, _, _ := fb.snapshot()
 	count := map[string]int{}
-	for _, e := range fb.log {
+	for _, e := range log {
 		count[e]++
 	}
 	if count["GET_FEATURES"] != 4 || count["SET_FEATURES!"] != 2 || count["SET_MEM_TABLE!"] != 2 || count["SET_OWNER!"] != 1 {
 		t.Fatalf("per-pair repetition wrong: %v", count)
 	}
 	if count["ENABLE(2,0)!"] != 2 || count["ENABLE(3,0)!"] != 2 || count["ENABLE(0,1)!"] != 2 {
-		t.Fatalf("enable states wrong: %v", fb.log)
+		t.Fatalf("enable states wrong: %v", log)
 	}
 }
 
@@ -223,7 +241,8 @@ func TestNegotiateDPDKOrder(t *testing.T) {
 	want := "SET_OWNER GET_FEATURES GET_PROTO SET_PROTO GET_QUEUE_NUM SET_FEATURES SET_MEM_TABLE CALL(0) CALL(1) " +
 		"NUM(0,16) BASE(0,0) ADDR(0) KICK(0) NUM(1,16) BASE(1,0) ADDR(1) KICK(1) ENABLE(0,1) ENABLE(1,1) " +
 		"ENABLE(0,0) ENABLE(1,0) SET_MEM_TABLE ENABLE(0,1) ENABLE(1,1) GET_FEATURES"
-	if got := strings.Join(fb.log, " "); got != want {
+	log, _, _ := fb.snapshot()
+	if got := strings.Join(log, " "); got != want {
 		t.Fatalf("order:\n got %s\nwant %s", got, want)
 	}
 }
@@ -236,8 +255,7 @@ func TestNegotiateFailsWithoutProtocolFeatures(t *testing.T) {
 }
 
 func TestReplyAckNack(t *testing.T) {
-	f, fb := startFake(t, allFeatures, allProtocol)
-	fb.nack = ReqAddMemReg
+	f, _ := startFakeNack(t, allFeatures, allProtocol, ReqAddMemReg)
 	err := f.Negotiate(Options{})
 	var nack *NackError
 	if !asNack(err, &nack) || nack.Request != ReqAddMemReg || nack.Status != 1 {

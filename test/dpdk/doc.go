@@ -6,7 +6,9 @@
 // testpmd bridges its virtio-user port (port 0, connected to vunet's socket)
 // to a kernel TAP device (port 1) in io forward mode, so a frame written to
 // the TAP by the test reaches vunet's TX ring and vunet's answer comes back
-// out of the TAP.
+// out of the TAP. The test runs once with memory reserved up front (-m) and
+// once with EAL memory that grows after the rings are set up, which makes
+// virtio-user send SET_MEM_TABLE again with the rings disabled around it.
 //
 // # Running
 //

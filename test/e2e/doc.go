@@ -22,10 +22,11 @@
 //     restarted under a running guest, in server mode (QEMU reconnect=1) and
 //     in client mode (--connect, QEMU server=on).
 //   - TestQEMUGuestMultiQueue: two queue pairs, two vCPUs; both pairs run.
-//   - TestQEMUGuestDHCP, TestQEMUGuestPing, TestQEMUGuestHTTPDownload: the
-//     guest configures itself by DHCP, pings the gateway, downloads a blob
+//   - TestQEMUGuestDHCP, TestQEMUGuestIPv6, TestQEMUGuestPing,
+//     TestQEMUGuestHTTPDownload: the guest configures itself by DHCP and by
+//     SLAAC from router advertisements, pings the gateway, downloads a blob
 //     from the host's loopback through the gateway address. They fail until
-//     the daemon has DHCP, ICMP and TCP translation; run them against the
+//     the daemon has DHCP, NDP, ICMP and TCP translation; run them against the
 //     reference back-end with VUNET_E2E_PASST to check the harness itself.
 //
 // # What the host needs

@@ -18,6 +18,10 @@ type HostNet struct {
 	Prefix  int
 	Gateway net.IP
 	MTU     int
+	// Addr6 and Prefix6 are the interface's first global IPv6 address and
+	// its prefix length (nil when it has none).
+	Addr6   net.IP
+	Prefix6 int
 }
 
 // HostDefaults reads the IPv4 default route from /proc/net/route and the
@@ -49,10 +53,15 @@ func HostDefaults() (HostNet, error) {
 		h.MTU = ifi.MTU
 		addrs, _ := ifi.Addrs()
 		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+			n, ok := a.(*net.IPNet)
+			switch {
+			case !ok:
+			case n.IP.To4() != nil && h.Addr == nil:
 				h.Addr = n.IP.To4()
 				h.Prefix, _ = n.Mask.Size()
-				break
+			case n.IP.To4() == nil && n.IP.IsGlobalUnicast() && h.Addr6 == nil:
+				h.Addr6 = n.IP
+				h.Prefix6, _ = n.Mask.Size()
 			}
 		}
 		if h.Addr == nil {

@@ -34,6 +34,10 @@ const (
 	// max_gap_ms, last_reply_ms): a test can restart the back-end meanwhile
 	// and see the outage and the recovery.
 	CheckARPLoop = "arploop"
+	// CheckIPv6 waits for the kernel to configure eth0 from router
+	// advertisements (SLAAC): a global address and a default route.
+	// Reports addrs (global, space-separated), router and prefixlen.
+	CheckIPv6 = "ipv6"
 )
 
 // ProbeEtherType is the ethertype of the link check's frames: IEEE 802's

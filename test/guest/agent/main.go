@@ -103,6 +103,8 @@ func (a *agent) runCheck(ctx context.Context, name string) guest.Result {
 		return a.checkHTTP(ctx)
 	case guest.CheckARPLoop:
 		return a.checkARPLoop(ctx)
+	case guest.CheckIPv6:
+		return a.checkIPv6(ctx)
 	}
 	return fail("unknown check %q", name)
 }

@@ -50,6 +50,10 @@ type Frame struct {
 }
 
 // Pair is one queue pair: RX ring 2*Index and TX ring 2*Index+1.
+//
+// The RX methods (PostRX, FillRX, ReceiveRX) and the TX methods (SubmitTX,
+// SubmitTXHdr, ReclaimTX, WaitTX) touch disjoint state, so one goroutine may
+// receive while another sends; each side is single-goroutine.
 type Pair struct {
 	Index  int
 	RX, TX *Ring

@@ -194,7 +194,7 @@ func (t *tcpTable) connect(now time.Time, sg *tcpSegment) {
 		f.flags |= flLocal
 	}
 	t.stats.Connects.Add(1)
-	fd, inProgress, err := tcpNewHostSocket(netip.AddrPortFrom(dst, sg.dstPort), t.cfg.SndBuf, t.cfg.RcvBuf)
+	fd, inProgress, err := t.dial(netip.AddrPortFrom(dst, sg.dstPort), t.cfg.SndBuf, t.cfg.RcvBuf)
 	t.setState(f, tcpConnecting)
 	if err != nil {
 		t.stats.ConnectFailures.Add(1)

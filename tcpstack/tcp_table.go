@@ -37,7 +37,10 @@ type tcpTable struct {
 	// Offloads the guest negotiated (set from virtio features).
 	guestCsum, tso4, tso6 bool
 
-	nextTimer time.Time // tcpEarliest deadline of any flow, zero: none
+	nextTimer time.Time // earliest deadline of any flow, zero: none
+
+	// dial opens the host socket; tests and fuzzing replace it.
+	dial func(dst netip.AddrPort, sndBuf, rcvBuf int) (fd int, inProgress bool, err error)
 
 	sys   tcpSysBufs
 	seg   tcpSegment
@@ -74,6 +77,7 @@ func newTCPTable(cfg TCPConfig, stats *TCPStats, p tcpPoller) *tcpTable {
 		outTail: -1,
 		peekOff: !cfg.NoPeekOffset && tcpPeekOffsetSupported(),
 		bufs:    make([][]byte, 0, tcpIovMax),
+		dial:    tcpNewHostSocket,
 	}
 	for i := cfg.MaxFlows - 1; i >= 0; i-- {
 		t.flows[i].slot = int32(i)
@@ -310,7 +314,7 @@ func (t *tcpTable) noteTimer(d time.Time) {
 	}
 }
 
-// NextTimer returns the tcpEarliest deadline of any connection; zero means
+// NextTimer returns the earliest deadline of any connection; zero means
 // none. The loop arms its timerfd to it after each iteration and calls
 // Timers when it fires.
 func (t *tcpTable) NextTimer() time.Time { return t.nextTimer }

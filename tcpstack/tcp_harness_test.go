@@ -87,7 +87,7 @@ func (w *tcpFakeWriter) take() []tcpFakeFrame {
 // tcpEpollPoller is the tcpPoller of the tests: a real epoll set.
 type tcpEpollPoller struct{ ep int }
 
-func tcpNewEpollPoller(t *testing.T) *tcpEpollPoller {
+func tcpNewEpollPoller(t testing.TB) *tcpEpollPoller {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ type tcpSeg struct {
 
 // tcpHarness drives a tcpTable as the loop would, with a simulated guest.
 type tcpHarness struct {
-	t     *testing.T
+	t     testing.TB
 	tab   *tcpTable
 	poll  *tcpEpollPoller
 	w     *tcpFakeWriter
@@ -139,7 +139,7 @@ type tcpHarness struct {
 	blocked       bool
 }
 
-func tcpNewHarness(t *testing.T, cfg TCPConfig) *tcpHarness {
+func tcpNewHarness(t testing.TB, cfg TCPConfig) *tcpHarness {
 	t.Helper()
 	h := &tcpHarness{
 		t:        t,

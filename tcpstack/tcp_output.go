@@ -351,8 +351,8 @@ func (t *tcpTable) commitData(f *tcpFlow, w tcpFrameWriter, fr *tcpFrame, n int,
 		fl |= header.TCPFlagPSH
 	}
 	payload := t.bufs[fr.first : fr.first+fr.nbufs]
-	vh := t.buildHeaders(f, fr.hdr, fl, f.seqToGuest, nil, payload, n)
-	w.Commit(n, &vh)
+	t.buildHeaders(f, fr.hdr, fl, f.seqToGuest, nil, payload, n)
+	w.Commit(n, &t.vh)
 	f.seqToGuest += uint32(n)
 	f.sndMax = tcpSeqMax(f.sndMax, f.seqToGuest)
 }
@@ -376,15 +376,16 @@ func (t *tcpTable) sendFlags(f *tcpFlow, w tcpFrameWriter, fl header.TCPFlags, s
 		t.rxBlocked(f, true)
 		return false
 	}
-	vh := t.buildHeaders(f, hdr, fl, seq, opts, nil, 0)
-	w.Commit(0, &vh)
+	t.buildHeaders(f, hdr, fl, seq, opts, nil, 0)
+	w.Commit(0, &t.vh)
 	f.flags &^= flAckDue
 	return true
 }
 
 // buildHeaders writes Ethernet, IP and TCP headers for a frame to the guest
-// into hdr and returns the virtio-net header fields for it.
-func (t *tcpTable) buildHeaders(f *tcpFlow, hdr []byte, fl header.TCPFlags, seq uint32, opts []byte, payload [][]byte, n int) virtqueue.NetHdr {
+// into hdr and the virtio-net header fields for it into t.vh (a table field,
+// not a local: a pointer passed to the writer interface would escape).
+func (t *tcpTable) buildHeaders(f *tcpFlow, hdr []byte, fl header.TCPFlags, seq uint32, opts []byte, payload [][]byte, n int) {
 	v6 := f.key.v6
 	et := header.EtherTypeIPv4
 	if v6 {
@@ -436,7 +437,8 @@ func (t *tcpTable) buildHeaders(f *tcpFlow, hdr []byte, fl header.TCPFlags, seq 
 		}
 	}
 	psum := header.PseudoHeaderChecksum(header.IPProtocolTCP, f.remoteAddr, f.guestAddr, uint32(tcpLen+n))
-	var vh virtqueue.NetHdr
+	vh := &t.vh
+	*vh = virtqueue.NetHdr{}
 	if t.guestCsum {
 		// Partial checksum: the guest (or its NIC emulation) completes it
 		// from the pseudo-header sum, for free on local delivery.
@@ -452,12 +454,11 @@ func (t *tcpTable) buildHeaders(f *tcpFlow, hdr []byte, fl header.TCPFlags, seq 
 			vh.GSOSize = uint16(f.mssToGuest)
 			vh.HdrLen = uint16(off + tcpLen)
 		}
-		return vh
+		return
 	}
 	sum := header.Checksum(th, psum)
 	sum = tcpChecksumIovecs(payload, n, sum)
 	binary.BigEndian.PutUint16(th[16:18], ^sum)
-	return vh
 }
 
 // tcpChecksumIovecs adds the first n bytes of the concatenated bufs to sum,

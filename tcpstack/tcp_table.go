@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"vunet/virtqueue"
 )
 
 // tcpMaxWindow caps the guest window we fill (and the window we advertise):
@@ -44,6 +46,7 @@ type tcpTable struct {
 
 	sys   tcpSysBufs
 	seg   tcpSegment
+	vh    virtqueue.NetHdr // fields of the frame being committed
 	frm   [tcpMaxFramesPerPass]tcpFrame
 	bufs  [][]byte // payload iovecs of the reserved frames, in order
 	hdrSc [tcpMaxHdrLen]byte

@@ -24,6 +24,7 @@ import (
 // that grows after the rings are up (SET_MEM_TABLE again, rings disabled
 // and re-enabled around it).
 func TestTestpmdExchangesFrames(t *testing.T) {
+	e2e.SkipIfShort(t)
 	e2e.NeedRoot(t, "hugepages, TAP device and packet socket")
 	bin := e2e.NeedTool(t, "dpdk-testpmd", "VUNET_E2E_TESTPMD", TestpmdHint)
 	EnsureHugepages(t, TestpmdPages)

@@ -6,6 +6,7 @@
 //
 //	go test ./test/e2e -run TestQEMUGuestLinkUp -v
 //	go test ./test/e2e -v -count=1          # all QEMU tests, no test cache
+//	go test -short ./...                    # unit tests only: e2e tests skip
 //
 // Each test builds nothing twice: cmd/vunet is built once per test binary
 // (or taken from VUNET_E2E_BIN), the guest image once per binary and cached

@@ -44,3 +44,12 @@ func NeedRoot(t testing.TB, why string) {
 		Unavailable(t, errors.New("needs root: "+why), "run the test as root (sudo -E go test …)")
 	}
 }
+
+// SkipIfShort skips end-to-end tests under go test -short, so that unit
+// test runs over the whole module (go test -short ./...) stay fast.
+func SkipIfShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+}

@@ -134,6 +134,7 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 // the install hint instead of failing somewhere later.
 func NeedQEMU(t testing.TB) {
 	t.Helper()
+	SkipIfShort(t)
 	NeedTool(t, "qemu-system-x86_64", "VUNET_E2E_QEMU", QEMUHint)
 	GuestImage(t)
 }

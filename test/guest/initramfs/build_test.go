@@ -111,6 +111,9 @@ func TestVersionLess(t *testing.T) {
 }
 
 func TestBuildHostImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the agent and a real image: skipped with -short")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cache := t.TempDir()

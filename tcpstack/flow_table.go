@@ -75,6 +75,7 @@ type flowTable struct {
 	rHead, rCount int
 
 	ep        epollSet
+	noSockets bool // Stack.noHostSockets
 	io        sockIO
 	now       time.Time
 	nextSweep time.Time
@@ -142,7 +143,7 @@ func (ft *flowTable) lookup(key *flowKey, open func(*flowKey) (int, error)) (int
 		ft.flows[i].lastUsed = ft.now
 		return i, true
 	}
-	if len(ft.free) == 0 {
+	if len(ft.free) == 0 || ft.noSockets {
 		ft.st.TX.Drops[DropNoFlow].Add(1)
 		ft.warn("flow table full", "max", ft.cfg.maxFlows)
 		return 0, false

@@ -62,6 +62,10 @@ type Stack struct {
 	mtu      atomic.Int64
 	guestMAC atomic.Uint64 // learned or announced guest MAC, 48 bits; 0 = unknown
 
+	// noHostSockets makes guest flows stop short of opening host sockets
+	// (fuzzing must not send to whatever addresses the fuzzer invents).
+	noHostSockets bool
+
 	mu    sync.Mutex
 	loops map[int]*loop
 	pairs map[int]*pairState
@@ -126,6 +130,7 @@ func (s *Stack) StartPair(qp QueuePair) error {
 	if ps == nil {
 		ps = &pairState{st: new(QueueStats), tcpStats: new(TCPStats)}
 		ps.flows = newFlowTable(s.flowConfig(), ps.st, s.log.With("pair", qp.Index))
+		ps.flows.noSockets = s.noHostSockets
 		ps.tcp = newTCPTable(s.tcpConfig(qp.Index), ps.tcpStats, epollSet{fd: -1})
 		s.pairs[qp.Index] = ps
 	}

@@ -91,6 +91,9 @@ func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int
 	if proto != ipProtoUDP && proto != ipProtoICMP && proto != ipProtoTCP {
 		return false
 	}
+	if proto == ipProtoTCP && l.s.noHostSockets {
+		return true
+	}
 	if fragmented {
 		// Reassembly is not done here; the guest's PMTU logic copes.
 		return false
@@ -114,6 +117,9 @@ func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int
 // handleIPv6Flow is handleIPv4Flow for IPv6.
 func (l *loop) handleIPv6Flow(c *virtqueue.Chain, head []byte, frameLen int, next uint8) bool {
 	if next == ipProtoTCP {
+		if l.s.noHostSockets {
+			return true
+		}
 		l.tcpFromGuest(c, head, frameLen)
 		return true
 	}

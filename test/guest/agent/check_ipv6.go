@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -37,16 +38,21 @@ func (a *agent) checkIPv6(ctx context.Context) guest.Result {
 	return r
 }
 
-// globalIPv6 reads /proc/net/if_inet6: "addr ifindex plen scope flags name".
 func globalIPv6(iface string) ([]string, int) {
 	f, err := os.Open("/proc/net/if_inet6")
 	if err != nil {
 		return nil, 0
 	}
 	defer f.Close()
+	return parseIfInet6(f, iface)
+}
+
+// parseIfInet6 reads /proc/net/if_inet6 lines: "addr ifindex plen scope
+// flags name"; it returns iface's usable global addresses.
+func parseIfInet6(r io.Reader, iface string) ([]string, int) {
 	var out []string
 	plen := 0
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fl := strings.Fields(sc.Text())
 		if len(fl) < 6 || fl[5] != iface || fl[3] != "00" {
@@ -65,15 +71,19 @@ func globalIPv6(iface string) ([]string, int) {
 	return out, plen
 }
 
-// defaultIPv6Router reads /proc/net/ipv6_route: "dst dstlen src srclen
-// nexthop metric refcnt use flags name".
 func defaultIPv6Router(iface string) string {
 	f, err := os.Open("/proc/net/ipv6_route")
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	return parseIPv6Route(f, iface)
+}
+
+// parseIPv6Route reads /proc/net/ipv6_route lines: "dst dstlen src srclen
+// nexthop metric refcnt use flags name"; it returns iface's default router.
+func parseIPv6Route(r io.Reader, iface string) string {
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fl := strings.Fields(sc.Text())
 		if len(fl) < 10 || fl[9] != iface || fl[1] != "00" || fl[0] != strings.Repeat("0", 32) {

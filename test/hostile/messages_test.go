@@ -131,6 +131,48 @@ func memfd(t *testing.T, size int64) int {
 	return fd
 }
 
+// pipe returns a blocking pipe; full fills it first.
+func pipe(t *testing.T, full bool) (r, w int) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	caseFDs = append(caseFDs, p[0], p[1])
+	if full {
+		chunk := make([]byte, 4096)
+		for {
+			if _, err := unix.Write(p[1], chunk); err != nil {
+				break
+			}
+		}
+	}
+	// O_NONBLOCK belongs to the open file, which the server shares.
+	for _, fd := range p {
+		if err := unix.SetNonblock(fd, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p[0], p[1]
+}
+
+// swapRingFD replaces ring idx's kick or call descriptor with fd on a
+// running pair, then makes traffic flow through both rings.
+func swapRingFD(t *testing.T, f *fe.Frontend, req fe.Request, idx uint32, fd int) outcome {
+	t.Helper()
+	if o := try(t, f, req, u64(uint64(idx)), []int{fd}); o != outAccepted {
+		return o
+	}
+	p := f.Pair0()
+	p.PostRX(8, 2048)
+	for i := 0; i < 4; i++ {
+		p.SubmitTX(arpRequest())
+		p.TX.Kick()
+		p.RX.Kick()
+		time.Sleep(5 * time.Millisecond)
+	}
+	return observe(t, f, fe.ReqGetFeatures, false)
+}
+
 // region0 is the first region of f's memory.
 func region0(f *fe.Frontend) fe.Region { return f.Mem.Regions()[0] }
 
@@ -384,11 +426,33 @@ var messageCases = []msgCase{
 		r := fe.Region{GuestAddr: 1 << 40, Size: 4096, UserAddr: 1 << 45}
 		return try(t, f, fe.ReqAddMemReg, fe.PayloadMemReg(r), []int{eventfd(t)})
 	}},
-	{name: "kick fd is a memfd", at: negotiated, send: func(t *testing.T, f *fe.Frontend) outcome {
-		// Legal for the protocol; the data plane must cope with a kick fd
-		// that never becomes readable (or always is) without spinning forever.
-		return try(t, f, fe.ReqSetVringKick, u64(idleRing), []int{memfd(t, 4096)})
-	}, allow: []outcome{outClosed, outNack, outAccepted}},
+	// Descriptors of the wrong kind on running rings: epoll refuses regular
+	// files, a blocking pipe blocks a read or write that an eventfd would
+	// not. The data plane must not hang (StopPair must return), or the
+	// next front-end is never served.
+	{name: "kick fd is a memfd", at: negotiated, allow: anyOutcome, send: func(t *testing.T, f *fe.Frontend) outcome {
+		return swapRingFD(t, f, fe.ReqSetVringKick, 1, memfd(t, 4096))
+	}},
+	{name: "kick fd is an empty blocking pipe", at: negotiated, allow: anyOutcome, send: func(t *testing.T, f *fe.Frontend) outcome {
+		r, _ := pipe(t, false)
+		return swapRingFD(t, f, fe.ReqSetVringKick, 1, r)
+	}},
+	{name: "kick fd is a pipe full of odd-sized writes", at: negotiated, allow: anyOutcome, send: func(t *testing.T, f *fe.Frontend) outcome {
+		r, w := pipe(t, false)
+		unix.Write(w, []byte{1, 2, 3})
+		return swapRingFD(t, f, fe.ReqSetVringKick, 1, r)
+	}},
+	{name: "call fd is a pipe read end", at: negotiated, allow: anyOutcome, send: func(t *testing.T, f *fe.Frontend) outcome {
+		r, _ := pipe(t, false)
+		return swapRingFD(t, f, fe.ReqSetVringCall, 0, r)
+	}},
+	{name: "call fd is a full blocking pipe", at: negotiated, allow: anyOutcome, send: func(t *testing.T, f *fe.Frontend) outcome {
+		_, w := pipe(t, true)
+		return swapRingFD(t, f, fe.ReqSetVringCall, 0, w)
+	}},
+	{name: "call fd is a memfd", at: negotiated, allow: anyOutcome, send: func(t *testing.T, f *fe.Frontend) outcome {
+		return swapRingFD(t, f, fe.ReqSetVringCall, 1, memfd(t, 4096))
+	}},
 
 	// Memory regions.
 	{name: "overlapping regions in one table", at: negotiated, send: func(t *testing.T, f *fe.Frontend) outcome {
@@ -585,15 +649,21 @@ func contains(list []outcome, o outcome) bool {
 }
 
 func TestHostileMessages(t *testing.T) {
-	for _, c := range messageCases {
-		t.Run(c.name, func(t *testing.T) {
-			isolate(t, func(t *testing.T) { runMessageCase(t, c) })
-		})
+	for _, pl := range framePlanes {
+		for _, c := range messageCases {
+			name := c.name
+			if pl.name != "arp" {
+				name = pl.name + "/" + name
+			}
+			t.Run(name, func(t *testing.T) {
+				isolate(t, func(t *testing.T) { runMessageCase(t, pl, c) })
+			})
+		}
 	}
 }
 
-func runMessageCase(t *testing.T, c msgCase) {
-	s := startServer(t)
+func runMessageCase(t *testing.T, pl namedPlane, c msgCase) {
+	s := startServerWith(t, pl.make(t))
 	// Warm up once so lazily created runtime descriptors (epoll, timers)
 	// are not counted as leaks.
 	s.healthy(t)

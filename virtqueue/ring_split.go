@@ -99,7 +99,8 @@ type SplitQueue struct {
 // part lies wholly inside one region and is aligned (desc 16, avail 2,
 // used 4), reads the current used index from the ring, puts the kick fd in
 // non-blocking mode, and enables kicks (clearing a NO_NOTIFY a previous
-// back-end may have left behind).
+// back-end may have left behind). The kick and call fds are switched to
+// non-blocking mode.
 func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 	if cfg.Size == 0 || cfg.Size&(cfg.Size-1) != 0 {
 		return nil, fmt.Errorf("vring %d: size %d is not a power of two", cfg.Index, cfg.Size)
@@ -169,12 +170,19 @@ func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 		q.log.Debug("vring resumes with chains outstanding",
 			"vring", q.index, "last_avail", q.lastAvail, "used_idx", q.usedPub)
 	}
-	if q.kick >= 0 {
-		// A blocking eventfd would hang the event loop in DrainKick. The
-		// flag is on the shared open file description; front-ends create
-		// their eventfds non-blocking anyway.
-		if err := unix.SetNonblock(q.kick, true); err != nil {
-			return nil, fmt.Errorf("vring %d: kick fd %d non-blocking: %w", cfg.Index, q.kick, err)
+	// A blocking fd would hang the event loop in DrainKick, or in Signal
+	// when the front-end hands us a full pipe or a saturated eventfd as
+	// call fd. The flag is on the shared open file description; QEMU
+	// creates its eventfds non-blocking anyway.
+	for _, fd := range []struct {
+		name string
+		fd   int
+	}{{"kick", q.kick}, {"call", q.call}} {
+		if fd.fd < 0 {
+			continue
+		}
+		if err := unix.SetNonblock(fd.fd, true); err != nil {
+			return nil, fmt.Errorf("vring %d: %s fd %d non-blocking: %w", cfg.Index, fd.name, fd.fd, err)
 		}
 	}
 	if cfg.EventIdx {

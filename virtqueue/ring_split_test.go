@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"vunet/virtqueue"
 	"vunet/virtqueue/vqtest"
@@ -847,10 +850,52 @@ func TestDrainKickAndSignal(t *testing.T) {
 	}
 }
 
+// A hostile front-end's call fd can be a full blocking pipe: Signal must
+// not block on it.
+func TestSignalFullBlockingPipe(t *testing.T) {
+	r := newRig(t, rigOpt{size: 8})
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	unix.SetNonblock(p[1], true)
+	for {
+		if _, err := unix.Write(p[1], make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	unix.SetNonblock(p[1], false)
+	cfg := r.cfg
+	cfg.Call = p[1]
+	q, err := virtqueue.NewSplitQueue(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- q.Signal() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Signal on a full pipe: %v (a full pipe means a pending wakeup)", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Signal blocked on a full pipe")
+	}
+}
+
 func TestSignalErrorCounted(t *testing.T) {
 	r := newRig(t, rigOpt{size: 8})
+	// A call fd whose reader is gone.
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(p[0]) // writes now fail with EPIPE
+	defer unix.Close(p[1])
 	cfg := r.cfg
-	cfg.Call = 1 << 20 // not an open fd
+	cfg.Call = p[1]
 	q, err := virtqueue.NewSplitQueue(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,10 @@ import (
 // writes the frames. Stale tokens (a connection closed earlier in the same
 // epoll batch) are ignored.
 func (t *tcpTable) HandleSocketEvent(now time.Time, token uint64, events uint32) {
+	if slot := uint32(token); slot&tcpListenerBit != 0 {
+		t.accept(now, int(slot&^tcpListenerBit))
+		return
+	}
 	f := t.flowByToken(token)
 	if f == nil || f.fd < 0 {
 		return
@@ -60,6 +64,9 @@ func (t *tcpTable) deadline(f *tcpFlow) time.Time {
 		return time.Time{}
 	case tcpConnecting, tcpSynAckSent:
 		return f.created.Add(t.cfg.HandshakeTimeout)
+	case tcpSynSent:
+		// Our SYN is repeated every AckTimeout until the handshake times out.
+		return tcpEarliest(f.created.Add(t.cfg.HandshakeTimeout), f.lastAckProg.Add(t.cfg.AckTimeout))
 	case tcpResetting:
 		// Waiting for an RX buffer for the RST; give up eventually.
 		return f.lastActivity.Add(t.cfg.FinTimeout)
@@ -112,6 +119,16 @@ func (t *tcpTable) Timers(now time.Time) (next time.Time) {
 // fire handles f's expired timers.
 func (t *tcpTable) fire(now time.Time, f *tcpFlow) {
 	switch f.state {
+	case tcpSynSent:
+		if f.created.Add(t.cfg.HandshakeTimeout).After(now) {
+			f.flags |= flSynDue
+			f.lastAckProg = now
+			t.markDirty(f)
+			return
+		}
+		t.log.Debug("tcp handshake timeout (forwarded)", "remote", f.remoteAddr, "port", f.remotePort)
+		t.resetFlow(f, now)
+		return
 	case tcpConnecting, tcpSynAckSent:
 		t.log.Debug("tcp handshake timeout", "remote", f.remoteAddr, "port", f.remotePort)
 		if f.state == tcpConnecting {

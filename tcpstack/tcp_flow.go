@@ -34,6 +34,7 @@ const (
 	flConnected                    // host connect() completed
 	flWndStall                     // the stall is the guest's window (as opposed to no new socket data)
 	flRxBlocked                    // waiting for guest RX buffers with data to send
+	flSynDue                       // SYN to the guest (forwarded connection) not sent yet
 )
 
 // tcpFlow is one translated connection. Sequence numbers follow passt's

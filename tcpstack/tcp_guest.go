@@ -125,6 +125,7 @@ func (t *tcpTable) HandleGuestFrame(now time.Time, head []byte, frame [][]byte, 
 	if !parseTCPFrame(head, frameLen, sg) {
 		return false
 	}
+	t.learnGuest(sg)
 	s, ok := t.byKey[sg.key]
 	if !ok {
 		if sg.flags&(header.TCPFlagSYN|header.TCPFlagACK|header.TCPFlagRST|header.TCPFlagFIN) == header.TCPFlagSYN {
@@ -247,6 +248,9 @@ func (t *tcpTable) guestSegment(now time.Time, f *tcpFlow, sg *tcpSegment, frame
 	syn := sg.flags.Has(header.TCPFlagSYN)
 	switch f.state {
 	case tcpResetting:
+		return
+	case tcpSynSent:
+		t.guestSynAck(now, f, sg)
 		return
 	case tcpConnecting:
 		// A retransmitted SYN while connect() is pending: the SYN-ACK goes

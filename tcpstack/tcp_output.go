@@ -63,6 +63,18 @@ func (t *tcpTable) output(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 	switch f.state {
 	case tcpConnecting:
 		return true
+	case tcpSynSent:
+		if f.flags&flSynDue == 0 {
+			return true
+		}
+		t.refreshAckWnd(now, f)
+		if !t.sendFlags(f, w, header.TCPFlagSYN, f.iss) {
+			return false
+		}
+		f.flags &^= flSynDue
+		f.seqToGuest = f.iss + 1
+		f.sndMax = f.seqToGuest
+		return true
 	case tcpSynAckSent:
 		if f.flags&flSynAckDue == 0 {
 			return true
@@ -147,7 +159,7 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 	wnd := uint32(tcpMaxWindow)
 	if haveInfo {
 		wnd = t.sys.info.Snd_wnd
-		if f.state == tcpSynAckSent && wnd == 0 {
+		if (f.state == tcpSynAckSent || f.state == tcpSynSent) && wnd == 0 {
 			wnd = 65535
 		}
 	}
@@ -159,7 +171,7 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 	}
 	wnd = min(wnd, uint32(space), uint32(0xffff)<<f.wsToGuest, tcpMaxWindow)
 	f.wndToGuest = wnd
-	if f.state == tcpSynAckSent {
+	if f.state == tcpSynAckSent || f.state == tcpSynSent {
 		return
 	}
 	// A closed window needs a trigger to be reopened: EPOLLOUT when our

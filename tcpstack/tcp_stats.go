@@ -10,13 +10,14 @@ const (
 	tcpFree        tcpState = iota // slot unused
 	tcpConnecting                  // guest SYN seen, host connect() pending
 	tcpSynAckSent                  // host connected, SYN-ACK to the guest, waiting for its ACK
+	tcpSynSent                     // host peer accepted on a forwarded port, SYN to the guest, waiting for its SYN-ACK
 	tcpEstablished                 // data both ways
 	tcpClosing                     // a FIN went or came on either side
 	tcpResetting                   // socket gone; an RST to the guest is still due
 	numTCPStates
 )
 
-var tcpStateNames = [numTCPStates]string{"free", "connecting", "syn_ack_sent", "established", "closing", "resetting"}
+var tcpStateNames = [numTCPStates]string{"free", "connecting", "syn_ack_sent", "syn_sent", "established", "closing", "resetting"}
 
 // String returns the metric label value of the state.
 func (s tcpState) String() string {
@@ -61,6 +62,9 @@ type TCPStats struct {
 	Connects, ConnectFailures atomic.Uint64
 	// TableFull counts guest SYNs refused because every slot was taken.
 	TableFull atomic.Uint64
+	// Accepted counts connections accepted on forwarded host ports;
+	// AcceptRefused those closed at once (no slot, guest unknown).
+	Accepted, AcceptRefused atomic.Uint64
 	// Stalls counts transitions into STALLED (guest window exhausted or all
 	// socket data in flight).
 	Stalls atomic.Uint64

@@ -41,6 +41,11 @@ type tcpTable struct {
 
 	nextTimer time.Time // earliest deadline of any flow, zero: none
 
+	// Forwarded ports and the guest they forward to.
+	listeners        []tcpListener
+	guestMAC         [6]byte
+	guestV4, guestV6 netip.Addr
+
 	// dial opens the host socket; tests and fuzzing replace it.
 	dial func(dst netip.AddrPort, sndBuf, rcvBuf int) (fd int, inProgress bool, err error)
 
@@ -120,6 +125,11 @@ func (t *tcpTable) Attach(p tcpPoller) {
 		}
 		f.inEpoll = p.Add(f.fd, f.epollEvents, t.token(f)) == nil
 	}
+	for i, l := range t.listeners {
+		if err := p.Add(l.fd, unix.EPOLLIN, t.listenerToken(i)); err != nil {
+			t.log.Warn("tcp forward: epoll add failed", "err", err)
+		}
+	}
 }
 
 // Len returns the number of live connections.
@@ -128,6 +138,7 @@ func (t *tcpTable) Len() int { return len(t.active) }
 // Close resets every connection's host socket and frees the table's slots
 // (loop shutdown for good, not a pair restart).
 func (t *tcpTable) Close() {
+	t.closeListeners()
 	for len(t.active) > 0 {
 		f := &t.flows[t.active[len(t.active)-1]]
 		t.closeSocket(f, true)
@@ -278,6 +289,8 @@ func (t *tcpTable) updateEpoll(f *tcpFlow) {
 	switch {
 	case f.flags&flConnected == 0:
 		ev = unix.EPOLLOUT // connect() completion, once
+	case f.state == tcpSynSent:
+		ev = unix.EPOLLET // the guest has not accepted yet: read once established
 	case f.has(evGuestFinSent):
 		ev = unix.EPOLLET // nothing more to read; ERR and HUP are always reported
 	case f.flags&flRxBlocked != 0, f.flags&flStalled != 0 && f.flags&flWndStall != 0:

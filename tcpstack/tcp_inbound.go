@@ -1,0 +1,244 @@
+package tcpstack
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/header"
+)
+
+// Inbound port forwarding: a host listener accepts a connection, and the
+// table opens the guest side with a SYN of its own; the guest's SYN-ACK
+// establishes it. After that it is translated like a guest connection.
+
+// TCPForward is one forwarded host port.
+type TCPForward struct {
+	// HostAddr is the address to listen on; the zero Addr means all IPv4
+	// addresses (use netip.IPv6Unspecified() for all IPv6 ones).
+	HostAddr netip.Addr
+	// HostPort is the port to listen on; 0 picks one (see Listen's result).
+	HostPort uint16
+	// GuestPort is the guest's port the connections go to; 0 means HostPort.
+	GuestPort uint16
+}
+
+// tcpListener is an open forwarded port.
+type tcpListener struct {
+	fd        int
+	v6        bool
+	guestPort uint16
+}
+
+// tcpListenerBit marks listener slots in epoll tokens.
+const tcpListenerBit = 1 << 31
+
+// tcpAcceptBatch bounds accepts per event so a flood cannot starve the loop;
+// edge-triggered epoll would not report the rest, so the listener is
+// level-triggered.
+const tcpAcceptBatch = 32
+
+// SetGuest tells the table the guest's MAC and addresses, the destination
+// of forwarded connections. Guest TCP frames also teach them.
+func (t *tcpTable) SetGuest(mac [6]byte, v4, v6 netip.Addr) {
+	if mac != ([6]byte{}) {
+		t.guestMAC = mac
+	}
+	if v4.Is4() {
+		t.guestV4 = v4
+	}
+	if v6.Is6() {
+		t.guestV6 = v6
+	}
+}
+
+// learnGuest notes the guest's MAC and address from a segment it sent.
+func (t *tcpTable) learnGuest(sg *tcpSegment) {
+	t.guestMAC = sg.srcMAC
+	if sg.src.Is4() {
+		t.guestV4 = sg.src
+	} else if !sg.src.IsLinkLocalUnicast() {
+		t.guestV6 = sg.src
+	}
+}
+
+// Listen opens a forwarded host port and returns the port it listens on.
+func (t *tcpTable) Listen(fw TCPForward) (uint16, error) {
+	addr := fw.HostAddr
+	if !addr.IsValid() {
+		addr = netip.IPv4Unspecified()
+	}
+	family := unix.AF_INET
+	if addr.Is6() {
+		family = unix.AF_INET6
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	if err != nil {
+		return 0, fmt.Errorf("forward socket: %w", err)
+	}
+	_ = tcpSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if addr.Is6() {
+		_ = tcpSetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+	}
+	if err := unix.Bind(fd, tcpSockaddr(netip.AddrPortFrom(addr, fw.HostPort))); err != nil {
+		unix.Close(fd)
+		return 0, fmt.Errorf("forward bind %v: %w", netip.AddrPortFrom(addr, fw.HostPort), err)
+	}
+	if err := unix.Listen(fd, 128); err != nil {
+		unix.Close(fd)
+		return 0, fmt.Errorf("forward listen: %w", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return 0, fmt.Errorf("forward getsockname: %w", err)
+	}
+	var port uint16
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		port = uint16(a.Port)
+	case *unix.SockaddrInet6:
+		port = uint16(a.Port)
+	}
+	gp := fw.GuestPort
+	if gp == 0 {
+		gp = port
+	}
+	i := len(t.listeners)
+	t.listeners = append(t.listeners, tcpListener{fd: fd, v6: addr.Is6(), guestPort: gp})
+	if t.poll != nil {
+		if err := t.poll.Add(fd, unix.EPOLLIN, t.listenerToken(i)); err != nil {
+			unix.Close(fd)
+			t.listeners = t.listeners[:i]
+			return 0, fmt.Errorf("forward epoll: %w", err)
+		}
+	}
+	return port, nil
+}
+
+func (t *tcpTable) listenerToken(i int) uint64 {
+	return uint64(t.cfg.TokenTag)<<tcpTokenTagShift | uint64(uint32(i)|tcpListenerBit)
+}
+
+// closeListeners closes the forwarded ports.
+func (t *tcpTable) closeListeners() {
+	for _, l := range t.listeners {
+		if t.poll != nil {
+			_ = t.poll.Del(l.fd)
+		}
+		unix.Close(l.fd)
+	}
+	t.listeners = nil
+}
+
+// accept takes the pending connections of listener i.
+func (t *tcpTable) accept(now time.Time, i int) {
+	if i >= len(t.listeners) {
+		return
+	}
+	l := &t.listeners[i]
+	for n := 0; n < tcpAcceptBatch; n++ {
+		fd, sa, err := unix.Accept4(l.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		if err != nil {
+			return // EAGAIN, or an error the next event retries
+		}
+		var peer netip.AddrPort
+		switch a := sa.(type) {
+		case *unix.SockaddrInet4:
+			peer = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+		case *unix.SockaddrInet6:
+			peer = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
+		}
+		if !t.inbound(now, fd, peer, l.guestPort) {
+			t.stats.AcceptRefused.Add(1)
+			tcpCloseWithReset(fd)
+		}
+	}
+}
+
+// inbound opens the guest side of an accepted connection.
+func (t *tcpTable) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort uint16) bool {
+	remote := peer.Addr()
+	guest := t.guestV4
+	if remote.Is4() {
+		if remote.IsLoopback() && t.cfg.GatewayV4.IsValid() {
+			remote = t.cfg.GatewayV4 // the guest answers its gateway, which is us
+		}
+	} else {
+		guest = t.guestV6
+		if remote.IsLoopback() && t.cfg.GatewayV6.IsValid() {
+			remote = t.cfg.GatewayV6
+		}
+	}
+	if !guest.IsValid() || t.guestMAC == ([6]byte{}) || !remote.IsValid() {
+		t.log.Debug("tcp forward: guest address unknown, connection refused", "peer", peer)
+		return false
+	}
+	key := tcpKey{guestAddr: guest.As16(), remoteAddr: remote.As16(), guestPort: guestPort,
+		remotePort: peer.Port(), v6: guest.Is6()}
+	if _, busy := t.byKey[key]; busy {
+		return false
+	}
+	f := t.alloc(key)
+	if f == nil {
+		t.stats.TableFull.Add(1)
+		return false
+	}
+	t.stats.Accepted.Add(1)
+	f.fd = fd
+	f.guestMAC = t.guestMAC
+	f.guestAddr, f.remoteAddr = guest, remote
+	f.guestPort, f.remotePort = guestPort, peer.Port()
+	if peer.Addr().IsLoopback() {
+		f.flags |= flLocal
+	}
+	_ = tcpSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	if t.cfg.SndBuf > 0 {
+		_ = tcpSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, t.cfg.SndBuf)
+	}
+	if t.cfg.RcvBuf > 0 {
+		_ = tcpSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, t.cfg.RcvBuf)
+	}
+	f.mssToGuest = max(t.cfg.MTU-t.ipHdrLen(key.v6)-header.TCPMinimumSize, 64)
+	f.wsToGuest = tcpWsToGuest // offered; dropped if the guest's SYN-ACK has none
+	f.wndFromGuest = 1
+	f.iss = rand.Uint32()
+	f.seqToGuest, f.sndMax, f.seqAckFromGuest = f.iss, f.iss, f.iss
+	f.created, f.lastActivity, f.lastAckProg = now, now, now
+	f.flags |= flConnected | flSynDue
+	t.setState(f, tcpSynSent)
+	t.updateEpoll(f)
+	t.markDirty(f)
+	t.noteTimer(t.deadline(f))
+	return true
+}
+
+// guestSynAck handles the guest's answer to our SYN. It reports whether the
+// segment should go on to the established-state processing.
+func (t *tcpTable) guestSynAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
+	if !sg.flags.Has(header.TCPFlagSYN|header.TCPFlagACK) || sg.ack != f.iss+1 || f.flags&flSynDue != 0 {
+		return false
+	}
+	f.seqInitFromGuest = sg.seq
+	f.seqFromGuest = sg.seq + 1
+	f.seqAckToGuest = f.seqFromGuest
+	mss := tcpMSSDefault
+	if sg.opts.HasMSS && sg.opts.MSS > 0 {
+		mss = int(sg.opts.MSS)
+	}
+	f.mssToGuest = max(min(mss, t.cfg.MTU-t.ipHdrLen(f.key.v6)-header.TCPMinimumSize), 64)
+	if sg.opts.HasWindowScale {
+		f.wsFromGuest = min(sg.opts.WindowScale, header.TCPMaxWindowScale)
+	} else {
+		f.wsFromGuest, f.wsToGuest = 0, 0
+	}
+	f.wndFromGuest = max(uint32(sg.wnd), 1)
+	f.guestSACK = sg.opts.SACKPermitted
+	t.establish(now, f)
+	f.flags |= flAckDue // the handshake's third segment
+	t.markDirty(f)
+	return false
+}

@@ -1,0 +1,130 @@
+package tcpstack
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"vunet/tcpstack/header"
+)
+
+// TestTCPForwardInbound: a connection to a forwarded host port becomes a
+// SYN to the guest from the gateway address; the guest's SYN-ACK
+// establishes it, data flows both ways and the close is translated.
+func TestTCPForwardInbound(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{MTU: 1500, AckTimeout: time.Second})
+	h.tab.SetGuest(h.guestMAC, h.guest.Addr(), netip.Addr{})
+	port, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1"), GuestPort: 8080})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	syn := h.collect("SYN", func(s []tcpSeg) bool { return len(s) > 0 })
+	s := syn[0]
+	if s.flags != header.TCPFlagSYN || s.dst.Addr() != h.guest.Addr() || s.dst.Port() != 8080 ||
+		s.src.Addr() != netip.MustParseAddr("10.0.2.2") || !s.opts.HasMSS || s.opts.MSS != 1460 {
+		t.Fatalf("bad SYN %+v", s)
+	}
+	if h.stats.Accepted.Load() != 1 || h.stats.ConnsByState[tcpSynSent].Load() != 1 {
+		t.Fatalf("accepted %d", h.stats.Accepted.Load())
+	}
+	// Our SYN is repeated while the guest does not answer.
+	h.now = h.now.Add(time.Second)
+	h.tab.Timers(h.now)
+	if re := h.flush(); len(re) != 1 || re[0].flags != header.TCPFlagSYN || re[0].seq != s.seq {
+		t.Fatalf("SYN not repeated: %+v", re)
+	}
+	// The guest (port 8080 listening) answers.
+	h.guest = netip.AddrPortFrom(h.guest.Addr(), 8080)
+	h.remote = s.src
+	h.seq = h.isn + 1
+	h.ack = s.seq + 1
+	var ob [40]byte
+	n := header.EncodeTCPOptions(ob[:], &header.TCPOptions{HasMSS: true, MSS: 1000, HasWindowScale: true, WindowScale: 7})
+	h.inject(h.frame(header.TCPFlagSYN|header.TCPFlagACK, h.isn, h.ack, 65535, ob[:n], nil))
+	ack := h.flush()
+	if len(ack) != 1 || ack[0].flags != header.TCPFlagACK || ack[0].ack != h.isn+1 {
+		t.Fatalf("handshake ACK %+v", ack)
+	}
+	if f := h.flow(); f == nil || f.state != tcpEstablished || f.mssToGuest != 1000 {
+		t.Fatalf("not established")
+	}
+	// Host → guest.
+	data := tcpPattern(3000)
+	c.Write(data)
+	got := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(data) })
+	if !bytes.Equal(tcpPayloadOf(got), data) || len(got[0].payload) != 1000 {
+		t.Fatalf("data to guest wrong")
+	}
+	h.ackAll(got)
+	// Guest → host.
+	h.sendAck([]byte("reply"))
+	h.flush()
+	if b := tcpReadN(t, c, 5); string(b) != "reply" {
+		t.Fatalf("host got %q", b)
+	}
+	// Guest closes, then the host client.
+	h.sendFin()
+	h.flush()
+	c.(*net.TCPConn).CloseWrite()
+	all := h.collect("FIN", func(s []tcpSeg) bool { return hasFlag(s, header.TCPFlagFIN) })
+	h.ackAll(all)
+	h.flush()
+	if h.flow() != nil || h.tab.Len() != 0 {
+		t.Fatalf("forwarded connection not closed")
+	}
+}
+
+// TestTCPForwardGuestRefuses: a guest RST to our SYN resets the host client.
+func TestTCPForwardGuestRefuses(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	h.tab.SetGuest(h.guestMAC, h.guest.Addr(), netip.Addr{})
+	port, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1"), GuestPort: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	syn := h.collect("SYN", func(s []tcpSeg) bool { return len(s) > 0 })
+	h.guest = netip.AddrPortFrom(h.guest.Addr(), 9)
+	h.remote = syn[0].src
+	h.inject(h.frame(header.TCPFlagRST|header.TCPFlagACK, 0, syn[0].seq+1, 0, nil, nil))
+	if h.flow() != nil || h.stats.RSTReceived.Load() != 1 {
+		t.Fatalf("guest RST not handled")
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("host client not reset")
+	}
+}
+
+// TestTCPForwardGuestUnknown: without a known guest the host client is
+// refused at once.
+func TestTCPForwardGuestUnknown(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	port, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for h.stats.AcceptRefused.Load() == 0 && time.Now().Before(deadline) {
+		h.pump(10 * time.Millisecond)
+	}
+	if h.stats.AcceptRefused.Load() != 1 || h.tab.Len() != 0 {
+		t.Fatalf("refused %d len %d", h.stats.AcceptRefused.Load(), h.tab.Len())
+	}
+}

@@ -68,6 +68,9 @@ type tcpFlow struct {
 
 	// Guest → host socket.
 	seqInitFromGuest uint32 // guest's ISN
+	ackBase          uint32 // sequence that tcpi_bytes_acked == 0 stands for
+	sndBuf           int    // SO_SNDBUF as last read
+	sndBufAt         time.Time
 	seqFromGuest     uint32 // next byte expected from the guest (all before it written to the socket)
 	seqAckToGuest    uint32 // ACK number in our frames
 	ackSent          uint32 // ACK number in the last frame sent

@@ -171,6 +171,7 @@ func (t *tcpTable) connect(now time.Time, sg *tcpSegment) {
 	f.guestAddr, f.remoteAddr = sg.src, sg.dst
 	f.guestPort, f.remotePort = sg.srcPort, sg.dstPort
 	f.seqInitFromGuest = sg.seq
+	f.ackBase = sg.seq // tcpi_bytes_acked counts the SYN of a connect()ed socket
 	f.seqFromGuest = sg.seq + 1
 	f.seqAckToGuest = f.seqFromGuest
 	mss := tcpMSSDefault

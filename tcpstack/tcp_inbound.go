@@ -223,6 +223,7 @@ func (t *tcpTable) guestSynAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
 		return false
 	}
 	f.seqInitFromGuest = sg.seq
+	f.ackBase = sg.seq + 1 // an accepted socket's tcpi_bytes_acked does not count the SYN
 	f.seqFromGuest = sg.seq + 1
 	f.seqAckToGuest = f.seqFromGuest
 	mss := tcpMSSDefault

@@ -10,6 +10,9 @@ import (
 	"vunet/virtqueue"
 )
 
+// tcpSndBufRefresh is how often a connection's SO_SNDBUF is re-read.
+const tcpSndBufRefresh = 100 * time.Millisecond
+
 // tcpMaxHdrLen is Ethernet + IPv6 + TCP with the SYN options we send.
 const tcpMaxHdrLen = header.EthernetMinimumSize + header.IPv6MinimumSize + header.TCPMinimumSize + 8
 
@@ -143,9 +146,8 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 		f.seqAckToGuest = f.seqFromGuest
 	default:
 		// Remote peer: ACK what it acknowledged, so the guest feels the
-		// end-to-end backpressure. tcpi_bytes_acked counts our SYN too,
-		// which lines it up with the guest's ISN.
-		a := f.seqInitFromGuest + uint32(t.sys.info.Bytes_acked)
+		// end-to-end backpressure.
+		a := f.ackBase + uint32(t.sys.info.Bytes_acked)
 		if tcpSeqGT(a, f.seqFromGuest) {
 			a = f.seqFromGuest
 		}
@@ -157,17 +159,29 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 		}
 	}
 	wnd := uint32(tcpMaxWindow)
+	queued := 0
 	if haveInfo {
 		wnd = t.sys.info.Snd_wnd
 		if (f.state == tcpSynAckSent || f.state == tcpSynSent) && wnd == 0 {
 			wnd = 65535
 		}
+		// Bytes in our send queue, unsent or unacknowledged (SIOCOUTQ,
+		// without the system call): written minus acknowledged.
+		queued = max(int(int32(f.seqFromGuest-f.ackBase-uint32(t.sys.info.Bytes_acked))), 0)
+	} else {
+		queued = tcpSendQueueBytes(f.fd)
 	}
+	// SO_SNDBUF only changes with auto-tuning: re-read it now and then, and
+	// whenever it looks like the limit.
+	if f.sndBuf == 0 || now.Sub(f.sndBufAt) >= tcpSndBufRefresh || f.sndBuf/2-queued < f.mssToGuest {
+		if sb, e := tcpGetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_SNDBUF); e == 0 {
+			f.sndBuf, f.sndBufAt = sb, now
+		}
+	}
+	// sk_sndbuf counts overhead too: half of it is the usable payload.
 	space := tcpMaxWindow
-	if sb, e := tcpGetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_SNDBUF); e == 0 {
-		// The send buffer bounds what we can take at once; sk_sndbuf
-		// counts overhead too, so half of it is the usable payload.
-		space = max(sb/2-tcpSendQueueBytes(f.fd), 0)
+	if f.sndBuf > 0 {
+		space = max(f.sndBuf/2-queued, 0)
 	}
 	wnd = min(wnd, uint32(space), uint32(0xffff)<<f.wsToGuest, tcpMaxWindow)
 	f.wndToGuest = wnd

@@ -130,6 +130,8 @@ func (t *tcpTable) HandleGuestFrame(now time.Time, head []byte, frame [][]byte, 
 	if !ok {
 		if sg.flags&(header.TCPFlagSYN|header.TCPFlagACK|header.TCPFlagRST|header.TCPFlagFIN) == header.TCPFlagSYN {
 			t.connect(now, sg)
+		} else {
+			t.queueRST(sg)
 		}
 		return true
 	}
@@ -164,7 +166,7 @@ func (t *tcpTable) connect(now time.Time, sg *tcpSegment) {
 	f := t.alloc(sg.key)
 	if f == nil {
 		t.stats.TableFull.Add(1)
-		t.log.Debug("tcp table full, SYN dropped", "dst", sg.dst, "port", sg.dstPort)
+		t.queueRST(sg)
 		return
 	}
 	f.guestMAC = sg.srcMAC

@@ -25,6 +25,9 @@ const tcpMaxHdrLen = header.EthernetMinimumSize + header.IPv6MinimumSize + heade
 // the unserved connections stay queued, and the loop must call Flush again
 // when buffers arrive (enable RX kicks); no timer is involved.
 func (t *tcpTable) Flush(now time.Time, w tcpFrameWriter) (blocked bool) {
+	if t.nrst > 0 && !t.flushRSTs(w) {
+		return true
+	}
 	// Flows queued during this pass (a reset, say) are served in it too,
 	// but a flow blocked on descriptors ends the pass.
 	for t.outHead >= 0 {

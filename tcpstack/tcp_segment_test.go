@@ -135,4 +135,38 @@ func TestTCPTableFull(t *testing.T) {
 	if h.tab.Len() != 1 || h.stats.TableFull.Load() != 1 {
 		t.Fatalf("len %d tableFull %d", h.tab.Len(), h.stats.TableFull.Load())
 	}
+	got := h.flush()
+	if len(got) != 1 || got[0].flags != header.TCPFlagRST|header.TCPFlagACK || got[0].ack != h.isn+1 || got[0].dst != h.guest {
+		t.Fatalf("refused SYN not reset: %+v", got)
+	}
+}
+
+// TestTCPUnknownSegmentReset: a segment for no known connection gets an RST
+// (seq from its ACK), queued behind nothing and bounded in number.
+func TestTCPUnknownSegmentReset(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	h.remote = netip.MustParseAddrPort("10.0.2.2:12345")
+	h.w.free = 0
+	for i := 0; i < 40; i++ {
+		h.inject(h.frame(header.TCPFlagACK, 100, 5000+uint32(i), 1000, nil, []byte("stale")))
+	}
+	if got := h.flush(); len(got) != 0 || !h.blocked {
+		t.Fatalf("sent without buffers")
+	}
+	h.w.free = 100
+	got := h.flush()
+	if len(got) != tcpRSTQueueLen {
+		t.Fatalf("want %d RSTs (queue bound), got %d", tcpRSTQueueLen, len(got))
+	}
+	if s := got[0]; s.flags != header.TCPFlagRST || s.seq != 5000 || s.src != h.remote || s.dst != h.guest {
+		t.Fatalf("bad RST %+v", s)
+	}
+	// An RST is never answered.
+	h.inject(h.frame(header.TCPFlagRST, 100, 0, 0, nil, nil))
+	if got := h.flush(); len(got) != 0 {
+		t.Fatalf("RST answered")
+	}
+	if h.stats.RSTSent.Load() != tcpRSTQueueLen || h.tab.Len() != 0 {
+		t.Fatalf("rst sent %d", h.stats.RSTSent.Load())
+	}
 }

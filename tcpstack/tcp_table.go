@@ -51,6 +51,8 @@ type tcpTable struct {
 
 	sys   tcpSysBufs
 	seg   tcpSegment
+	rsts  [tcpRSTQueueLen]tcpPendingRST
+	nrst  int
 	vh    virtqueue.NetHdr // fields of the frame being committed
 	frm   [tcpMaxFramesPerPass]tcpFrame
 	bufs  [][]byte // payload iovecs of the reserved frames, in order

@@ -1,0 +1,60 @@
+package tcpstack
+
+import (
+	"vunet/tcpstack/header"
+)
+
+// Stateless resets: a guest segment that matches no connection (a table
+// that forgot it after a restart, a SYN refused because the table is full)
+// is answered with an RST as RFC 9293 3.10.7.1 says, so the guest does not
+// wait for its own timeouts. They queue in a small ring, served first by
+// the output pass; when the ring is full, further ones are dropped (the
+// guest's retransmission will ask again).
+
+const tcpRSTQueueLen = 16
+
+type tcpPendingRST struct {
+	flow tcpFlow // only the addressing and sequence fields are used
+	fl   header.TCPFlags
+	seq  uint32
+}
+
+// queueRST schedules an RST answering sg.
+func (t *tcpTable) queueRST(sg *tcpSegment) {
+	if sg.flags.Has(header.TCPFlagRST) || t.nrst == len(t.rsts) {
+		return
+	}
+	r := &t.rsts[t.nrst]
+	t.nrst++
+	f := &r.flow
+	*f = tcpFlow{key: sg.key, fd: -1, guestMAC: sg.srcMAC, guestAddr: sg.src, remoteAddr: sg.dst,
+		guestPort: sg.srcPort, remotePort: sg.dstPort, mssToGuest: tcpMSSDefault}
+	if sg.flags.Has(header.TCPFlagACK) {
+		r.fl, r.seq = header.TCPFlagRST, sg.ack
+		return
+	}
+	n := uint32(sg.payloadLen)
+	if sg.flags.Has(header.TCPFlagSYN) {
+		n++
+	}
+	if sg.flags.Has(header.TCPFlagFIN) {
+		n++
+	}
+	r.fl, r.seq = header.TCPFlagRST|header.TCPFlagACK, 0
+	f.seqAckToGuest = sg.seq + n
+}
+
+// flushRSTs sends the queued resets; false when the guest had no buffer.
+func (t *tcpTable) flushRSTs(w tcpFrameWriter) bool {
+	i := 0
+	for ; i < t.nrst; i++ {
+		r := &t.rsts[i]
+		if !t.sendFlags(&r.flow, w, r.fl, r.seq) {
+			break
+		}
+		t.stats.RSTSent.Add(1)
+	}
+	n := copy(t.rsts[:], t.rsts[i:t.nrst])
+	t.nrst = n
+	return t.nrst == 0
+}

@@ -241,3 +241,44 @@ func TestDPDKMemoryGrowth(t *testing.T) {
 	}
 	checkARPReply(t, b[12:])
 }
+
+// TestFullRingInOneBatch publishes exactly ring-size chains at once on
+// both rings: avail.idx is then Size ahead of the device, the legal maximum,
+// which must not be mistaken for a driver running ahead.
+func TestFullRingInOneBatch(t *testing.T) {
+	for _, base := range []uint16{0, 65530} {
+		s := startServer(t)
+		f := s.connect(t, fe.Options{RingSize: 16, VringBase: base})
+		p := f.Pair0()
+		if err := p.PostRX(16, 2048); err != nil {
+			t.Fatal(err)
+		}
+		var frames [][]byte
+		for i := 0; i < 16; i++ {
+			frames = append(frames, arpRequest())
+		}
+		if err := p.SubmitTX(frames...); err != nil {
+			t.Fatal(err)
+		}
+		if p.TX.AvailIdx()-p.TX.UsedIdx() != 16 && p.TX.UsedIdx() == base {
+			t.Fatalf("setup: %d chains outstanding", p.TX.AvailIdx()-p.TX.UsedIdx())
+		}
+		if err := p.WaitTX(3 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for got < 16 {
+			fr, err := p.ReceiveRX(3 * time.Second)
+			if err != nil {
+				t.Fatalf("base %d: %d of 16 replies: %v", base, got, err)
+			}
+			for _, x := range fr {
+				checkARPReply(t, x.Data)
+			}
+			got += len(fr)
+		}
+		if s.plane.broken.Load() != 0 {
+			t.Fatalf("base %d: a full ring broke the queue", base)
+		}
+	}
+}

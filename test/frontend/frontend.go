@@ -54,7 +54,9 @@ func (f *Frontend) Close() error {
 		p.TX.closeFDs()
 	}
 	for _, fd := range f.errFDs {
-		unix.Close(fd)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 	}
 	f.errFDs = nil
 	if f.ownMem && f.Mem != nil {

@@ -195,12 +195,20 @@ func (f *Frontend) makePairs() error {
 	return nil
 }
 
-func (f *Frontend) errFD() (int, error) {
+// errFD returns ring i's error eventfd, created once and kept across
+// reconnects like the kick and call eventfds.
+func (f *Frontend) errFD(i int) (int, error) {
+	for len(f.errFDs) <= i {
+		f.errFDs = append(f.errFDs, -1)
+	}
+	if f.errFDs[i] >= 0 {
+		return f.errFDs[i], nil
+	}
 	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		return -1, fmt.Errorf("err eventfd: %w", err)
 	}
-	f.errFDs = append(f.errFDs, fd)
+	f.errFDs[i] = fd
 	return fd, nil
 }
 
@@ -301,7 +309,7 @@ func (f *Frontend) negotiateQEMU() error {
 			if err := f.SetVringFD(ReqSetVringCall, uint32(r.Index), r.call); err != nil {
 				return fmt.Errorf("set vring call %d: %w", r.Index, err)
 			}
-			efd, err := f.errFD()
+			efd, err := f.errFD(r.Index)
 			if err != nil {
 				return err
 			}

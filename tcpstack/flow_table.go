@@ -137,8 +137,8 @@ func (ft *flowTable) attach(ep epollSet) error {
 // registrations).
 func (ft *flowTable) detach() { ft.ep = epollSet{fd: -1} }
 
-// lookup returns the flow for key, creating it with open when absent.
-func (ft *flowTable) lookup(key *flowKey, open func(*flowKey) (int, error)) (int32, bool) {
+// lookup returns the flow for key, opening its host socket when absent.
+func (ft *flowTable) lookup(key *flowKey) (int32, bool) {
 	if i, ok := ft.byKey[*key]; ok {
 		ft.flows[i].lastUsed = ft.now
 		return i, true
@@ -148,7 +148,13 @@ func (ft *flowTable) lookup(key *flowKey, open func(*flowKey) (int, error)) (int
 		ft.warn("flow table full", "max", ft.cfg.maxFlows)
 		return 0, false
 	}
-	fd, err := open(key)
+	var fd int
+	var err error
+	if key.kind == flowICMP {
+		fd, err = ft.openICMP(key)
+	} else {
+		fd, err = ft.openUDP(key)
+	}
 	if err != nil {
 		ft.st.TX.Drops[DropNoFlow].Add(1)
 		ft.warn("cannot open host socket for flow", "err", err, "kind", key.kind,

@@ -23,7 +23,7 @@ var (
 )
 
 // newFlowPair is newTestPair with a gateway configured for flows.
-func newFlowPair(t *testing.T, features uint64, mod func(*Config)) *testPair {
+func newFlowPair(t testing.TB, features uint64, mod func(*Config)) *testPair {
 	t.Helper()
 	p := newTestPair(t, features, 256)
 	cfg := Config{Logger: testLogger()}

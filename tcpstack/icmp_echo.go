@@ -40,7 +40,7 @@ func (l *loop) icmpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) bool {
 	ft := l.flows
 	key := flowKey{kind: flowICMP, v6: ip.v6, guestIP: ip.src, remoteIP: ip.dst,
 		guestPort: binary.BigEndian.Uint16(m[4:6])}
-	i, ok := ft.lookup(&key, ft.openICMP)
+	i, ok := ft.lookup(&key)
 	if !ok {
 		return true
 	}

@@ -165,7 +165,7 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 		st.TX.Drops[DropMalformed].Add(1)
 		return
 	}
-	i, ok := ft.lookup(&key, ft.openUDP)
+	i, ok := ft.lookup(&key)
 	if !ok {
 		return
 	}

@@ -128,3 +128,45 @@ func TestTCPForwardGuestUnknown(t *testing.T) {
 		t.Fatalf("refused %d len %d", h.stats.AcceptRefused.Load(), h.tab.Len())
 	}
 }
+
+// TestTCPForwardAckOnPeerAck: on an accepted socket tcpi_bytes_acked does
+// not count the SYN; ACKs to the guest that follow it still reach exactly
+// the last byte written once the host client has it.
+func TestTCPForwardAckOnPeerAck(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{AckOnPeerAck: true})
+	h.tab.SetGuest(h.guestMAC, h.guest.Addr(), netip.Addr{})
+	port, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1"), GuestPort: 8080})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	syn := h.collect("SYN", func(s []tcpSeg) bool { return len(s) > 0 })
+	h.guest = netip.AddrPortFrom(h.guest.Addr(), 8080)
+	h.remote = syn[0].src
+	h.seq, h.ack = h.isn+1, syn[0].seq+1
+	h.inject(h.frame(header.TCPFlagSYN|header.TCPFlagACK, h.isn, h.ack, 65535, nil, nil))
+	h.flush()
+	h.sendAck([]byte("0123456789"))
+	if b := tcpReadN(t, c, 10); string(b) != "0123456789" {
+		t.Fatalf("client got %q", b)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.now = h.now.Add(20 * time.Millisecond)
+		h.tab.Timers(h.now)
+		s := h.pump(5 * time.Millisecond)
+		if len(s) > 0 && s[len(s)-1].ack == h.seq {
+			break
+		}
+		if len(s) > 0 && tcpSeqGT(s[len(s)-1].ack, h.seq) {
+			t.Fatalf("ACK %d beyond the data %d", s[len(s)-1].ack-h.isn, h.seq-h.isn)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("guest data never fully ACKed")
+		}
+	}
+}

@@ -25,6 +25,9 @@ package tcpstack
 //
 //	t := newTCPTable(cfg TCPConfig, stats *TCPStats, p tcpPoller) // once per pair index; keep it across restarts
 //	t.Attach(p tcpPoller)                        // after StartPair built a new epoll set: re-registers all sockets
+//	t.Detach()                                   // when the loop stops, before its epoll set is closed
+//	t.SetGuest(mac [6]byte, v4, v6 netip.Addr)   // guest MAC/addresses for forwarded connections (also learned from frames)
+//	t.Listen(fw TCPForward) (port uint16, err error) // open a forwarded host port (inbound connections)
 //	t.SetFeatures(guestCsum, tso4, tso6 bool)    // from the negotiated VIRTIO_NET_F_GUEST_CSUM/TSO4/TSO6
 //	t.SetMTU(mtu int)
 //	t.HandleGuestFrame(now, head []byte, frame [][]byte, skip, frameLen int) bool

@@ -174,3 +174,21 @@ func TestTCPHostSocketOptions(t *testing.T) {
 		_ = defRcv
 	}
 }
+
+// TestTCPSurvivesPairRestart: Detach and Attach to a new epoll set (a queue
+// pair restart) keep connections working.
+func TestTCPSurvivesPairRestart(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	h.tab.Detach()
+	unix.Close(h.poll.ep)
+	h.poll = tcpNewEpollPoller(t)
+	h.tab.Attach(h.poll)
+	peer.Write([]byte("after restart"))
+	got := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= 13 })
+	if string(tcpPayloadOf(got)) != "after restart" {
+		t.Fatalf("got %q", tcpPayloadOf(got))
+	}
+}

@@ -134,6 +134,11 @@ func (t *tcpTable) Attach(p tcpPoller) {
 	}
 }
 
+// Detach forgets the poller: the loop calls it when it stops (its epoll set
+// is closed with it, which drops every registration). Sockets stay open and
+// Attach registers them with the next loop's set.
+func (t *tcpTable) Detach() { t.poll = nil }
+
 // Len returns the number of live connections.
 func (t *tcpTable) Len() int { return len(t.active) }
 

@@ -180,3 +180,49 @@ func exchangeSkipping(t *testing.T, f *fe.Frontend) {
 	}
 	t.Fatal("no ARP reply after the garbage")
 }
+
+// TestNoRXBuffersFlood sends thousands of frames that each want an answer
+// while the guest posts no RX buffers: TX must keep being processed (no
+// head-of-line blocking on a full RX ring), whatever is queued for the
+// guest must stay bounded, and once buffers appear the pair works.
+func TestNoRXBuffersFlood(t *testing.T) {
+	for _, pl := range framePlanes {
+		t.Run(pl.name, func(t *testing.T) {
+			isolate(t, func(t *testing.T) {
+				s := startServerWith(t, pl.make(t))
+				f := s.connect(t, fe.Options{})
+				p := f.Pair0()
+				batch := make([][]byte, 64)
+				for i := range batch {
+					batch[i] = arpRequest()
+				}
+				for i := 0; i < 80; i++ {
+					if err := p.SubmitTX(batch...); err != nil {
+						t.Fatal(err)
+					}
+					if err := p.WaitTX(3 * time.Second); err != nil {
+						t.Fatalf("batch %d: TX stalled while RX has no buffers: %v", i, err)
+					}
+				}
+				if err := p.PostRX(256, 2048); err != nil {
+					t.Fatal(err)
+				}
+				got := 0
+				for {
+					fr, err := p.ReceiveRX(200 * time.Millisecond)
+					if err != nil {
+						break
+					}
+					got += len(fr)
+				}
+				t.Logf("%d replies queued for the guest out of %d requests", got, 80*64)
+				if got >= 80*64 {
+					t.Errorf("every one of %d replies was kept for a guest without buffers: unbounded queue?", got)
+				}
+				exchangeSkipping(t, f)
+				f.Close()
+				s.healthy(t)
+			})
+		})
+	}
+}

@@ -32,11 +32,10 @@ func (l *loop) icmpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) bool {
 	if m[0] != echo || m[1] != 0 {
 		return false
 	}
-	if !ip.dstAddr().unicast() {
+	if !ip.dstUnicast() {
 		l.st.TX.Drops[DropUnhandledProtocol].Add(1)
 		return true
 	}
-	l.st.ServiceReplies[SvcICMPEcho].Add(0) // keep the label visible from the first echo
 	ft := l.flows
 	key := flowKey{kind: flowICMP, v6: ip.v6, guestIP: ip.src, remoteIP: ip.dst,
 		guestPort: binary.BigEndian.Uint16(m[4:6])}
@@ -111,8 +110,7 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 		binary.BigEndian.PutUint16(idb[:], f.key.guestPort)
 		writeIovecs(payload, 4, idb[:])
 		writeIovecs(payload, 2, []byte{0, 0})
-		ipOff := ft.buildL2L3(l, rv.hdr, &f.key, proto, n)
-		_ = ipOff
+		ft.buildL2L3(l, rv.hdr, &f.key, proto, n)
 		var sum uint16
 		if f.key.v6 {
 			sum = header.PseudoHeaderChecksum(proto, f.key.remoteAddr(), f.key.guestAddr(), uint32(n))

@@ -166,7 +166,7 @@ func (l *loop) run() {
 	l.qp.RX.DisableKicks()
 	l.announceLink()
 	// Chains may be waiting from before a restart without a kick pending.
-	l.iterate(true, true)
+	l.iterate(true)
 	for !l.quit.Load() {
 		timeout := -1
 		if l.again {
@@ -181,7 +181,7 @@ func (l *loop) run() {
 			return
 		}
 		l.st.Wakeups.Add(1)
-		tx, rx := l.again, l.again
+		tx := l.again
 		for i := 0; i < n; i++ {
 			ev := &l.events[i]
 			tok := eventToken(ev)
@@ -197,28 +197,28 @@ func (l *loop) run() {
 				var b [8]byte
 				unix.Read(l.timerfd, b[:])
 				if l.polling {
-					tx, rx = true, true
+					tx = true
 				}
 				l.onTimer()
 			case loopFDTXKick:
 				l.qp.TX.DrainKick()
 				tx = true
 			case loopFDRXKick:
-				// The guest refilled its RX ring: waiting producers retry.
+				// The guest refilled its RX ring: the producers run in
+				// every iteration and retry what waited.
 				l.qp.RX.DrainKick()
-				rx = true
 			}
 		}
 		if l.quit.Load() {
 			return
 		}
-		l.iterate(tx, rx)
+		l.iterate(tx)
 	}
 }
 
-// iterate does one round of work: guest frames, frames for the guest, and
-// one publication of the RX used ring.
-func (l *loop) iterate(tx, rx bool) {
+// iterate does one round of work: guest frames (when tx), frames for the
+// guest, and one publication of the RX used ring.
+func (l *loop) iterate(tx bool) {
 	l.rx.starved, l.rx.limited = false, false
 	l.now = time.Now()
 	l.flows.now = l.now

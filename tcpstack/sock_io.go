@@ -132,8 +132,3 @@ func writeIovecs(bufs [][]byte, off int, src []byte) {
 		off = 0
 	}
 }
-
-// readIovecs copies bytes at offset off of bufs into dst and returns the count.
-func readIovecs(dst []byte, bufs [][]byte, off int) int {
-	return copyFromIovecs(dst, bufs, off)
-}

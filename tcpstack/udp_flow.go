@@ -33,24 +33,13 @@ type l3Info struct {
 	l4Len    int      // L4 length per the IP header
 }
 
-func (ip *l3Info) dstAddr() netip4or6 { return netip4or6{ip.v6, &ip.dst} }
-
-type netip4or6 struct {
-	v6 bool
-	b  *[16]byte
-}
-
-// unicast reports whether the destination is an address a connected socket
-// can reach: not multicast, not broadcast, not unspecified.
-func (a netip4or6) unicast() bool {
-	if a.v6 {
-		return a.b[0] != 0xff && *a.b != [16]byte{}
+// dstUnicast reports whether the destination is an address a connected
+// socket can reach: not multicast, not broadcast, not unspecified.
+func (ip *l3Info) dstUnicast() bool {
+	if ip.v6 {
+		return ip.dst[0] != 0xff && ip.dst != [16]byte{}
 	}
-	b := a.b
-	if b[0] >= 224 || [4]byte(b[:4]) == [4]byte{} {
-		return false
-	}
-	return true
+	return ip.dst[0] < 224 && [4]byte(ip.dst[:4]) != [4]byte{}
 }
 
 // parseL3v4 fills ip from an IPv4 header in the copied head of a frame.
@@ -154,7 +143,7 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 			return
 		}
 	}
-	if !ip.dstAddr().unicast() {
+	if !ip.dstUnicast() {
 		st.TX.Drops[DropUnhandledProtocol].Add(1)
 		return
 	}

@@ -362,7 +362,17 @@ func (vm *VM) Finish(t testing.TB) guest.Result {
 
 func (vm *VM) dumpForFailure(t testing.TB) {
 	t.Logf("qemu stderr (%s):\n%s", vm.Stderr, tailFile(vm.Stderr, 20))
-	t.Logf("guest console (%s):\n%s", vm.Console, tailFile(vm.Console, 40))
+	// The agent's results are on the console too; show them once, below.
+	var console []string
+	for _, l := range strings.Split(tailFile(vm.Console, 200), "\n") {
+		if !strings.Contains(l, guest.ResultPrefix) && strings.TrimSpace(l) != "" {
+			console = append(console, l)
+		}
+	}
+	if len(console) > 40 {
+		console = console[len(console)-40:]
+	}
+	t.Logf("guest console without result lines (%s):\n%s", vm.Console, strings.Join(console, "\n"))
 	t.Logf("agent results (%s):\n%s", vm.Results, tailFile(vm.Results, 20))
 }
 

@@ -86,6 +86,7 @@ type testRing struct {
 	freeDesc          []uint16
 	bufOf             map[uint16][]uint64 // head -> buffer addresses (for reading back)
 	lenOf             map[uint16][]uint32
+	noKick            bool
 	q                 *virtqueue.SplitQueue
 	stats             virtqueue.Stats
 }
@@ -115,11 +116,15 @@ func newTestRing(t testing.TB, m *testMem, index int, size uint16, eventIdx bool
 // rebuild makes a fresh device-side queue continuing at lastAvail, as the
 // control plane does on every pair restart.
 func (r *testRing) rebuild(index int, lastAvail uint16) {
+	kick := r.kick
+	if r.noKick {
+		kick = -1 // the front-end said "no fd": the device polls
+	}
 	q, err := virtqueue.NewSplitQueue(virtqueue.Config{
 		Index: index, Size: r.size,
 		Addr:      virtqueue.Addresses{Desc: testUserBase + r.desc, Avail: testUserBase + r.avail, Used: testUserBase + r.used},
 		LastAvail: lastAvail, EventIdx: r.eventIdx, Indirect: true,
-		Kick: r.kick, Call: r.call, Mem: r.m.vmem, Stats: &r.stats, Logger: testLogger(),
+		Kick: kick, Call: r.call, Mem: r.m.vmem, Stats: &r.stats, Logger: testLogger(),
 	})
 	if err != nil {
 		r.t.Fatal(err)

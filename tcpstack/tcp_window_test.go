@@ -16,11 +16,19 @@ import (
 // STALLED, re-applies the window clamp (never zero, never below the window
 // the socket advertises) and reads at once; the transfer completes.
 func TestTCPStallAndClampWorkaround(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500, RcvBuf: 16384})
+	tcpRunStallTransfer(t, TCPConfig{MTU: 1500, RcvBuf: 16384}, 16384)
+}
+
+// tcpRunStallTransfer is TestTCPStallAndClampWorkaround's body: cfg for the
+// table, peerSndBuf pinned on the host peer (0: kernel default).
+func tcpRunStallTransfer(t *testing.T, cfg TCPConfig, peerSndBuf int) {
+	h := tcpNewHarness(t, cfg)
 	h.wnd = 4096
 	ln := h.listen()
 	peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: 1400}) // no window scale
-	peer.SetWriteBuffer(16384)
+	if peerSndBuf > 0 {
+		peer.SetWriteBuffer(peerSndBuf)
+	}
 	f := h.flow()
 	clamp0, _ := tcpGetsockoptInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
 	if clamp0 <= 0 {
@@ -212,10 +220,16 @@ func TestTCPAckFollowsPeerAck(t *testing.T) {
 // small receive buffer that reads slowly. The guest only ever sends within
 // the window we advertise; windows close and reopen (send-buffer space,
 // the peer's window) and the transfer completes intact.
-func TestTCPGuestUploadToSlowPeer(t *testing.T) {
+func TestTCPGuestUploadToSlowPeer(t *testing.T) { tcpRunUpload(t, 8192) }
+
+// tcpRunUpload is TestTCPGuestUploadToSlowPeer's body; peerRcvBuf 0 leaves
+// the host peer's receive buffer to the kernel.
+func tcpRunUpload(t *testing.T, peerRcvBuf int) {
 	h := tcpNewHarness(t, TCPConfig{})
 	ln := h.listen()
-	h.setRcvBuf(ln, 8192)
+	if peerRcvBuf > 0 {
+		h.setRcvBuf(ln, peerRcvBuf)
+	}
 	peer := h.establish(ln, tcpMss1400ws7)
 	f := h.flow()
 	data := tcpPattern(2 << 20)

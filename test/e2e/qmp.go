@@ -23,7 +23,8 @@ import (
 // and every command has a context.
 type QMP struct {
 	conn    net.Conn
-	mu      sync.Mutex // one command in flight: QMP replies carry no id we use
+	mu      sync.Mutex // one command in flight
+	lastID  uint64     // QEMU echoes each command's id: a late reply to a timed-out command is recognised
 	replies chan qmpReply
 
 	evMu   sync.Mutex
@@ -47,9 +48,11 @@ type QMPEvent struct {
 type qmpCommand struct {
 	Execute string `json:"execute"`
 	Args    any    `json:"arguments,omitempty"`
+	ID      uint64 `json:"id"`
 }
 
 type qmpReply struct {
+	ID     uint64          `json:"id"`
 	Return json.RawMessage `json:"return"`
 	Error  *struct {
 		Class string `json:"class"`
@@ -131,7 +134,7 @@ func (q *QMP) read(dec *json.Decoder) {
 		}
 		select {
 		case q.replies <- r:
-		default: // a reply nobody waits for (timed-out command): drop it
+		default: // nobody waits (its command timed out): drop it
 		}
 	}
 }
@@ -140,12 +143,9 @@ func (q *QMP) read(dec *json.Decoder) {
 func (q *QMP) Run(ctx context.Context, command string, args any) (json.RawMessage, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	// A late reply to an earlier, timed-out command must not answer this one.
-	select {
-	case <-q.replies:
-	default:
-	}
-	c := qmpCommand{Execute: command}
+	q.lastID++
+	id := q.lastID
+	c := qmpCommand{Execute: command, ID: id}
 	if args != nil {
 		c.Args = args
 	}
@@ -159,16 +159,21 @@ func (q *QMP) Run(ctx context.Context, command string, args any) (json.RawMessag
 	if _, err := q.conn.Write(append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("send %s: %w", command, err)
 	}
-	select {
-	case r := <-q.replies:
-		if r.Error != nil {
-			return nil, fmt.Errorf("%s: %w", command, &QMPError{Class: r.Error.Class, Desc: r.Error.Desc})
+	for {
+		select {
+		case r := <-q.replies:
+			if r.ID != id {
+				continue // answer to an earlier command that timed out
+			}
+			if r.Error != nil {
+				return nil, fmt.Errorf("%s: %w", command, &QMPError{Class: r.Error.Class, Desc: r.Error.Desc})
+			}
+			return r.Return, nil
+		case <-q.done:
+			return nil, fmt.Errorf("%s: QMP connection closed: %v", command, q.readErr)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s: %w", command, ctx.Err())
 		}
-		return r.Return, nil
-	case <-q.done:
-		return nil, fmt.Errorf("%s: QMP connection closed: %v", command, q.readErr)
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%s: %w", command, ctx.Err())
 	}
 }
 

@@ -164,6 +164,8 @@ func (l *loop) run() {
 
 	// Only a producer waiting for buffers makes us want RX kicks.
 	l.qp.RX.DisableKicks()
+	l.now = time.Now()
+	l.flows.now = l.now
 	l.announceLink()
 	// Chains may be waiting from before a restart without a kick pending.
 	l.iterate(true)
@@ -181,6 +183,9 @@ func (l *loop) run() {
 			return
 		}
 		l.st.Wakeups.Add(1)
+		// Socket events below are stamped with this time.
+		l.now = time.Now()
+		l.flows.now = l.now
 		tx := l.again
 		for i := 0; i < n; i++ {
 			ev := &l.events[i]
@@ -220,8 +225,6 @@ func (l *loop) run() {
 // guest, and one publication of the RX used ring.
 func (l *loop) iterate(tx bool) {
 	l.rx.starved, l.rx.limited = false, false
-	l.now = time.Now()
-	l.flows.now = l.now
 	txMore := false
 	if tx {
 		txMore = l.processTX()
@@ -320,7 +323,6 @@ func (l *loop) armTimer() {
 // onTimer runs expired timeouts.
 func (l *loop) onTimer() {
 	l.timerArmed = time.Time{}
-	l.now = time.Now()
 	l.flows.expire(l.now)
 	l.tcp.Timers(l.now)
 	if !l.nextRA.IsZero() && !l.now.Before(l.nextRA) {

@@ -77,7 +77,7 @@ func (t *tcpTable) deadline(f *tcpFlow) time.Time {
 	}
 	d := f.lastActivity.Add(idle)
 	if f.inFlight() > 0 {
-		d = tcpEarliest(d, f.lastAckProg.Add(t.cfg.AckTimeout<<f.retrans))
+		d = tcpEarliest(d, f.lastAckProg.Add(t.ackTimeout(f)))
 	}
 	return tcpEarliest(d, f.ackDueAt)
 }
@@ -145,7 +145,7 @@ func (t *tcpTable) fire(now time.Time, f *tcpFlow) {
 		f.flags |= flAckDue
 		t.markDirty(f)
 	}
-	if f.inFlight() > 0 && !f.lastAckProg.Add(t.cfg.AckTimeout<<f.retrans).After(now) {
+	if f.inFlight() > 0 && !f.lastAckProg.Add(t.ackTimeout(f)).After(now) {
 		if int(f.retrans) >= t.cfg.MaxRetrans {
 			t.log.Debug("tcp retransmissions exceeded", "remote", f.remoteAddr, "port", f.remotePort)
 			t.resetFlow(f, now)
@@ -163,4 +163,17 @@ func (t *tcpTable) fire(now time.Time, f *tcpFlow) {
 		t.log.Debug("tcp idle timeout", "remote", f.remoteAddr, "port", f.remotePort, "closing", f.state == tcpClosing)
 		t.resetFlow(f, now)
 	}
+}
+
+// tcpMaxAckTimeout caps the backed-off ACK timeout.
+const tcpMaxAckTimeout = time.Minute
+
+// ackTimeout is the ACK timeout after f.retrans retries: AckTimeout doubled
+// per retry, capped (and safe from shift overflow with a large MaxRetrans).
+func (t *tcpTable) ackTimeout(f *tcpFlow) time.Duration {
+	d := t.cfg.AckTimeout
+	for i := uint8(0); i < f.retrans && d < tcpMaxAckTimeout; i++ {
+		d *= 2
+	}
+	return min(d, tcpMaxAckTimeout)
 }

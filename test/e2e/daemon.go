@@ -95,6 +95,7 @@ type Daemon struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	exitErr error
+	killed  bool // by Kill: its exit status says nothing about the daemon
 }
 
 // StartDaemon starts the back-end with debug JSON logs and, in server mode,
@@ -167,7 +168,11 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 		close(d.exited)
 	}()
 	t.Cleanup(func() {
-		d.Stop(5 * time.Second)
+		// A daemon that crashed, or does not leave cleanly on SIGTERM, fails
+		// the test even when every guest check passed.
+		if err := d.Stop(5 * time.Second); err != nil && !d.killed && !d.Passt {
+			t.Errorf("%s: %v", cfg.Name, err)
+		}
 		if t.Failed() {
 			t.Logf("%s log tail (%s):\n%s", cfg.Name, d.LogPath, d.Log.Tail(60))
 		}
@@ -228,6 +233,7 @@ func (d *Daemon) WaitExit(timeout time.Duration) error {
 // Kill kills the process group at once, as a crash would end it, and waits
 // for the exit.
 func (d *Daemon) Kill() {
+	d.killed = true
 	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
 	<-d.exited
 }

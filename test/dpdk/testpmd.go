@@ -46,9 +46,12 @@ func StartTestpmd(t testing.TB, bin, socket, tap string, memMiB int) *Testpmd {
 	// system, but EAL still makes an (empty) runtime directory named after
 	// the prefix: a unique prefix lets cleanup remove exactly ours.
 	prefix := fmt.Sprintf("vunet-e2e-%d", os.Getpid())
+	_, err := os.Stat("/run/dpdk")
+	hadRunDir := err == nil
 	t.Cleanup(func() {
-		for _, base := range []string{"/var/run/dpdk", "/run/dpdk"} {
-			_ = os.RemoveAll(filepath.Join(base, prefix))
+		_ = os.RemoveAll(filepath.Join("/run/dpdk", prefix))
+		if !hadRunDir {
+			_ = os.Remove("/run/dpdk") // only if empty: another DPDK user may have come
 		}
 	})
 	args := []string{

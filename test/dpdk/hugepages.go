@@ -59,12 +59,19 @@ func EnsureHugepages(t testing.TB, pages int) {
 		t.Fatalf("hugepages: %v", err)
 	}
 	if !strings.Contains(string(mounts), " hugetlbfs ") {
+		_, err := os.Stat("/dev/hugepages")
+		madeDir := os.IsNotExist(err)
 		if err := os.MkdirAll("/dev/hugepages", 0o755); err != nil {
 			t.Fatalf("mkdir /dev/hugepages: %v", err)
 		}
 		if err := unix.Mount("nodev", "/dev/hugepages", "hugetlbfs", 0, ""); err != nil {
 			t.Fatalf("mount hugetlbfs: %v", err)
 		}
-		t.Cleanup(func() { _ = unix.Unmount("/dev/hugepages", 0) })
+		t.Cleanup(func() {
+			_ = unix.Unmount("/dev/hugepages", 0)
+			if madeDir {
+				_ = os.Remove("/dev/hugepages")
+			}
+		})
 	}
 }

@@ -66,4 +66,8 @@ package tcpstack
 // payload buffers, and the sequence to the guest advances only on Commit.
 //
 // Epoll: connected sockets are registered edge-triggered (see updateEpoll);
-// a socket still connecting waits for EPOLLOUT.
+// a socket still connecting waits for EPOLLOUT. Forwarded-port listeners
+// (Listen) are level-triggered and carry the same tag, with bit 31 of the
+// slot set; HandleSocketEvent dispatches both. Listen on one pair's table
+// only (a second bind of the same port fails): accepted connections answer
+// through that pair's RX ring, which any guest queue setup accepts.

@@ -94,7 +94,7 @@ func TestQEMUDaemonConnects(t *testing.T) {
 // of at least most of the outage, and answers again at the end.
 func checkRecovered(t *testing.T, r guest.Result) {
 	t.Helper()
-	atoi := func(k string) int { n, _ := strconv.Atoi(r.Fields[k]); return n }
+	atoi := func(k string) int { return atoiField(r, k) }
 	replies, sent, maxGap, last, dur := atoi("replies"), atoi("sent"), atoi("max_gap_ms"), atoi("last_reply_ms"), atoi("duration_ms")
 	if maxGap < 500 {
 		t.Errorf("longest gap between ARP replies %d ms: the back-end outage was not seen (%s)", maxGap, r.Format())
@@ -105,4 +105,11 @@ func checkRecovered(t *testing.T, r guest.Result) {
 	if replies < sent/4 {
 		t.Errorf("%d replies to %d requests (%s)", replies, sent, r.Format())
 	}
+}
+
+// atoiField reads an integer field of a result (0 when absent or damaged:
+// the assertions then fail with the whole result in the message).
+func atoiField(r guest.Result, k string) int {
+	n, _ := strconv.Atoi(r.Fields[k])
+	return n
 }

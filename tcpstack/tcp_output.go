@@ -192,13 +192,16 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 		return
 	}
 	// A closed window needs a trigger to be reopened: EPOLLOUT when our
-	// send buffer is the limit, a short poll when the peer's window is.
+	// send buffer is the limit, and a short poll in any case. EPOLLOUT
+	// alone is not enough: the kernel only signals new send space after a
+	// write failed for lack of it (or a poll found none), and its idea of
+	// "writable" is not our window estimate, so it may have fired already.
 	wantOut := space < f.mssToGuest
 	if wantOut != (f.flags&flWantOut != 0) {
 		f.flags ^= flWantOut
 		t.updateEpoll(f)
 	}
-	if wnd < uint32(f.mssToGuest) && !wantOut && f.ackDueAt.IsZero() {
+	if wnd < uint32(f.mssToGuest) && f.ackDueAt.IsZero() {
 		f.ackDueAt = now.Add(t.cfg.AckInterval)
 	}
 }

@@ -22,6 +22,8 @@
 //   - TestQEMUBackendRestart, TestQEMUDaemonConnects: vunet killed and
 //     restarted under a running guest, in server mode (QEMU reconnect=1) and
 //     in client mode (--connect, QEMU server=on).
+//   - TestQEMUGuestARPFlood: 5000 ARP round trips, rings wrapping many
+//     times; exact counts on both sides.
 //   - TestQEMUStopCont: QMP stop/cont twice under traffic; the rings resume
 //     from the indices vunet returned.
 //   - TestQEMUGuestMultiQueue: two queue pairs, two vCPUs; both pairs run.

@@ -18,6 +18,7 @@ const (
 	ParamHTTP     = "vunet.http"     // URL the http check fetches
 	ParamAddr     = "vunet.addr"     // static IPv4 address/prefix the link check puts on eth0 (no DHCP needed)
 	ParamARPLoop  = "vunet.arploop"  // how long the arploop check keeps asking (Go duration), default DefaultARPLoop
+	ParamARPFlood = "vunet.arpflood" // requests the arpflood check sends, default DefaultARPFlood
 	ParamHold     = "vunet.hold"     // keep the guest running this long (Go duration) after the last result, so the host can inspect the back-end
 	ParamResults  = "vunet.results"  // extra device for result lines, e.g. /dev/ttyS1
 )
@@ -38,6 +39,11 @@ const (
 	// advertisements (SLAAC): a global address and a default route.
 	// Reports addrs (global, space-separated), router and prefixlen.
 	CheckIPv6 = "ipv6"
+	// CheckARPFlood sends vunet.arpflood ARP requests, each for a different
+	// address in ARPFloodBase, with at most ARPFloodWindow unanswered, and
+	// counts the answers (sent, replies, unique, pps). Thousands of frames
+	// wrap both rings many times over.
+	CheckARPFlood = "arpflood"
 )
 
 // ProbeEtherType is the ethertype of the link check's frames: IEEE 802's
@@ -51,7 +57,13 @@ const (
 	DefaultTXFrames     = 8
 	DefaultARPLoop      = 10 * time.Second
 	ARPLoopInterval     = 100 * time.Millisecond
+	DefaultARPFlood     = 5000
+	ARPFloodWindow      = 32
 )
+
+// ARPFloodBase is the first address the arpflood check asks for; request i
+// asks for ARPFloodBase + i.
+var ARPFloodBase = [4]byte{10, 1, 0, 0}
 
 // Params is the agent's view of the kernel command line.
 type Params struct {

@@ -105,6 +105,8 @@ func (a *agent) runCheck(ctx context.Context, name string) guest.Result {
 		return a.checkARPLoop(ctx)
 	case guest.CheckIPv6:
 		return a.checkIPv6(ctx)
+	case guest.CheckARPFlood:
+		return a.checkARPFlood(ctx)
 	}
 	return fail("unknown check %q", name)
 }

@@ -22,7 +22,7 @@ func (r *testRing) repost(heads []uint16) {
 
 // benchLoop builds a pair's loop without running it, so a benchmark can call
 // its steps directly on the benchmark goroutine.
-func benchLoop(b *testing.B, p *testPair) *loop {
+func benchLoop(b testing.TB, p *testPair) *loop {
 	b.Helper()
 	ps := &pairState{st: new(QueueStats), tcpStats: new(TCPStats)}
 	ps.flows = newFlowTable(p.s.flowConfig(), ps.st, p.s.log)

@@ -70,6 +70,9 @@ type rxWriter struct {
 	// Unused ones among them are returned empty at publish instead.
 	pinned int
 	staged int // used elements pushed since the last Flush
+	// spareFrom..spareTo: chains of a frame committed short while later
+	// reservations were outstanding; res[:spareFrom] are pushed.
+	spareFrom, spareTo int
 
 	rq            [rxMaxOutstanding]rxReservation
 	rqHead, rqLen int
@@ -270,6 +273,7 @@ func (r *rxWriter) Commit(payloadLen int, vh *virtqueue.NetHdr) {
 	rv := &r.rq[r.rqHead]
 	r.rqHead = (r.rqHead + 1) % len(r.rq)
 	r.rqLen--
+	r.returnSpares()
 	if r.used != rv.first {
 		// Committing out of order is a caller bug; the chains before are
 		// reservations we cannot account for any more.
@@ -312,24 +316,36 @@ func (r *rxWriter) Commit(payloadLen int, vh *virtqueue.NetHdr) {
 			// Nothing reserved behind: the spare chains go back to the pool.
 			r.assigned = r.used
 		} else {
-			// A later reservation follows: the spares cannot be rewound or
-			// reused; return them empty (the driver drops a 0-length buffer).
-			for i := r.used; i < rv.end; i++ {
-				r.q.Push(r.res[i].Head, 0)
-				r.staged++
-				r.st.RXChainsWasted.Add(1)
-			}
-			r.used = rv.end
+			// Reservations follow: if they are all aborted the spares rejoin
+			// the pool; if one is committed they must go back empty first.
+			r.spareFrom, r.spareTo = r.used, rv.end
 		}
 	}
 	r.st.RX.Frames.Add(1)
 	r.st.RX.Bytes.Add(uint64(rv.hdrLen + payloadLen))
 }
 
-// Abort implements tcpFrameWriter: every outstanding reservation goes back
-// to the pool of popped chains (rewound at publish).
+// returnSpares hands the spare chains of the last short commit back to the
+// guest empty: a frame is about to be published behind them, so they can be
+// neither rewound nor reused. The driver drops a 0-length buffer.
+func (r *rxWriter) returnSpares() {
+	for i := r.spareFrom; i < r.spareTo; i++ {
+		r.q.Push(r.res[i].Head, 0)
+		r.staged++
+		r.st.RXChainsWasted.Add(1)
+	}
+	if r.spareTo > r.spareFrom {
+		r.used = r.spareTo
+	}
+	r.spareFrom, r.spareTo = 0, 0
+}
+
+// Abort implements tcpFrameWriter: every outstanding reservation, and the
+// spares of a short commit before them, go back to the pool of popped
+// chains (rewound at publish).
 func (r *rxWriter) Abort() {
 	r.rqLen = 0
+	r.spareFrom, r.spareTo = 0, 0
 	r.assigned = r.used
 }
 

@@ -229,10 +229,21 @@ func TestTCPGuestDataToHost(t *testing.T) {
 	if again := h.flush(); len(again) != 1 || again[0].ack != h.seq {
 		t.Fatalf("old data not re-ACKed: %+v", again)
 	}
-	// A segment after a gap is dropped and the expected sequence re-ACKed.
+	// A segment after a gap is dropped and the expected sequence re-ACKed,
+	// with duplicate ACKs for the guest's fast retransmit, once per gap.
 	h.inject(h.frame(header.TCPFlagACK, h.seq+100, h.ack, h.wnd, nil, []byte("gap")))
-	if again := h.flush(); len(again) != 1 || again[0].ack != h.seq {
-		t.Fatalf("gap not re-ACKed: %+v", again)
+	again := h.flush()
+	if len(again) != 1+tcpDupAcks {
+		t.Fatalf("gap: want %d ACKs, got %d", 1+tcpDupAcks, len(again))
+	}
+	for _, s := range again {
+		if s.ack != h.seq || s.flags != header.TCPFlagACK || s.wnd != again[0].wnd || len(s.payload) != 0 {
+			t.Fatalf("gap: not a duplicate ACK: %+v", s)
+		}
+	}
+	h.inject(h.frame(header.TCPFlagACK, h.seq+200, h.ack, h.wnd, nil, []byte("gap")))
+	if again := h.flush(); len(again) != 1 {
+		t.Fatalf("same gap: want one ACK, got %d", len(again))
 	}
 	if h.stats.BytesFromGuest.Load() != uint64(len(data)) {
 		t.Fatalf("BytesFromGuest = %d", h.stats.BytesFromGuest.Load())

@@ -77,6 +77,9 @@ type tcpFlow struct {
 	wndToGuest       uint32 // window we advertise, bytes
 	wndSent          uint32 // window in the last frame sent, bytes
 	wsToGuest        uint8  // our window scale towards the guest
+	dupAckSeq        uint32 // seqFromGuest the last duplicate ACKs announced
+	dupAckSent       bool
+	dupAcksDue       uint8
 	guestSACK        bool
 
 	epollEvents uint32 // events currently registered

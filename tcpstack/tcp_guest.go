@@ -147,6 +147,10 @@ func (t *tcpTable) HandleGuestFrame(now time.Time, head []byte, frame [][]byte, 
 // tcpMaxWindow.
 const tcpWsToGuest = 8
 
+// tcpDupAcks is how many duplicate ACKs announce a gap (Linux's default
+// reordering threshold).
+const tcpDupAcks = 3
+
 // tcpMSSDefault is the MSS assumed when the guest's SYN has none (RFC 9293).
 const tcpMSSDefault = 536
 
@@ -442,9 +446,14 @@ func (t *tcpTable) guestData(now time.Time, f *tcpFlow, sg *tcpSegment, frame []
 	}
 	off := int32(f.seqFromGuest - sg.seq)
 	if off < 0 {
-		// A gap: something before this segment is missing. Drop it and
-		// repeat our ACK so the guest retransmits from there.
+		// A gap: something before this segment is missing (a write to the
+		// host socket came up short). Drop it and repeat our ACK, three
+		// times over once per gap, so the guest's fast retransmit resends
+		// from there instead of waiting for its retransmission timeout.
 		f.flags |= flAckDue
+		if !f.dupAckSent || f.dupAckSeq != f.seqFromGuest {
+			f.dupAckSent, f.dupAckSeq, f.dupAcksDue = true, f.seqFromGuest, tcpDupAcks
+		}
 		t.markDirty(f)
 		return
 	}

@@ -116,6 +116,11 @@ func (t *tcpTable) output(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 			return false
 		}
 	}
+	for ; f.dupAcksDue > 0; f.dupAcksDue-- {
+		if !t.sendFlags(f, w, header.TCPFlagACK, f.seqToGuest) {
+			return false
+		}
+	}
 	if f.has(evGuestFin | evGuestFinSent | evGuestFinAck) {
 		// Both directions are closed and acknowledged: done.
 		t.dropFlow(f, false)

@@ -1,5 +1,3 @@
-//go:build hostile_tcpstack
-
 package hostile
 
 import (

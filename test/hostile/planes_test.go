@@ -13,10 +13,9 @@ type namedPlane struct {
 	make func(t *testing.T) vhostuser.DataPlane
 }
 
-// framePlanes are the data planes garbage frames are thrown at. The ARP
-// test double is always there; building with -tags hostile_tcpstack adds
-// vunet's real tcpstack (kept behind a tag so these tests build while
-// tcpstack is being written).
+// framePlanes are the data planes garbage frames are thrown at: the ARP
+// test double and vunet's real tcpstack (planes_tcpstack_test.go), so a
+// hostile guest is tried against the data plane the daemon runs.
 var framePlanes = []namedPlane{
 	{name: "arp", make: func(t *testing.T) vhostuser.DataPlane { return newARPPlane() }},
 }

@@ -232,7 +232,7 @@ func TestUDPFlowWaitsForRXBuffers(t *testing.T) {
 }
 
 func TestUDPFlowSurvivesRestartAndExpires(t *testing.T) {
-	p := newFlowPair(t, featModern, func(c *Config) { c.UDPTimeout = 100 * time.Millisecond })
+	p := newFlowPair(t, featModern, func(c *Config) { c.UDPTimeout = time.Second })
 	port := udpEcho(t, "udp4", "127.0.0.1:0")
 	for i := 0; i < 8; i++ {
 		p.rx.addChain(nil, []uint32{2048})
@@ -250,7 +250,7 @@ func TestUDPFlowSurvivesRestartAndExpires(t *testing.T) {
 	if st.FlowsOpened.Load() != 1 {
 		t.Errorf("flows opened %d, want 1 (flow kept across restart)", st.FlowsOpened.Load())
 	}
-	waitFor(t, "idle flow closed", 3*time.Second, func() bool { return st.FlowsClosed.Load() == 1 })
+	waitFor(t, "idle flow closed", 5*time.Second, func() bool { return st.FlowsClosed.Load() == 1 })
 }
 
 func TestUDPToMulticastDropped(t *testing.T) {

@@ -13,6 +13,15 @@
 // rewind unused reservations). The hot path takes no locks, uses no channels
 // and does not allocate.
 //
+// What the loop translates: ARP, DHCP, DHCPv6 and NDP are answered by link
+// services (svc_*.go) from [AddrConfig]; UDP flows become connected host UDP
+// sockets, ICMP echo becomes ping sockets (udp_flow.go, icmp_echo.go, with
+// the flow table in flow_table.go); TCP segments go to the TCP table
+// (tcp_*.go), which writes its frames through the same RX reservations.
+// Flows and connections belong to the queue pair, not to one loop: they
+// survive the control plane's stop/start cycles and re-register their
+// sockets with each new loop.
+//
 // [Stack] implements the vhost-user back-end's data-plane interface
 // structurally. The package imports only virtqueue and tcpstack/header of
 // vunet's packages: it must not import vhostuser, metrics or cmd, so the

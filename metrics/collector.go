@@ -22,10 +22,16 @@ type Sources struct {
 	// PairStats returns the data-path counters of a queue pair, nil for a
 	// pair that never ran (reported as zeros). Usually tcpstack.Stack.PairStats.
 	PairStats func(pair int) *tcpstack.QueueStats
+	// PairTCPStats returns the TCP translation counters of a queue pair,
+	// nil for a pair that never ran. Usually tcpstack.Stack.PairTCPStats.
+	PairTCPStats func(pair int) *tcpstack.TCPStats
 }
 
 // zeroPair stands in for pairs that never ran.
-var zeroPair tcpstack.QueueStats
+var (
+	zeroPair tcpstack.QueueStats
+	zeroTCP  tcpstack.TCPStats
+)
 
 const namespace = "vunet"
 
@@ -48,6 +54,18 @@ var (
 	descTXEther    = desc("queue_tx_frames_by_ethertype_total", "Frames from the guest by ethertype class.", "queue", "ethertype")
 	descService    = desc("service_replies_total", "Frames produced by the link services (ARP, DHCP, DHCPv6, NDP).", "queue", "service")
 
+	descTCPConns     = desc("tcp_connections", "Live TCP connections, by state.", "queue", "state")
+	descTCPConnects  = desc("tcp_connects_total", "Host connect() attempts for guest connections.", "queue")
+	descTCPConnFail  = desc("tcp_connect_failures_total", "Host connect() attempts refused, unreachable or timed out.", "queue")
+	descTCPTableFull = desc("tcp_table_full_total", "Guest SYNs refused because the connection table was full.", "queue")
+	descTCPAccepted  = desc("tcp_accepted_total", "Connections accepted on forwarded host ports.", "queue")
+	descTCPStalls    = desc("tcp_stalls_total", "Transitions into STALLED (guest window exhausted or all socket data in flight).", "queue")
+	descTCPClamps    = desc("tcp_window_clamp_workarounds_total", "TCP_WINDOW_CLAMP applications that reopen a host socket's window after a stall.", "queue")
+	descTCPRetrans   = desc("tcp_retransmissions_total", "Rewinds of the sequence sent to the guest, by cause.", "queue", "cause")
+	descTCPRSTSent   = desc("tcp_resets_sent_total", "RSTs sent to the guest.", "queue")
+	descTCPRSTRecv   = desc("tcp_resets_received_total", "RSTs received from the guest.", "queue")
+	descTCPBytes     = desc("tcp_payload_bytes_total", "TCP payload bytes translated (to_guest: committed to guest frames, from_guest: written to host sockets).", "queue", "direction")
+
 	descMessages  = desc("vhost_user_messages_total", "vhost-user requests received from the front-end, by request.", "request")
 	descErrors    = desc("vhost_user_errors_total", "vhost-user protocol errors, by reason.", "reason")
 	descConnected = desc("vhost_user_frontend_connected", "1 while a vhost-user front-end is connected.")
@@ -65,6 +83,8 @@ func NewCollector(src Sources) prometheus.Collector { return &collector{src: src
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descFrames, descBytes, descBatches, descDrops, descNotify,
 		descSuppressed, descKicks, descBadChains, descRXWaited, descTXEther, descService,
+		descTCPConns, descTCPConnects, descTCPConnFail, descTCPTableFull, descTCPAccepted, descTCPStalls,
+		descTCPClamps, descTCPRetrans, descTCPRSTSent, descTCPRSTRecv, descTCPBytes,
 		descMessages, descErrors, descConnected, descSessions, descFeature, descProtoFeat} {
 		ch <- d
 	}
@@ -95,6 +115,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				st = &zeroPair
 			}
 			collectPair(ch, st, q)
+		}
+		if c.src.PairTCPStats != nil {
+			st := c.src.PairTCPStats(p)
+			if st == nil {
+				st = &zeroTCP
+			}
+			collectTCP(ch, st, q)
 		}
 	}
 	if s := c.src.Control; s != nil {
@@ -147,4 +174,24 @@ func eachBit(v uint64, fn func(bit int)) {
 		fn(b)
 		v &^= 1 << b
 	}
+}
+
+func collectTCP(ch chan<- prometheus.Metric, st *tcpstack.TCPStats, q string) {
+	// State 0 is a free slot, not a connection.
+	for i := 1; i < len(st.ConnsByState); i++ {
+		gauge(ch, descTCPConns, float64(st.ConnsByState[i].Load()), q, tcpstack.TCPStateName(i))
+	}
+	counter(ch, descTCPConnects, st.Connects.Load(), q)
+	counter(ch, descTCPConnFail, st.ConnectFailures.Load(), q)
+	counter(ch, descTCPTableFull, st.TableFull.Load(), q)
+	counter(ch, descTCPAccepted, st.Accepted.Load(), q)
+	counter(ch, descTCPStalls, st.Stalls.Load(), q)
+	counter(ch, descTCPClamps, st.ClampApplications.Load(), q)
+	for c := tcpstack.TCPRetransCause(0); c < tcpstack.NumTCPRetransCauses; c++ {
+		counter(ch, descTCPRetrans, st.Retransmits[c].Load(), q, c.String())
+	}
+	counter(ch, descTCPRSTSent, st.RSTSent.Load(), q)
+	counter(ch, descTCPRSTRecv, st.RSTReceived.Load(), q)
+	counter(ch, descTCPBytes, st.BytesToGuest.Load(), q, "to_guest")
+	counter(ch, descTCPBytes, st.BytesFromGuest.Load(), q, "from_guest")
 }

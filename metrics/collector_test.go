@@ -25,7 +25,17 @@ func testSources(t *testing.T) (Sources, *vhostuser.Stats, *tcpstack.QueueStats)
 		}
 		return nil
 	}
-	return Sources{QueuePairs: 2, Control: ctl, PairStats: pairStats}, ctl, pair1
+	tcp1 := &tcpstack.TCPStats{}
+	tcp1.ClampApplications.Add(4)
+	tcp1.Retransmits[tcpstack.TCPRetransTimeout].Add(1)
+	tcp1.ConnsByState[4].Add(9) // established
+	pairTCP := func(i int) *tcpstack.TCPStats {
+		if i == 1 {
+			return tcp1
+		}
+		return nil
+	}
+	return Sources{QueuePairs: 2, Control: ctl, PairStats: pairStats, PairTCPStats: pairTCP}, ctl, pair1
 }
 
 func TestCollectorReadsCounters(t *testing.T) {
@@ -51,6 +61,10 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_queue_bytes_total{direction="rx",queue="1"}`:                                    "1500",
 		`vunet_queue_rx_waited_for_descriptors_total{queue="1"}`:                               "2",
 		`vunet_queue_frames_total{direction="tx",queue="0"}`:                                   "0",
+		`vunet_tcp_window_clamp_workarounds_total{queue="1"}`:                                  "4",
+		`vunet_tcp_retransmissions_total{cause="timeout",queue="1"}`:                           "1",
+		`vunet_tcp_retransmissions_total{cause="dup_ack",queue="0"}`:                           "0",
+		`vunet_tcp_connections{queue="1",state="` + tcpstack.TCPStateName(4) + `"}`:            "9",
 	}
 	srv := httptest.NewServer(Handler(reg))
 	defer srv.Close()

@@ -47,7 +47,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		if err != nil {
 			return err
 		}
-		reg := metrics.NewRegistry(metrics.Sources{QueuePairs: o.queues, Control: dev.Stats, PairStats: stack.PairStats})
+		reg := metrics.NewRegistry(metrics.Sources{QueuePairs: o.queues, Control: dev.Stats, PairStats: stack.PairStats, PairTCPStats: stack.PairTCPStats})
 		go func() {
 			if err := metrics.Serve(ctx, ln, reg, logger); err != nil {
 				logger.Error("metrics server stopped", "err", err)

@@ -27,7 +27,7 @@ func TestQEMUGuestIPv6(t *testing.T) {
 	vm := StartVM(t, VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckIPv6},
-		Params: map[string]string{guest.ParamTimeout: "30s"},
+		Params: map[string]string{guest.ParamTimeout: "20s"},
 	})
 	r := vm.RequireResult(t, guest.CheckIPv6, 60*time.Second)
 	prefix := &net.IPNet{IP: host.Addr6.Mask(net.CIDRMask(host.Prefix6, 128)), Mask: net.CIDRMask(host.Prefix6, 128)}

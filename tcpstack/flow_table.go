@@ -143,10 +143,16 @@ func (ft *flowTable) lookup(key *flowKey) (int32, bool) {
 		ft.flows[i].lastUsed = ft.now
 		return i, true
 	}
-	if len(ft.free) == 0 || ft.noSockets {
+	if ft.noSockets {
 		ft.st.TX.Drops[DropNoFlow].Add(1)
-		ft.warn("flow table full", "max", ft.cfg.maxFlows)
 		return 0, false
+	}
+	if len(ft.free) == 0 {
+		// Full: the least recently used flow makes room, so a guest that
+		// touched many destinations is not locked out for a whole timeout.
+		ft.evictOldest()
+		ft.st.FlowsEvicted.Add(1)
+		ft.warn("flow table full, oldest flow closed", "max", ft.cfg.maxFlows)
 	}
 	var fd int
 	var err error
@@ -197,6 +203,21 @@ func (ft *flowTable) closeFlow(i int32) {
 	ft.free = append(ft.free, i)
 	ft.live--
 	ft.st.FlowsClosed.Add(1)
+}
+
+// evictOldest closes the flow used least recently. Only called when the
+// table is full, on flow creation: a linear scan is fine there.
+func (ft *flowTable) evictOldest() {
+	oldest := int32(-1)
+	for i := range ft.flows {
+		f := &ft.flows[i]
+		if f.inUse && (oldest < 0 || f.lastUsed.Before(ft.flows[oldest].lastUsed)) {
+			oldest = int32(i)
+		}
+	}
+	if oldest >= 0 {
+		ft.closeFlow(oldest)
+	}
 }
 
 // closeAll closes every flow (the Stack is closing).

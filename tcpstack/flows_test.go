@@ -364,3 +364,21 @@ func TestICMPEcho(t *testing.T) {
 		}
 	}
 }
+
+func TestUDPFlowTableFullEvictsOldest(t *testing.T) {
+	p := newFlowPair(t, featModern, func(c *Config) { c.MaxFlows = 2 })
+	port := udpEcho(t, "udp4", "127.0.0.1:0")
+	p.start()
+	for i := 0; i < 3; i++ {
+		p.addTX(udpFrame(testGuest4, testGw4, uint16(40000+i), port, []byte("x")))
+		p.tx.send()
+		waitFor(t, "sent", 2*time.Second, func() bool { return p.tx.usedIdx() == uint16(i+1) })
+	}
+	st := p.stats()
+	if st.FlowsOpened.Load() != 3 || st.FlowsEvicted.Load() != 1 || st.FlowsClosed.Load() != 1 {
+		t.Errorf("opened %d evicted %d closed %d, want 3 1 1", st.FlowsOpened.Load(), st.FlowsEvicted.Load(), st.FlowsClosed.Load())
+	}
+	if st.TX.Drops[DropNoFlow].Load() != 0 {
+		t.Errorf("datagram dropped instead of evicting")
+	}
+}

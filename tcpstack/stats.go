@@ -141,4 +141,6 @@ type QueueStats struct {
 	LoopStarts atomic.Uint64
 	// FlowsOpened and FlowsClosed count host-socket flows (UDP, ICMP echo).
 	FlowsOpened, FlowsClosed atomic.Uint64
+	// FlowsEvicted counts flows closed early to make room in a full table.
+	FlowsEvicted atomic.Uint64
 }

@@ -23,6 +23,9 @@ const (
 	maxUDPv4Pay = 65535 - ipv4HdrLen - udpHdrLen
 	maxUDPv6Pay = 65535 - udpHdrLen
 	defaultTTL  = 64
+	// maxUSOSegments bounds the datagrams one USO frame may carry (Linux
+	// sends at most 64 per GSO skb, UDP_MAX_SEGMENTS).
+	maxUSOSegments = 128
 )
 
 // l3Info is what the TX path learned from a guest IP header.
@@ -165,6 +168,12 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 	seg := n
 	if l.tx.hdr.GSOKind() == virtqueue.GSOUDPL4 && l.tx.hdr.GSOSize > 0 {
 		seg = int(l.tx.hdr.GSOSize)
+		if n/seg > maxUSOSegments {
+			// A tiny segment size would turn one frame into thousands of
+			// system calls; no real driver does that.
+			st.TX.Drops[DropMalformed].Add(1)
+			return
+		}
 	}
 	for {
 		m := min(seg, n)

@@ -22,10 +22,13 @@ const (
 // Options configures Negotiate. The zero value is a one-pair QEMU-like
 // front-end with 256-entry rings and 32 MiB of single-region memory.
 type Options struct {
-	QueuePairs   int    // default 1
-	RingSize     uint16 // default 256; a power of two
-	FeatureMask  uint64 // virtio features to accept of those offered; 0 = DefaultFeatureMask
-	ProtocolMask uint64 // protocol features to accept; 0 = DefaultProtocolMask
+	QueuePairs int    // default 1
+	RingSize   uint16 // default 256; a power of two
+	// RXRingSize / TXRingSize override RingSize for one direction (0 = RingSize),
+	// e.g. a tiny RX ring that starves the device on purpose.
+	RXRingSize, TXRingSize uint16
+	FeatureMask            uint64 // virtio features to accept of those offered; 0 = DefaultFeatureMask
+	ProtocolMask           uint64 // protocol features to accept; 0 = DefaultProtocolMask
 	// MemTable sends SET_MEM_TABLE even when CONFIGURE_MEM_SLOTS is offered.
 	MemTable bool
 	Order    Order
@@ -60,6 +63,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RingSize == 0 {
 		o.RingSize = 256
+	}
+	if o.RXRingSize == 0 {
+		o.RXRingSize = o.RingSize
+	}
+	if o.TXRingSize == 0 {
+		o.TXRingSize = o.RingSize
 	}
 	if o.FeatureMask == 0 {
 		o.FeatureMask = DefaultFeatureMask
@@ -170,11 +179,11 @@ func (f *Frontend) makePairs() error {
 	hdrLen := NetHdrLen(f.Features)
 	evIdx := f.Has(FeatEventIdx)
 	for i := 0; i < f.opts.QueuePairs; i++ {
-		rx, err := newRing(f.Mem, 2*i, f.opts.RingSize, evIdx, f.opts.PollKick, f.opts.PollCall)
+		rx, err := newRing(f.Mem, 2*i, f.opts.RXRingSize, evIdx, f.opts.PollKick, f.opts.PollCall)
 		if err != nil {
 			return err
 		}
-		tx, err := newRing(f.Mem, 2*i+1, f.opts.RingSize, evIdx, f.opts.PollKick, f.opts.PollCall)
+		tx, err := newRing(f.Mem, 2*i+1, f.opts.TXRingSize, evIdx, f.opts.PollKick, f.opts.PollCall)
 		if err != nil {
 			rx.closeFDs()
 			return err

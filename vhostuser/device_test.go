@@ -80,7 +80,9 @@ func TestFeatureNegotiation(t *testing.T) {
 		t.Fatalf("GET_FEATURES = %x %v %v", r, send, err)
 	}
 	want := uint64(1<<virtqueue.FeatureVersion1 | 1<<virtqueue.FeatureNetMrgRxbuf | 1<<virtqueue.FeatureRingEventIdx |
-		1<<virtqueue.FeatureRingIndirectDesc | 1<<virtqueue.FeatureNetMTU | 1<<30)
+		1<<virtqueue.FeatureRingIndirectDesc | 1<<virtqueue.FeatureNetMTU | 1<<30 |
+		// checksum and TSO offloads, both directions
+		1<<0 | 1<<1 | 1<<7 | 1<<8 | 1<<11 | 1<<12)
 	if DefaultFeatures != want {
 		t.Fatalf("DefaultFeatures = %#x, want %#x", DefaultFeatures, want)
 	}

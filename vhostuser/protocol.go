@@ -171,7 +171,15 @@ const (
 // says otherwise. PROTOCOL_FEATURES is mandatory for QEMU (FIELD-NOTES).
 const DefaultFeatures uint64 = 1<<virtqueue.FeatureVersion1 | 1<<virtqueue.FeatureNetMrgRxbuf |
 	1<<virtqueue.FeatureRingEventIdx | 1<<virtqueue.FeatureRingIndirectDesc |
-	1<<virtqueue.FeatureNetMTU | FeatureProtocolFeatures
+	1<<virtqueue.FeatureNetMTU | FeatureProtocolFeatures | OffloadFeatures
+
+// OffloadFeatures are the checksum and TSO offloads. They pass through QEMU
+// to the guest: with them a guest hands over (and takes) 64 KiB TCP segments
+// with partial checksums, and since vunet writes payloads to host sockets
+// and reads them back, neither side ever computes a checksum in software.
+const OffloadFeatures uint64 = 1<<virtqueue.FeatureNetCsum | 1<<virtqueue.FeatureNetGuestCsum |
+	1<<virtqueue.FeatureNetHostTSO4 | 1<<virtqueue.FeatureNetHostTSO6 |
+	1<<virtqueue.FeatureNetGuestTSO4 | 1<<virtqueue.FeatureNetGuestTSO6
 
 // Protocol feature bits (SET_PROTOCOL_FEATURES).
 const (

@@ -52,6 +52,12 @@ var (
 	descBadChains  = desc("queue_bad_chains_total", "Malformed descriptor chains returned to the guest with length 0.", queueLabels...)
 	descRXWaited   = desc("queue_rx_waited_for_descriptors_total", "Frames for the guest that found no RX descriptor and waited for a refill.", "queue")
 	descTXEther    = desc("queue_tx_frames_by_ethertype_total", "Frames from the guest by ethertype class.", "queue", "ethertype")
+	descRXWasted   = desc("queue_rx_chains_wasted_total", "RX chains returned to the guest empty (could be neither used nor rewound).", "queue")
+	descWakeups    = desc("queue_loop_wakeups_total", "Event-loop returns from epoll_wait.", "queue")
+	descLoopStarts = desc("queue_loop_starts_total", "Starts of the queue pair's event loop (ring rebuilds, reconnects).", "queue")
+	descFlowsOpen  = desc("flows_opened_total", "UDP and ICMP echo flows opened (one host socket each).", "queue")
+	descFlowsClose = desc("flows_closed_total", "UDP and ICMP echo flows closed.", "queue")
+	descFlowsEvict = desc("flows_evicted_total", "Flows closed early to make room in a full flow table.", "queue")
 	descService    = desc("service_replies_total", "Frames produced by the link services (ARP, DHCP, DHCPv6, NDP).", "queue", "service")
 
 	descTCPConns     = desc("tcp_connections", "Live TCP connections, by state.", "queue", "state")
@@ -83,6 +89,7 @@ func NewCollector(src Sources) prometheus.Collector { return &collector{src: src
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descFrames, descBytes, descBatches, descDrops, descNotify,
 		descSuppressed, descKicks, descBadChains, descRXWaited, descTXEther, descService,
+		descRXWasted, descWakeups, descLoopStarts, descFlowsOpen, descFlowsClose, descFlowsEvict,
 		descTCPConns, descTCPConnects, descTCPConnFail, descTCPTableFull, descTCPAccepted, descTCPStalls,
 		descTCPClamps, descTCPRetrans, descTCPRSTSent, descTCPRSTRecv, descTCPBytes,
 		descMessages, descErrors, descConnected, descSessions, descFeature, descProtoFeat} {
@@ -160,6 +167,12 @@ func collectPair(ch chan<- prometheus.Metric, st *tcpstack.QueueStats, q string)
 		}
 	}
 	counter(ch, descRXWaited, st.RXWaitedForDescriptors.Load(), q)
+	counter(ch, descRXWasted, st.RXChainsWasted.Load(), q)
+	counter(ch, descWakeups, st.Wakeups.Load(), q)
+	counter(ch, descLoopStarts, st.LoopStarts.Load(), q)
+	counter(ch, descFlowsOpen, st.FlowsOpened.Load(), q)
+	counter(ch, descFlowsClose, st.FlowsClosed.Load(), q)
+	counter(ch, descFlowsEvict, st.FlowsEvicted.Load(), q)
 	for e := tcpstack.EtherClass(0); e < tcpstack.NumEtherClasses; e++ {
 		counter(ch, descTXEther, st.TXByEtherType[e].Load(), q, e.String())
 	}

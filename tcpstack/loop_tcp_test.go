@@ -2,9 +2,11 @@ package tcpstack
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -156,5 +158,20 @@ func TestTCPThroughLoop(t *testing.T) {
 	}
 	if got := p.stats().TX.Drops[DropMalformed].Load(); got != 0 {
 		t.Errorf("malformed drops %d", got)
+	}
+
+	// The front-end leaves: the host peer must learn at once (RST), not
+	// after its own timeouts.
+	rstBefore := p.s.PairTCPStats(0).ConnsByState[tcpEstablished].Load()
+	p.s.EndSession()
+	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if n, err := conn.Read(buf); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("host read after EndSession: %d, %v; want ECONNRESET", n, err)
+	}
+	if rstBefore != 1 {
+		t.Errorf("established before EndSession = %d, want 1", rstBefore)
+	}
+	if got := p.s.PairTCPStats(0).ConnsByState[tcpEstablished].Load(); got != 0 {
+		t.Errorf("established after EndSession = %d, want 0", got)
 	}
 }

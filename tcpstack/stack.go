@@ -233,6 +233,30 @@ func (s *Stack) Close() {
 	}
 }
 
+// EndSession closes every flow and connection of every pair, with an RST to
+// TCP host peers, and forgets the guest's MAC address; forwarded-port
+// listeners stay. The control plane calls it when the front-end leaves or
+// resets the device: the guest side of those flows no longer exists, and a
+// peer that waited for its own timeout would hang for minutes.
+func (s *Stack) EndSession() {
+	s.mu.Lock()
+	idx := make([]int, 0, len(s.loops))
+	for i := range s.loops {
+		idx = append(idx, i)
+	}
+	s.mu.Unlock()
+	for _, i := range idx {
+		s.StopPair(i)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ps := range s.pairs {
+		ps.flows.closeAll()
+		ps.tcp.ResetConnections()
+	}
+	s.guestMAC.Store(0)
+}
+
 // PairTCPStats returns the TCP translation counters of pair index, or nil
 // if the pair has never been started.
 func (s *Stack) PairTCPStats(index int) *TCPStats {

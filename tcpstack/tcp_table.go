@@ -146,6 +146,13 @@ func (t *tcpTable) Len() int { return len(t.active) }
 // (loop shutdown for good, not a pair restart).
 func (t *tcpTable) Close() {
 	t.closeListeners()
+	t.ResetConnections()
+}
+
+// ResetConnections closes every connection with an RST to its host peer and
+// keeps the listeners of forwarded ports: the guest that owned the
+// connections is gone, the forwards stay for the next one.
+func (t *tcpTable) ResetConnections() {
 	for len(t.active) > 0 {
 		f := &t.flows[t.active[len(t.active)-1]]
 		t.closeSocket(f, true)

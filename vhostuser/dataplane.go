@@ -30,6 +30,15 @@ type Announcer interface {
 	Announce(mac [6]byte)
 }
 
+// SessionEnder is an optional DataPlane interface: EndSession is called,
+// with every pair already stopped, when the guest's side of the data plane's
+// state is gone — the front-end disconnected, or sent RESET_OWNER or
+// RESET_DEVICE. A network back-end closes its flows then, so host peers
+// learn at once instead of waiting for their own timeouts.
+type SessionEnder interface {
+	EndSession()
+}
+
 // MTUSetter is an optional DataPlane interface: NET_SET_MTU passes QEMU's
 // host_mtu to the back-end.
 type MTUSetter interface {

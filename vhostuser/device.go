@@ -203,6 +203,7 @@ func (d *device) dispatch(m *Message) ([]byte, error) {
 		return nil, nil
 	case ReqResetOwner, ReqResetDevice:
 		d.resetRings()
+		d.endSession()
 		return nil, nil
 	case ReqGetQueueNum:
 		return EncodeU64(d.out[:0], uint64(d.pairs)), nil
@@ -315,6 +316,7 @@ func (d *device) sendRARP(p []byte) error {
 // then closes descriptors and unmaps memory.
 func (d *device) close() {
 	d.stopAll()
+	d.endSession()
 	for i := range d.rings {
 		d.rings[i].closeFDs()
 		d.rings[i].reset()
@@ -324,4 +326,12 @@ func (d *device) close() {
 	d.mem, _ = virtqueue.NewMemory(nil)
 	d.stats.Features.Store(0)
 	d.stats.ProtocolFeatures.Store(0)
+}
+
+// endSession tells the data plane that the guest's state is gone; the pairs
+// are stopped by then.
+func (d *device) endSession() {
+	if e, ok := d.dp.(SessionEnder); ok {
+		e.EndSession()
+	}
 }

@@ -538,11 +538,12 @@ func TestPairLifecycle(t *testing.T) {
 	if h.d.running[0] || h.stats.ErrorCount(ErrReasonDataPlane) != 1 {
 		t.Fatalf("running=%v data-plane errors=%d", h.d.running[0], h.stats.ErrorCount(ErrReasonDataPlane))
 	}
-	// RESET_DEVICE stops everything and forgets the rings.
+	// RESET_DEVICE stops everything, forgets the rings and ends the guest's
+	// session in the data plane (its flows are meaningless now).
 	h.ok(ReqSetVringNum, state(1, testRingSize))
 	h.dp.takeEvents()
 	h.ok(ReqResetDevice, nil)
-	if ev := h.dp.takeEvents(); ev != "stop 0" || h.d.rings[1].num != 0 || h.d.rings[1].kick != -1 {
+	if ev := h.dp.takeEvents(); ev != "stop 0,end" || h.d.rings[1].num != 0 || h.d.rings[1].kick != -1 {
 		t.Fatalf("after reset: events %q ring %+v", ev, h.d.rings[1])
 	}
 }

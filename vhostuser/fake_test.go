@@ -65,6 +65,17 @@ func (f *fakeDP) StopPair(index int) {
 	f.events = append(f.events, fmt.Sprintf("stop %d", index))
 }
 
+// EndSession records the end of the guest's session; every pair must be
+// stopped by then (the data plane closes flows without a loop running).
+func (f *fakeDP) EndSession() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.running) != 0 {
+		panic(fmt.Sprintf("EndSession with pairs running: %v", f.running))
+	}
+	f.events = append(f.events, "end")
+}
+
 func (f *fakeDP) SetMTU(mtu int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -200,7 +200,8 @@ func TestSessionDisconnectCleanup(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if ev := dp.takeEvents(); !strings.HasSuffix(ev, "stop 0") {
+	// Pairs stop first, then the data plane ends the session (closes flows).
+	if ev := dp.takeEvents(); !strings.HasSuffix(ev, "stop 0,end") {
 		t.Fatalf("events %q", ev)
 	}
 	if dp.runningCount() != 0 {

@@ -28,6 +28,10 @@ func (d dataPlane) StopPair(index int) { d.stack.StopPair(index) }
 // a migration.
 func (d dataPlane) Announce(mac [6]byte) { d.stack.Announce(mac) }
 
+// EndSession forwards the end of a front-end session (disconnect, device
+// reset): the stack resets the guest's TCP connections and closes its flows.
+func (d dataPlane) EndSession() { d.stack.EndSession() }
+
 // SetMTU forwards NET_SET_MTU (QEMU's host_mtu property).
 func (d dataPlane) SetMTU(mtu int) { d.stack.SetMTU(mtu) }
 

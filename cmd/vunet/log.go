@@ -21,7 +21,7 @@ func newLogger(o *options, stderr io.Writer) (*slog.Logger, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if o.debug {
+	if o.debug || o.trace {
 		level = slog.LevelDebug
 	}
 	if o.quiet {

@@ -2,8 +2,14 @@
 // front-end) connects to its UNIX socket and the guest's Ethernet frames are
 // translated to native host sockets.
 //
-// The command owns flags, wiring, signals and logging; the work is done by
-// vhostuser (control plane) and tcpstack (data plane).
+// The command owns flags (vunet's own long flags and the subset of passt's
+// that libvirt, KubeVirt and scripts pass), wiring, signals and logging; the
+// work is done by vhostuser (control plane) and tcpstack (data plane).
+//
+// Shutdown: SIGTERM or SIGINT closes the front-end connection, resets every
+// host TCP connection (RST: the guest side is gone, so an orderly FIN could
+// never be followed by the guest's remaining data), closes UDP and ICMP
+// sockets, removes the socket and the pid file and exits 0, within 2 s.
 package main
 
 import (
@@ -25,7 +31,13 @@ func main() {
 
 // run is main without the process exit, so tests can drive it.
 func run(args []string, stdout, stderr io.Writer) int {
-	opts, err := parseFlags(args, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "qemu-args", "libvirt-xml":
+			return runHelper(args[0], args[1:], stdout, stderr)
+		}
+	}
+	opts, err := parseFlags(args, stdout)
 	if errors.Is(err, errHelp) {
 		return 0
 	}
@@ -56,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	if err := serve(ctx, opts, logger, stdout); err != nil {
 		logger.Error("vunet stopped", "err", err)
+		fmt.Fprintf(stderr, "vunet: %v\n", err)
 		return 1
 	}
 	return 0

@@ -2,15 +2,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
+	"strings"
+	"time"
 
+	"vunet/cmd/vunet/portspec"
 	"vunet/metrics"
 	"vunet/tcpstack"
 	"vunet/vhostuser"
+	"vunet/virtqueue"
 )
 
 // dataPlane adapts tcpstack.Stack to vhostuser.DataPlane. The two packages
@@ -28,18 +34,30 @@ func (d dataPlane) StopPair(index int) { d.stack.StopPair(index) }
 // a migration.
 func (d dataPlane) Announce(mac [6]byte) { d.stack.Announce(mac) }
 
-// EndSession forwards the end of a front-end session (disconnect, device
-// reset): the stack resets the guest's TCP connections and closes its flows.
-func (d dataPlane) EndSession() { d.stack.EndSession() }
-
 // SetMTU forwards NET_SET_MTU (QEMU's host_mtu property).
 func (d dataPlane) SetMTU(mtu int) { d.stack.SetMTU(mtu) }
+
+// shutdownGrace bounds the time from SIGTERM to exit: supervisors (systemd,
+// libvirt, KubeVirt) expect a back-end to be gone promptly, and a stuck
+// front-end must not keep the socket and pid file around.
+const shutdownGrace = 1500 * time.Millisecond
 
 // serve wires the data plane to the control plane and runs until ctx ends
 // (signal) or, with --one-off, until the front-end leaves.
 func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Writer) error {
-	stack := tcpstack.New(tcpstack.Config{Logger: logger})
+	sc, err := buildStackConfig(o)
+	if err != nil {
+		return err
+	}
+	sc.cfg.Logger = logger
+	stack := tcpstack.New(sc.cfg)
 	defer stack.Close()
+
+	tcpFwd, err := openTCPForwards(stack, o, sc, logger)
+	if err != nil {
+		return err
+	}
+
 	dev := vhostuser.DeviceConfig{
 		QueuePairs: o.queues,
 		DataPlane:  dataPlane{stack},
@@ -51,7 +69,8 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		if err != nil {
 			return err
 		}
-		reg := metrics.NewRegistry(metrics.Sources{QueuePairs: o.queues, Control: dev.Stats, PairStats: stack.PairStats, PairTCPStats: stack.PairTCPStats})
+		reg := metrics.NewRegistry(metrics.Sources{QueuePairs: o.queues, Control: dev.Stats,
+			PairStats: stack.PairStats, PairTCPStats: stack.PairTCPStats})
 		go func() {
 			if err := metrics.Serve(ctx, ln, reg, logger); err != nil {
 				logger.Error("metrics server stopped", "err", err)
@@ -59,47 +78,240 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		}()
 	}
 
+	if o.pidFile != "" {
+		if err := writePIDFile(o.pidFile); err != nil {
+			return err
+		}
+		defer os.Remove(o.pidFile)
+	}
+	if o.runAs != "" {
+		if err := dropPrivileges(o.runAs); err != nil {
+			return err
+		}
+	}
+
+	for _, n := range sc.notes {
+		logger.Info("vunet configuration note", "note", n)
+	}
+	for _, w := range sc.warnings {
+		logger.Warn("vunet option not enforced", "warning", w)
+	}
+	logger.Info("vunet starting", startupAttrs(o, sc, tcpFwd, dev)...)
+
+	// Past the grace period after a signal, leave even if a session is
+	// stuck, but clean up what the orderly path would have.
+	stopWatch := context.AfterFunc(ctx, func() {
+		time.AfterFunc(shutdownGrace, func() {
+			logger.Error("shutdown took too long; exiting", "grace", shutdownGrace)
+			if o.socket != "" {
+				os.Remove(o.socket)
+			}
+			if o.pidFile != "" {
+				os.Remove(o.pidFile)
+			}
+			os.Exit(0)
+		})
+	})
+	defer stopWatch()
+
 	switch {
 	case o.socket != "":
-		logger.Info("vunet starting", "version", version, "mode", "server", "socket", o.socket,
-			"socket_mode", fmt.Sprintf("%#o", uint32(o.socketMode)), "queues", o.queues, "one_off", o.oneOff)
 		if o.printQEMUArgs {
-			fmt.Fprintln(stdout, qemuArgs(o.socket, o.queues))
+			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, queues: o.queues, mem: "1G", tcg: true}), " "))
 		}
-		return vhostuser.Serve(ctx, vhostuser.ServerConfig{Path: o.socket, Mode: o.socketMode, OneOff: o.oneOff}, dev)
+		err = vhostuser.Serve(ctx, vhostuser.ServerConfig{Path: o.socket, Mode: o.socketMode, OneOff: o.oneOff}, dev)
 	case o.connect != "":
-		logger.Info("vunet starting", "version", version, "mode", "client", "socket", o.connect, "queues", o.queues)
-		return vhostuser.Connect(ctx, o.connect, dev)
+		err = vhostuser.Connect(ctx, o.connect, dev)
+		if errors.Is(err, context.Canceled) {
+			err = nil
+		}
 	default:
-		f := os.NewFile(uintptr(o.fd), "vhost-user")
-		if f == nil {
-			return fmt.Errorf("--fd %d: not a file descriptor", o.fd)
-		}
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("--fd %d: %w", o.fd, err)
-		}
-		uc, ok := c.(*net.UnixConn)
-		if !ok {
-			c.Close()
-			return fmt.Errorf("--fd %d: not a UNIX socket", o.fd)
-		}
-		logger.Info("vunet starting", "version", version, "mode", "fd", "fd", o.fd, "queues", o.queues)
-		return vhostuser.ServeConn(ctx, uc, dev)
+		err = serveFD(ctx, o.fd, dev)
 	}
+	if ctx.Err() != nil {
+		logger.Info("vunet stopping on signal; host TCP connections are reset")
+	}
+	return err
 }
 
-// qemuArgs returns the QEMU command-line fragment that connects a guest to
-// the socket. vectors=0 works around QEMU 7.2's TCG crash with MSI-X and
-// vhost-user (FIELD-NOTES.md); it costs nothing measurable under KVM.
-func qemuArgs(socket string, queues int) string {
-	dev := "-device virtio-net-pci,netdev=vunet0,vectors=0"
-	netdev := "-netdev vhost-user,id=vunet0,chardev=vunet0"
-	if queues > 1 {
-		netdev += fmt.Sprintf(",queues=%d", queues)
-		dev += ",mq=on"
+// serveFD serves an inherited, connected socket (passt's --fd).
+func serveFD(ctx context.Context, fd int, dev vhostuser.DeviceConfig) error {
+	f := os.NewFile(uintptr(fd), "vhost-user")
+	if f == nil {
+		return fmt.Errorf("--fd %d: not a file descriptor", fd)
 	}
-	return fmt.Sprintf("-object memory-backend-memfd,id=mem0,size=<guest RAM>,share=on -numa node,memdev=mem0 "+
-		"-chardev socket,id=vunet0,path=%s %s %s", socket, netdev, dev)
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("--fd %d: %w", fd, err)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return fmt.Errorf("--fd %d: not a UNIX socket", fd)
+	}
+	return vhostuser.ServeConn(ctx, uc, dev)
+}
+
+// openTCPForwards opens the -t listeners on the stack. Explicit ports must
+// all bind; "all" and exclusion-only specifications bind what they can
+// (passt's rule) and fail only when nothing binds. A forward without a
+// bind address listens on both families unless one is disabled.
+func openTCPForwards(stack *tcpstack.Stack, o *options, sc *stackConfig, logger *slog.Logger) ([]portspec.Forward, error) {
+	if len(sc.tcpForwards) == 0 {
+		return nil, nil
+	}
+	bestEffort := o.tcpPorts.Mode == portspec.ModeAll
+	for i := range o.tcpPorts.Specs {
+		if o.tcpPorts.Specs[i].ExcludeOnly() {
+			bestEffort = true
+		}
+	}
+	a := &sc.cfg.Addr
+	var opened []portspec.Forward
+	bound, failed := 0, 0
+	for _, fw := range sc.tcpForwards {
+		if fw.Iface != "" {
+			sc.warnings = append(sc.warnings, fmt.Sprintf("--tcp-ports %v: binding to an interface is not implemented yet; listening on every interface", fw))
+		}
+		var addrs []netip.Addr
+		switch {
+		case fw.Addr.IsValid():
+			addrs = []netip.Addr{fw.Addr}
+		default:
+			if !a.Disable4 {
+				addrs = append(addrs, netip.IPv4Unspecified())
+			}
+			if !a.Disable6 {
+				addrs = append(addrs, netip.IPv6Unspecified())
+			}
+		}
+		for _, addr := range addrs {
+			ok := 0
+			for p := int(fw.Host.First); p <= int(fw.Host.Last); p++ {
+				guest := uint16(int(fw.Guest) + p - int(fw.Host.First))
+				_, err := stack.OpenTCPForwards([]tcpstack.TCPForward{{HostAddr: addr, HostPort: uint16(p), GuestPort: guest}})
+				switch {
+				case err == nil:
+					ok++
+					bound++
+				case bestEffort || (addr.Is6() && !fw.Addr.IsValid() && !a.Disable4):
+					// The implicit IPv6 twin of a wildcard forward may
+					// fail on a host without IPv6: the IPv4 one stands.
+					failed++
+					logger.Debug("tcp forward not bound", "addr", addr, "port", p, "err", err)
+				default:
+					return nil, fmt.Errorf("--tcp-ports: %w", err)
+				}
+			}
+			_ = ok
+		}
+		opened = append(opened, fw)
+	}
+	if bound == 0 {
+		return nil, fmt.Errorf("--tcp-ports %s: no port could be bound", o.tcpPorts.String())
+	}
+	if failed > 0 {
+		sc.notes = append(sc.notes, fmt.Sprintf("tcp forwarding: %d ports bound, %d not bound (in use or not permitted)", bound, failed))
+	}
+	return opened, nil
+}
+
+// startupAttrs is the one start-up log line: enough to tell from a log
+// which build served which socket with which addresses and features.
+func startupAttrs(o *options, sc *stackConfig, tcpFwd []portspec.Forward, dev vhostuser.DeviceConfig) []any {
+	a := &sc.cfg.Addr
+	mode, sock := "server", o.socket
+	switch {
+	case o.connect != "":
+		mode, sock = "client", o.connect
+	case o.fd >= 0:
+		mode, sock = "fd", fmt.Sprintf("fd:%d", o.fd)
+	}
+	attrs := []any{"version", version, "mode", mode, "socket", sock, "queues", o.queues}
+	if o.socket != "" {
+		attrs = append(attrs, "socket_mode", fmt.Sprintf("%#o", uint32(o.socketMode)), "one_off", o.oneOff)
+	}
+	if a.Disable4 {
+		attrs = append(attrs, "ipv4", "disabled")
+	} else {
+		attrs = append(attrs, "ipv4", a.Prefix4().String(), "guest4", a.IPv4.Addr.String(), "gateway4", a.IPv4.Gateway.String())
+	}
+	if a.Disable6 {
+		attrs = append(attrs, "ipv6", "disabled")
+	} else {
+		g := "link-local only"
+		if a.IPv6.Addr.IsValid() {
+			g = a.IPv6.Addr.String() + "/" + fmt.Sprint(a.IPv6.PrefixLen)
+		}
+		attrs = append(attrs, "ipv6", g, "router6", a.RouterLL().String())
+	}
+	attrs = append(attrs, "mtu", a.EffectiveMTU(), "mac", a.OurMAC.String(),
+		"dns", joinAddrs(append(append([]netip.Addr(nil), a.DNS4...), a.DNS6...)),
+		"map_gateway", !sc.cfg.NoMapGateway)
+	if a.DNSForward4.IsValid() || a.DNSForward6.IsValid() {
+		attrs = append(attrs, "dns_forward", joinAddrs([]netip.Addr{a.DNSForward4, a.DNSForward6}))
+	}
+	var svc []string
+	for _, s := range []struct {
+		off  bool
+		name string
+	}{{a.NoDHCP || a.Disable4, "dhcp"}, {a.NoDHCPv6 || a.Disable6, "dhcpv6"}, {a.NoNDP || a.Disable6, "ndp"}, {a.NoRA || a.NoNDP || a.Disable6, "ra"}} {
+		if !s.off {
+			svc = append(svc, s.name)
+		}
+	}
+	attrs = append(attrs, "services", strings.Join(svc, ","))
+	var fw []string
+	for _, f := range tcpFwd {
+		fw = append(fw, f.String())
+	}
+	attrs = append(attrs, "tcp_forwards", strings.Join(fw, ","))
+	features := dev.Features
+	if features == 0 {
+		features = vhostuser.DefaultFeatures
+	}
+	attrs = append(attrs, "features", featureNames(features), "metrics", o.metrics)
+	if o.pcap != "" {
+		attrs = append(attrs, "pcap", o.pcap)
+	}
+	return attrs
+}
+
+func joinAddrs(list []netip.Addr) string {
+	var s []string
+	for _, a := range list {
+		if a.IsValid() {
+			s = append(s, a.String())
+		}
+	}
+	return strings.Join(s, ",")
+}
+
+// featureNames spells the offered virtio feature bits for the log.
+func featureNames(f uint64) string {
+	names := map[int]string{
+		virtqueue.FeatureNetCsum: "csum", virtqueue.FeatureNetGuestCsum: "guest_csum",
+		virtqueue.FeatureNetMTU: "mtu", virtqueue.FeatureNetMAC: "mac",
+		virtqueue.FeatureNetGuestTSO4: "guest_tso4", virtqueue.FeatureNetGuestTSO6: "guest_tso6",
+		virtqueue.FeatureNetGuestECN: "guest_ecn", virtqueue.FeatureNetGuestUFO: "guest_ufo",
+		virtqueue.FeatureNetHostTSO4: "host_tso4", virtqueue.FeatureNetHostTSO6: "host_tso6",
+		virtqueue.FeatureNetHostECN: "host_ecn", virtqueue.FeatureNetHostUFO: "host_ufo",
+		virtqueue.FeatureNetMrgRxbuf: "mrg_rxbuf", virtqueue.FeatureNetStatus: "status",
+		virtqueue.FeatureNetMQ: "mq", virtqueue.FeatureRingIndirectDesc: "indirect_desc",
+		virtqueue.FeatureRingEventIdx: "event_idx", virtqueue.FeatureVersion1: "version_1",
+		30: "protocol_features",
+	}
+	var out []string
+	for bit := 0; bit < 64; bit++ {
+		if f&(1<<bit) == 0 {
+			continue
+		}
+		if n, ok := names[bit]; ok {
+			out = append(out, n)
+		} else {
+			out = append(out, fmt.Sprintf("bit%d", bit))
+		}
+	}
+	return strings.Join(out, ",")
 }

@@ -1,0 +1,156 @@
+package rig
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+var vunetBuild struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// VunetBinary returns the vunet binary the default back-end runs:
+// $VUNET_RIG_BIN if set, else ./cmd/vunet of this module built once per
+// process into a temporary directory (removed by Cleanup).
+func VunetBinary() (string, error) {
+	if p := os.Getenv("VUNET_RIG_BIN"); p != "" {
+		return p, nil
+	}
+	b := &vunetBuild
+	b.once.Do(func() {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+		if err != nil {
+			b.err = fmt.Errorf("find module root (go list -m): %w", err)
+			return
+		}
+		root := strings.TrimSpace(string(out))
+		if b.dir, b.err = os.MkdirTemp("", namePrefix+"bin-"); b.err != nil {
+			return
+		}
+		b.bin = filepath.Join(b.dir, "vunet")
+		cmd := exec.Command("go", "build", "-o", b.bin, "./cmd/vunet")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build ./cmd/vunet: %w\n%s", err, out)
+		}
+	})
+	return b.bin, b.err
+}
+
+// Cleanup removes the vunet binary VunetBinary built. Call it once at the
+// end of the process (TestMain, the CLI).
+func Cleanup() {
+	if vunetBuild.dir != "" {
+		os.RemoveAll(vunetBuild.dir)
+	}
+}
+
+// expand replaces the placeholders of the back-end template.
+func expand(tmpl []string, vars map[string]string) []string {
+	out := make([]string, len(tmpl))
+	for i, a := range tmpl {
+		for k, v := range vars {
+			a = strings.ReplaceAll(a, "{"+k+"}", v)
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// proc is a child process the rig owns: killed (whole process group) on
+// Close, and by the kernel if the rig dies first (Pdeathsig).
+type proc struct {
+	cmd    *exec.Cmd
+	done   chan struct{}
+	err    error
+	output *os.File
+}
+
+// startProc starts argv inside namespace ns ("" = the rig's own) with
+// stdout and stderr appended to logPath (or inherited when logPath is "").
+func startProc(ns string, argv []string, env []string, logPath string) (*proc, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("empty command")
+	}
+	if ns != "" {
+		argv = append([]string{"ip", "netns", "exec", ns}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	// A process group of its own: Ctrl-C in the terminal goes to the rig,
+	// which then tears down in order, and Close kills the whole group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	if logPath != "" {
+		f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr, p.output = f, f, f
+	} else {
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		if p.output != nil {
+			p.output.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", strings.Join(argv, " "), err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		if p.output != nil {
+			p.output.Close()
+		}
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop waits up to grace for the process to exit on its own, then sends
+// SIGTERM to its group, then SIGKILL.
+func (p *proc) stop(grace time.Duration) error {
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(grace):
+	}
+	syscall.Kill(-p.pid(), syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return fmt.Errorf("needed SIGTERM: %v", p.err)
+	case <-time.After(3 * time.Second):
+	}
+	syscall.Kill(-p.pid(), syscall.SIGKILL)
+	<-p.done
+	return fmt.Errorf("needed SIGKILL: %v", p.err)
+}
+
+// kill ends the process group at once.
+func (p *proc) kill() {
+	if p.exited() {
+		return
+	}
+	syscall.Kill(-p.pid(), syscall.SIGKILL)
+	<-p.done
+}

@@ -5,76 +5,73 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/digitalocean/go-qemu/qmp"
 )
 
-// QMP is a QEMU Machine Protocol client with per-command timeouts and an
-// event log.
+// QMP is a thin wrapper over github.com/digitalocean/go-qemu's
+// qmp.SocketMonitor that adds what the tests need and the monitor lacks:
 //
-// It does not use github.com/digitalocean/go-qemu's qmp.SocketMonitor:
-// SocketMonitor.Run hands back a slice of its bufio.Scanner's buffer, which
-// the reader goroutine overwrites with the next line (an event such as
-// NIC_RX_FILTER_CHANGED can arrive at any moment); it cannot time out a
-// command; once Events was called, a reader that falls behind blocks command
-// replies; and its package pulls in go-libvirt. Here a json.Decoder gives
-// every message its own memory, events go into a slice nobody has to drain,
-// and every command has a context.
+//   - Timeouts. SocketMonitor.Connect and Run block until QEMU answers;
+//     here both run under a context, and a command that times out
+//     disconnects the monitor (the blocked Run then returns, and a late
+//     reply cannot be taken for the next command's).
+//   - Private reply memory. SocketMonitor's reader hands each reply to Run
+//     as a slice of its bufio.Scanner buffer and goes on scanning: the next
+//     line QEMU sends (an event such as NIC_RX_FILTER_CHANGED can come at any
+//     moment) overwrites the reply, even while Run itself still decodes it
+//     (a data race that TestQMPClient reproduces). The monitor therefore
+//     talks to QEMU through a replyGate, which holds back everything after a
+//     reply until Run's result has been copied.
+//   - Event draining. The monitor's reader blocks on an unbuffered channel
+//     for every event once Events was called, and command replies queue
+//     behind it: a goroutine drains the channel into a log that WaitEvent
+//     and Events read.
+//
+// Commands carry a string id, which QEMU echoes: a reply whose id is not
+// the command's is reported, not silently used.
 type QMP struct {
-	conn    net.Conn
-	mu      sync.Mutex // one command in flight
-	lastID  uint64     // QEMU echoes each command's id: a late reply to a timed-out command is recognised
-	replies chan qmpReply
+	mon  *qmp.SocketMonitor
+	gate *replyGate
+
+	mu     sync.Mutex // one command in flight (the monitor serialises too; this guards lastID and broken)
+	lastID uint64
+	broken error // set when a command timed out and the monitor was disconnected
 
 	evMu   sync.Mutex
 	events []QMPEvent
 	evSig  chan struct{} // closed and replaced on each event
+	evDone chan struct{} // closed when the monitor's event channel closes
 
-	done    chan struct{}
-	readErr error
+	closeOnce sync.Once
+	closeErr  error
 }
 
-// QMPEvent is an asynchronous QEMU event.
-type QMPEvent struct {
-	Event     string         `json:"event"`
-	Data      map[string]any `json:"data"`
-	Timestamp struct {
-		Seconds      int64 `json:"seconds"`
-		Microseconds int64 `json:"microseconds"`
-	} `json:"timestamp"`
-}
+// QMPEvent is an asynchronous QEMU event as go-qemu decodes it.
+type QMPEvent = qmp.Event
 
-type qmpCommand struct {
-	Execute string `json:"execute"`
-	Args    any    `json:"arguments,omitempty"`
-	ID      uint64 `json:"id"`
-}
+// QMPError is an error answer from QEMU. go-qemu keeps only the
+// description ("desc") of QEMU's error object.
+type QMPError struct{ Command, Desc string }
 
-type qmpReply struct {
-	ID     uint64          `json:"id"`
-	Return json.RawMessage `json:"return"`
-	Error  *struct {
-		Class string `json:"class"`
-		Desc  string `json:"desc"`
-	} `json:"error"`
-}
+// Error names the command and what QEMU said.
+func (e *QMPError) Error() string { return "qmp " + e.Command + ": " + e.Desc }
 
-// QMPError is an error answer from QEMU.
-type QMPError struct{ Class, Desc string }
-
-// Error renders the class and description QEMU gave.
-func (e *QMPError) Error() string { return "qmp: " + e.Class + ": " + e.Desc }
-
-// DialQMP connects to a QMP UNIX socket, retrying until it exists or ctx
-// ends, reads the greeting and leaves capabilities negotiation mode.
+// DialQMP connects to a QMP UNIX socket, retrying until it accepts or ctx
+// ends (QEMU creates it some time after it starts), reads the greeting and
+// leaves capabilities negotiation mode.
 func DialQMP(ctx context.Context, path string) (*QMP, error) {
-	var conn net.Conn
+	var upstream net.Conn
 	for {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "unix", path)
 		if err == nil {
-			conn = c
+			upstream = c
 			break
 		}
 		select {
@@ -83,98 +80,132 @@ func DialQMP(ctx context.Context, path string) (*QMP, error) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	q := &QMP{conn: conn, replies: make(chan qmpReply, 1), evSig: make(chan struct{}), done: make(chan struct{})}
-	dec := json.NewDecoder(conn)
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetReadDeadline(dl)
+	g, err := newReplyGate(upstream)
+	if err != nil {
+		upstream.Close()
+		return nil, err
 	}
-	var greeting struct {
-		QMP *struct {
-			Version json.RawMessage `json:"version"`
-		} `json:"QMP"`
+	mon, err := qmp.NewSocketMonitor("unix", g.addr, 5*time.Second)
+	if err != nil {
+		g.close()
+		return nil, fmt.Errorf("dial QMP gate for %s: %w", path, err)
 	}
-	if err := dec.Decode(&greeting); err != nil || greeting.QMP == nil {
-		conn.Close()
-		return nil, fmt.Errorf("QMP greeting: %v", err)
+	// Connect reads the greeting and answers qmp_capabilities with no
+	// deadline of its own: a QEMU that never greets must not hang the test.
+	connected := make(chan error, 1)
+	go func() { connected <- mon.Connect() }()
+	select {
+	case err := <-connected:
+		if err != nil {
+			_ = mon.Disconnect()
+			g.close()
+			return nil, fmt.Errorf("QMP handshake on %s: %w", path, err)
+		}
+	case <-ctx.Done():
+		_ = mon.Disconnect() // unblocks Connect
+		g.close()
+		<-connected
+		return nil, fmt.Errorf("QMP handshake on %s: %w", path, ctx.Err())
 	}
-	_ = conn.SetReadDeadline(time.Time{})
-	go q.read(dec)
-	if _, err := q.Run(ctx, "qmp_capabilities", nil); err != nil {
-		q.Close()
-		return nil, fmt.Errorf("qmp_capabilities: %w", err)
+	evs, err := mon.Events(context.Background())
+	if err != nil {
+		_ = mon.Disconnect()
+		g.close()
+		return nil, fmt.Errorf("QMP events on %s: %w", path, err)
 	}
+	q := &QMP{mon: mon, gate: g, evSig: make(chan struct{}), evDone: make(chan struct{})}
+	go q.drain(evs)
 	return q, nil
 }
 
-func (q *QMP) read(dec *json.Decoder) {
-	defer close(q.done)
-	for {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			q.readErr = err
-			return
-		}
-		var probe struct {
-			Event string `json:"event"`
-		}
-		if json.Unmarshal(raw, &probe) == nil && probe.Event != "" {
-			var ev QMPEvent
-			if err := json.Unmarshal(raw, &ev); err == nil {
-				q.evMu.Lock()
-				q.events = append(q.events, ev)
-				close(q.evSig)
-				q.evSig = make(chan struct{})
-				q.evMu.Unlock()
-			}
-			continue
-		}
-		var r qmpReply
-		if err := json.Unmarshal(raw, &r); err != nil {
-			continue
-		}
-		select {
-		case q.replies <- r:
-		default: // nobody waits (its command timed out): drop it
-		}
+// drain keeps the monitor's reader moving: it blocks on every event until
+// somebody takes it, and replies wait behind events.
+func (q *QMP) drain(evs <-chan qmp.Event) {
+	defer close(q.evDone)
+	for ev := range evs {
+		q.evMu.Lock()
+		q.events = append(q.events, ev)
+		close(q.evSig)
+		q.evSig = make(chan struct{})
+		q.evMu.Unlock()
 	}
 }
 
-// Run executes one command and returns its "return" value.
+type qmpCommand struct {
+	Execute string `json:"execute"`
+	Args    any    `json:"arguments,omitempty"`
+	// ID is a string: go-qemu decodes replies' "id" into a string field,
+	// so a numeric id would make every reply fail to decode.
+	ID string `json:"id"`
+}
+
+type qmpReply struct {
+	ID     string          `json:"id"`
+	Return json.RawMessage `json:"return"`
+}
+
+// Run executes one command and returns a private copy of its "return"
+// value. A command still unanswered when ctx ends disconnects the monitor:
+// every later command fails at once with the reason.
 func (q *QMP) Run(ctx context.Context, command string, args any) (json.RawMessage, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.lastID++
-	id := q.lastID
-	c := qmpCommand{Execute: command, ID: id}
-	if args != nil {
-		c.Args = args
+	if q.broken != nil {
+		return nil, fmt.Errorf("%s: %w", command, q.broken)
 	}
-	b, err := json.Marshal(c)
+	q.lastID++
+	id := "vunet-e2e-" + strconv.FormatUint(q.lastID, 10)
+	b, err := json.Marshal(qmpCommand{Execute: command, Args: args, ID: id})
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", command, err)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = q.conn.SetWriteDeadline(dl)
+	b = append(b, '\n') // QEMU does not need it; line-based peers (and logs) do
+	type result struct {
+		raw []byte
+		err error
 	}
-	if _, err := q.conn.Write(append(b, '\n')); err != nil {
-		return nil, fmt.Errorf("send %s: %w", command, err)
+	done := make(chan result, 1)
+	go func() {
+		out, err := q.mon.Run(b)
+		// Copy before the gate lets the next line reach the reader,
+		// which scans it into the same buffer.
+		raw := append([]byte(nil), out...)
+		q.gate.consumed()
+		done <- result{raw: raw, err: err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		q.broken = fmt.Errorf("QMP disconnected after %s timed out: %w", command, ctx.Err())
+		_ = q.mon.Disconnect()
+		q.gate.close()
+		<-done
+		return nil, fmt.Errorf("%s: %w", command, ctx.Err())
 	}
-	for {
-		select {
-		case r := <-q.replies:
-			if r.ID != id {
-				continue // answer to an earlier command that timed out
-			}
-			if r.Error != nil {
-				return nil, fmt.Errorf("%s: %w", command, &QMPError{Class: r.Error.Class, Desc: r.Error.Desc})
-			}
-			return r.Return, nil
-		case <-q.done:
-			return nil, fmt.Errorf("%s: QMP connection closed: %v", command, q.readErr)
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%s: %w", command, ctx.Err())
+	if res.err != nil {
+		if res.raw == nil && isQEMUError(res.err) {
+			return nil, &QMPError{Command: command, Desc: res.err.Error()}
 		}
+		return nil, fmt.Errorf("%s: %w", command, res.err)
 	}
+	var r qmpReply
+	if err := json.Unmarshal(res.raw, &r); err != nil {
+		return nil, fmt.Errorf("decode %s reply %q: %w", command, res.raw, err)
+	}
+	if r.ID != id {
+		return nil, fmt.Errorf("%s: reply carries id %q, want %q: %s", command, r.ID, id, res.raw)
+	}
+	return r.Return, nil
+}
+
+// isQEMUError tells QEMU's error answers (go-qemu turns their "desc" into
+// a plain errors.New) from transport failures: socket errors, end of
+// stream, and the empty reply a disconnected monitor hands back.
+func isQEMUError(err error) bool {
+	var ne net.Error
+	var se *json.SyntaxError
+	return !errors.As(err, &ne) && !errors.As(err, &se) && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed)
 }
 
 // RunInto runs a command and decodes its return value into out.
@@ -196,22 +227,23 @@ func (q *QMP) Events() []QMPEvent {
 	return append([]QMPEvent(nil), q.events...)
 }
 
-// WaitEvent waits for an event named name (received at any time so far).
-func (q *QMP) WaitEvent(ctx context.Context, name string) (QMPEvent, error) {
+// WaitEvent waits for an event named name (received at any time so far)
+// for which match, when not nil, holds.
+func (q *QMP) WaitEvent(ctx context.Context, name string, match func(QMPEvent) bool) (QMPEvent, error) {
 	seen := 0
 	for {
 		q.evMu.Lock()
 		evs, sig := q.events[seen:], q.evSig
 		q.evMu.Unlock()
 		for _, e := range evs {
-			if e.Event == name {
+			if e.Event == name && (match == nil || match(e)) {
 				return e, nil
 			}
 		}
 		seen += len(evs)
 		select {
 		case <-sig:
-		case <-q.done:
+		case <-q.evDone:
 			return QMPEvent{}, fmt.Errorf("QMP closed before event %s", name)
 		case <-ctx.Done():
 			return QMPEvent{}, fmt.Errorf("event %s: %w", name, ctx.Err())
@@ -219,14 +251,27 @@ func (q *QMP) WaitEvent(ctx context.Context, name string) (QMPEvent, error) {
 	}
 }
 
-// Close closes the connection.
+// Close disconnects the monitor and waits for its reader to stop.
 func (q *QMP) Close() error {
-	err := q.conn.Close()
-	<-q.done
-	if errors.Is(err, net.ErrClosed) {
-		return nil
-	}
-	return err
+	q.closeOnce.Do(func() {
+		q.closeErr = q.mon.Disconnect()
+		q.gate.close()
+		<-q.evDone
+	})
+	return q.closeErr
+}
+
+// Status is query-status's answer.
+type Status struct {
+	Running bool   `json:"running"`
+	Status  string `json:"status"`
+}
+
+// QueryStatus returns the VM's run state.
+func (q *QMP) QueryStatus(ctx context.Context) (Status, error) {
+	var s Status
+	err := q.RunInto(ctx, "query-status", nil, &s)
+	return s, err
 }
 
 // RxFilter is the part of query-rx-filter's answer the tests look at.

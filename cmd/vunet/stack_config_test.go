@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"vunet/cmd/vunet/portspec"
+	"vunet/tcpstack"
+)
+
+// fakeHost replaces the host detection for one test.
+func fakeHost(t *testing.T, cfg tcpstack.AddrConfig, note string) {
+	t.Helper()
+	old := hostDefaults
+	hostDefaults = func() (tcpstack.AddrConfig, string, error) { return cfg, note, nil }
+	t.Cleanup(func() { hostDefaults = old })
+}
+
+var ap = netip.MustParseAddr
+
+// hostWithRoutes is a dual-stack host with a loopback resolver.
+func hostWithRoutes() tcpstack.AddrConfig {
+	return tcpstack.AddrConfig{
+		OurMAC: tcpstack.DefaultOurMAC,
+		IPv4:   tcpstack.IPv4Config{Addr: ap("192.0.2.2"), PrefixLen: 24, Gateway: ap("192.0.2.1")},
+		IPv6:   tcpstack.IPv6Config{Addr: ap("2001:db8::2"), PrefixLen: 64, Gateway: ap("fe80::1"), GatewayLL: ap("fe80::1")},
+		DNS4:   []netip.Addr{ap("192.0.2.1")}, DNSForward4: ap("127.0.0.53"),
+		DNS6:   []netip.Addr{ap("2001:db8::53")},
+		Search: []string{"host.example"},
+		MTU:    tcpstack.DefaultMTU,
+	}
+}
+
+func mustBuild(t *testing.T, args ...string) *stackConfig {
+	t.Helper()
+	o, err := parseFlags(append([]string{"-s", "x"}, args...), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := buildStackConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+func configErr(t *testing.T, args ...string) error {
+	t.Helper()
+	o, err := parseFlags(append([]string{"-s", "x"}, args...), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = buildStackConfig(o)
+	return err
+}
+
+func TestStackConfigDefaults(t *testing.T) {
+	fakeHost(t, hostWithRoutes(), "")
+	sc := mustBuild(t)
+	a := sc.cfg.Addr
+	if a.IPv4.Addr != ap("192.0.2.2") || a.IPv4.PrefixLen != 24 || a.IPv4.Gateway != ap("192.0.2.1") || a.Disable4 || a.Disable6 ||
+		a.IPv6.Addr != ap("2001:db8::2") || a.DNSForward4 != ap("127.0.0.53") || a.MTU != tcpstack.DefaultMTU ||
+		sc.cfg.NoMapGateway || len(sc.tcpForwards) != 0 || len(sc.warnings) != 0 {
+		t.Fatalf("defaults changed by no flags: %+v warnings %q", sc.cfg, sc.warnings)
+	}
+}
+
+func TestStackConfigOverrides(t *testing.T) {
+	fakeHost(t, hostWithRoutes(), "")
+	sc := mustBuild(t, "-a", "10.0.2.15", "-n", "255.255.255.0", "-g", "10.0.2.2", "-a", "2001:db8:1::15", "-M", "02:00:00:00:00:01",
+		"--guest-mac", "52:54:00:00:00:01", "-m", "1500", "-D", "9.9.9.9", "-D", "2620:fe::fe", "-S", "a.example b.example",
+		"--no-dhcpv6", "--no-ra", "--no-map-gw", "--max-flows", "7", "--max-tcp-flows", "9", "--tcp-sndbuf", "4096",
+		"-t", "127.0.0.1/2222:22", "-t", "8000-8002,~8001")
+	a := sc.cfg.Addr
+	if a.IPv4 != (tcpstack.IPv4Config{Addr: ap("10.0.2.15"), PrefixLen: 24, Gateway: ap("10.0.2.2")}) {
+		t.Errorf("ipv4 %+v", a.IPv4)
+	}
+	if a.IPv6.Addr != ap("2001:db8:1::15") || a.IPv6.PrefixLen != 64 {
+		t.Errorf("ipv6 %+v", a.IPv6)
+	}
+	if a.OurMAC.String() != "02:00:00:00:00:01" || a.GuestMAC.String() != "52:54:00:00:00:01" || a.MTU != 1500 {
+		t.Errorf("mac/mtu %v %v %d", a.OurMAC, a.GuestMAC, a.MTU)
+	}
+	if !slices.Equal(a.DNS4, []netip.Addr{ap("9.9.9.9")}) || !slices.Equal(a.DNS6, []netip.Addr{ap("2620:fe::fe")}) ||
+		!slices.Equal(a.Search, []string{"a.example", "b.example"}) {
+		t.Errorf("dns %v %v search %v", a.DNS4, a.DNS6, a.Search)
+	}
+	if a.NoDHCP || !a.NoDHCPv6 || a.NoNDP || !a.NoRA || !sc.cfg.NoMapGateway || !sc.cfg.TCP.NoMapGateway {
+		t.Errorf("switches %+v", a)
+	}
+	if sc.cfg.MaxFlows != 7 || sc.cfg.TCP.MaxFlows != 9 || sc.cfg.TCP.SndBuf != 4096 || sc.cfg.TCP.RcvBuf != 0 {
+		t.Errorf("limits %+v", sc.cfg)
+	}
+	want := []portspec.Forward{
+		{Addr: ap("127.0.0.1"), Host: portspec.Range{First: 2222, Last: 2222}, Guest: 22},
+		{Host: portspec.Range{First: 8000, Last: 8000}, Guest: 8000},
+		{Host: portspec.Range{First: 8002, Last: 8002}, Guest: 8002},
+	}
+	if !slices.Equal(sc.tcpForwards, want) {
+		t.Errorf("forwards %v, want %v", sc.tcpForwards, want)
+	}
+}
+
+func TestStackConfigFamilies(t *testing.T) {
+	fakeHost(t, hostWithRoutes(), "")
+	if sc := mustBuild(t, "-4"); !sc.cfg.Addr.Disable6 || sc.cfg.Addr.Disable4 {
+		t.Errorf("-4: %+v", sc.cfg.Addr)
+	}
+	if sc := mustBuild(t, "-6"); !sc.cfg.Addr.Disable4 || sc.cfg.Addr.Disable6 {
+		t.Errorf("-6: %+v", sc.cfg.Addr)
+	}
+	// Without a default route: link-local fallback, and the note says so.
+	ll := hostWithRoutes()
+	ll.IPv4 = tcpstack.IPv4Config{Addr: ap("169.254.2.1"), PrefixLen: 16, Gateway: ap("169.254.2.2")}
+	ll.IPv6 = tcpstack.IPv6Config{GatewayLL: ap("fe80::1")}
+	fakeHost(t, ll, "no default route: using link-local fallback")
+	sc := mustBuild(t)
+	if sc.cfg.Addr.IPv4.Addr != ap("169.254.2.1") || len(sc.notes) != 1 || !strings.Contains(sc.notes[0], "link-local") {
+		t.Errorf("fallback: %+v notes %q", sc.cfg.Addr.IPv4, sc.notes)
+	}
+	// An address of one's own on such a host needs a gateway too.
+	if err := configErr(t, "-a", "10.0.0.5"); err == nil || !strings.Contains(err.Error(), "--gateway") {
+		t.Errorf("-a without route: %v", err)
+	}
+	if sc := mustBuild(t, "-a", "10.0.0.5", "-g", "10.0.0.1"); sc.cfg.Addr.IPv4.PrefixLen != 8 {
+		t.Errorf("classful prefix %d, want 8", sc.cfg.Addr.IPv4.PrefixLen)
+	}
+	// IPv4-only host, -6: nothing left.
+	v4only := hostWithRoutes()
+	v4only.Disable6 = true
+	fakeHost(t, v4only, "no ipv6 default route: ipv6 disabled")
+	if err := configErr(t, "-6"); err == nil || !strings.Contains(err.Error(), "both address families") {
+		t.Errorf("-6 on v4-only host: %v", err)
+	}
+}
+
+func TestStackConfigDNSForwardAndMapping(t *testing.T) {
+	fakeHost(t, hostWithRoutes(), "")
+	sc := mustBuild(t, "--dns-forward", "192.0.2.1", "--dns-host", "10.1.1.1")
+	if sc.cfg.Addr.DNSForward4 != ap("10.1.1.1") || sc.cfg.Addr.DNS4[0] != ap("192.0.2.1") {
+		t.Errorf("dns forward %v dns %v", sc.cfg.Addr.DNSForward4, sc.cfg.Addr.DNS4)
+	}
+	if err := configErr(t, "--dns-forward", "10.9.9.9"); err == nil || !strings.Contains(err.Error(), "gateway") {
+		t.Errorf("dns-forward not gateway: %v", err)
+	}
+	if sc := mustBuild(t, "--map-host-loopback", "192.0.2.1"); sc.cfg.NoMapGateway {
+		t.Error("mapping the gateway disabled the mapping")
+	}
+	if sc := mustBuild(t, "--map-host-loopback", "none"); !sc.cfg.NoMapGateway {
+		t.Error("--map-host-loopback none kept the mapping")
+	}
+	if err := configErr(t, "--map-host-loopback", "192.0.2.77"); err == nil || !strings.Contains(err.Error(), "only the gateway") {
+		t.Errorf("map other address: %v", err)
+	}
+	if err := configErr(t, "-g", "192.0.2.2"); err == nil || !strings.Contains(err.Error(), "own address") {
+		t.Errorf("gateway = guest: %v", err)
+	}
+}
+
+func TestStackConfigInterface(t *testing.T) {
+	fakeHost(t, hostWithRoutes(), "")
+	old := interfaceAddrs
+	interfaceAddrs = func(name string) ([]netip.Prefix, error) {
+		return []netip.Prefix{netip.MustParsePrefix("fe80::5/64"), netip.MustParsePrefix("198.51.100.7/24"), netip.MustParsePrefix("2001:db8:5::7/64")}, nil
+	}
+	t.Cleanup(func() { interfaceAddrs = old })
+	sc := mustBuild(t, "-i", "eth1")
+	a := sc.cfg.Addr
+	if a.IPv4 != (tcpstack.IPv4Config{Addr: ap("198.51.100.7"), PrefixLen: 24, Gateway: ap("198.51.100.1")}) || a.IPv6.Addr != ap("2001:db8:5::7") {
+		t.Errorf("-i: %+v %+v", a.IPv4, a.IPv6)
+	}
+	if len(sc.notes) != 1 || !strings.Contains(sc.notes[0], "eth1") {
+		t.Errorf("notes %q", sc.notes)
+	}
+}
+
+func TestStackConfigWarnsUnenforced(t *testing.T) {
+	fakeHost(t, hostWithRoutes(), "")
+	sc := mustBuild(t, "--no-icmp", "-u", "53", "-o", "192.0.2.9", "-p", "/tmp/x.pcap", "--hostname", "h")
+	joined := strings.Join(sc.warnings, "\n")
+	for _, w := range []string{"--no-icmp", "--udp-ports", "--outbound", "--pcap", "--hostname"} {
+		if !strings.Contains(joined, w) {
+			t.Errorf("no warning for %s in %q", w, joined)
+		}
+	}
+}

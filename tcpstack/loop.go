@@ -340,11 +340,16 @@ func (l *loop) onSocket(tok uint64, events uint32) {
 	}
 }
 
-// shutdown leaves the rings consistent for GET_VRING_BASE and a restart:
-// every TX chain was pushed in its batch; RX reservations are rewound and
+// shutdown leaves the rings consistent for GET_VRING_BASE and a restart
+// (used.idx catches up with LastAvail): every TX chain was pushed in its
+// batch and is flushed; RX reservations are rewound and
 // pushed chains published. Pending replies are dropped with the loop.
 func (l *loop) shutdown() {
 	l.rx.publish()
+	// TX chains are flushed per batch, but bad chains Pop staged after the
+	// last batch's Flush would be counted in LastAvail and never reach
+	// used.idx.
+	l.qp.TX.Flush()
 	if n := l.pending.len(); n > 0 {
 		l.st.RX.Drops[DropRingDisabled].Add(uint64(n))
 	}

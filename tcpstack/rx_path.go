@@ -423,7 +423,8 @@ func (r *rxWriter) publish() {
 		r.q.Unpop(n)
 	}
 	r.nres, r.used, r.assigned, r.pinned = 0, 0, 0, 0
-	if r.staged > 0 {
+	// The queue knows best what is staged: Pop stages bad chains itself.
+	if r.staged > 0 || r.q.Staged() > 0 {
 		r.st.RX.Batches.Add(1) // before Flush: counters never lag the ring
 		r.q.Flush()
 		r.staged = 0

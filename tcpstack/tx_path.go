@@ -100,7 +100,10 @@ func (l *loop) txBatch() (full bool) {
 		l.handleTXFrame(c)
 		q.Push(c.Head, 0)
 	}
-	if n > 0 {
+	// Pop stages malformed chains as used by itself: a batch of only bad
+	// chains (n == 0) must be published too, or the guest never gets those
+	// descriptors back.
+	if q.Staged() > 0 {
 		l.st.TX.Batches.Add(1) // before Flush: counters never lag the ring
 		q.Flush()
 	}

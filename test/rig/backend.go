@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -100,7 +101,7 @@ func startProc(ns string, argv []string, env []string, logPath string) (*proc, e
 	} else {
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	}
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		if p.output != nil {
 			p.output.Close()
 		}
@@ -144,6 +145,36 @@ func (p *proc) stop(grace time.Duration) error {
 	syscall.Kill(-p.pid(), syscall.SIGKILL)
 	<-p.done
 	return fmt.Errorf("needed SIGKILL: %v", p.err)
+}
+
+// spawner starts children from one OS thread that never exits. Pdeathsig
+// fires when the *thread* that forked the child exits, not the process: a
+// child started from an ordinary goroutine would be killed as soon as the
+// runtime retired that thread, which it does whenever a goroutine that
+// locked it (inNetns) ends.
+var spawner struct {
+	once sync.Once
+	reqs chan spawnReq
+}
+
+type spawnReq struct {
+	cmd *exec.Cmd
+	err chan error
+}
+
+func spawn(cmd *exec.Cmd) error {
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: this thread lives as long as the process
+			for r := range spawner.reqs {
+				r.err <- r.cmd.Start()
+			}
+		}()
+	})
+	errc := make(chan error, 1)
+	spawner.reqs <- spawnReq{cmd, errc}
+	return <-errc
 }
 
 // kill ends the process group at once.

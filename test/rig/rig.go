@@ -338,3 +338,18 @@ func tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// RingState describes both rings' indices and notification fields, for
+// diagnosing a stalled data path.
+func (r *Rig) RingState() string {
+	if r.fe == nil || r.fe.Pair0() == nil {
+		return "no rings"
+	}
+	p := r.fe.Pair0()
+	var b strings.Builder
+	for _, rg := range []*frontend.Ring{p.RX, p.TX} {
+		fmt.Fprintf(&b, "ring %d: avail.idx %d used.idx %d last_used %d used.flags %#x avail_event %d kicks %d suppressed %d interrupts %d; ",
+			rg.Index, rg.AvailIdx(), rg.UsedIdx(), rg.LastUsed(), rg.UsedFlags(), rg.AvailEvent(), rg.Kicks, rg.KicksSuppressed, rg.Interrupts)
+	}
+	return b.String()
+}

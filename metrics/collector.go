@@ -55,6 +55,7 @@ var (
 	descRXWasted   = desc("queue_rx_chains_wasted_total", "RX chains returned to the guest empty (could be neither used nor rewound).", "queue")
 	descWakeups    = desc("queue_loop_wakeups_total", "Event-loop returns from epoll_wait.", "queue")
 	descLoopStarts = desc("queue_loop_starts_total", "Starts of the queue pair's event loop (ring rebuilds, reconnects).", "queue")
+	descMemFaults  = desc("queue_memory_faults_total", "Event loops stopped by a fault on guest memory (front-end shrank its memory file).", "queue")
 	descFlowsOpen  = desc("flows_opened_total", "UDP and ICMP echo flows opened (one host socket each).", "queue")
 	descFlowsClose = desc("flows_closed_total", "UDP and ICMP echo flows closed.", "queue")
 	descFlowsEvict = desc("flows_evicted_total", "Flows closed early to make room in a full flow table.", "queue")
@@ -89,7 +90,7 @@ func NewCollector(src Sources) prometheus.Collector { return &collector{src: src
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descFrames, descBytes, descBatches, descDrops, descNotify,
 		descSuppressed, descKicks, descBadChains, descRXWaited, descTXEther, descService,
-		descRXWasted, descWakeups, descLoopStarts, descFlowsOpen, descFlowsClose, descFlowsEvict,
+		descRXWasted, descWakeups, descLoopStarts, descMemFaults, descFlowsOpen, descFlowsClose, descFlowsEvict,
 		descTCPConns, descTCPConnects, descTCPConnFail, descTCPTableFull, descTCPAccepted, descTCPStalls,
 		descTCPClamps, descTCPRetrans, descTCPRSTSent, descTCPRSTRecv, descTCPBytes,
 		descMessages, descErrors, descConnected, descSessions, descFeature, descProtoFeat} {
@@ -170,6 +171,7 @@ func collectPair(ch chan<- prometheus.Metric, st *tcpstack.QueueStats, q string)
 	counter(ch, descRXWasted, st.RXChainsWasted.Load(), q)
 	counter(ch, descWakeups, st.Wakeups.Load(), q)
 	counter(ch, descLoopStarts, st.LoopStarts.Load(), q)
+	counter(ch, descMemFaults, st.MemoryFaults.Load(), q)
 	counter(ch, descFlowsOpen, st.FlowsOpened.Load(), q)
 	counter(ch, descFlowsClose, st.FlowsClosed.Load(), q)
 	counter(ch, descFlowsEvict, st.FlowsEvicted.Load(), q)

@@ -48,6 +48,7 @@ func TestCollectorReadsCounters(t *testing.T) {
 	st.TX.Frames.Add(11)
 	st.RX.Bytes.Add(1500)
 	st.RXWaitedForDescriptors.Add(2)
+	st.MemoryFaults.Add(1)
 
 	reg := NewRegistry(src)
 	want := map[string]string{
@@ -60,6 +61,8 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_queue_frames_total{direction="tx",queue="1"}`:                                   "11",
 		`vunet_queue_bytes_total{direction="rx",queue="1"}`:                                    "1500",
 		`vunet_queue_rx_waited_for_descriptors_total{queue="1"}`:                               "2",
+		`vunet_queue_memory_faults_total{queue="1"}`:                                           "1",
+		`vunet_queue_memory_faults_total{queue="0"}`:                                           "0",
 		`vunet_queue_frames_total{direction="tx",queue="0"}`:                                   "0",
 		`vunet_tcp_window_clamp_workarounds_total{queue="1"}`:                                  "4",
 		`vunet_tcp_retransmissions_total{cause="timeout",queue="1"}`:                           "1",

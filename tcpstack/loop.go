@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,10 @@ type loop struct {
 	again     bool      // work is left: poll epoll without sleeping
 
 	timerArmed time.Time // deadline the timerfd is set to; zero: disarmed
+
+	// faulted: guest memory faulted under the loop; the rings are not
+	// touched again (see recoverFault).
+	faulted bool
 }
 
 // pollInterval is how often the rings are polled when the front-end gave no
@@ -157,10 +162,18 @@ func (l *loop) wake() {
 
 // run is the loop's goroutine. It owns a locked OS thread: the loop sleeps in
 // epoll_wait, a blocking system call, and the Go netpoller is not used.
+//
+// Guest memory is the front-end's file, mapped shared: a front-end that
+// truncates it under us turns our next touch into a SIGBUS, which kills the
+// process unless this goroutine asked for faults as panics (the setting is
+// per goroutine; the control goroutine has its own). recoverFault ends the
+// loop instead; done is still closed, so StopPair returns.
 func (l *loop) run() {
 	runtime.LockOSThread()
+	debug.SetPanicOnFault(true)
 	defer close(l.done)
 	defer l.shutdown()
+	defer l.recoverFault()
 
 	// Only a producer waiting for buffers makes us want RX kicks.
 	l.qp.RX.DisableKicks()
@@ -345,14 +358,59 @@ func (l *loop) onSocket(tok uint64, events uint32) {
 // batch and is flushed; RX reservations are rewound and
 // pushed chains published. Pending replies are dropped with the loop.
 func (l *loop) shutdown() {
-	l.rx.publish()
-	// TX chains are flushed per batch, but bad chains Pop staged after the
-	// last batch's Flush would be counted in LastAvail and never reach
-	// used.idx.
-	l.qp.TX.Flush()
+	if !l.faulted {
+		l.leaveRings()
+	}
 	if n := l.pending.len(); n > 0 {
 		l.st.RX.Drops[DropRingDisabled].Add(uint64(n))
 	}
 	l.flows.detach()
 	l.closeFDs()
+}
+
+// leaveRings publishes what the loop holds on the rings. Guest memory can
+// fault here too (shrunk just as the pair stops).
+func (l *loop) leaveRings() {
+	defer l.recoverFault()
+	l.rx.publish()
+	// TX chains are flushed per batch, but bad chains Pop staged after the
+	// last batch's Flush would be counted in LastAvail and never reach
+	// used.idx.
+	l.qp.TX.Flush()
+}
+
+// recoverFault, deferred, turns a fault on guest memory into a stopped
+// loop: the pair is marked faulted so nothing touches its rings again,
+// the fault is counted and logged (rate-limited per Stack: a front-end
+// can make every rebuilt loop fault). Any other panic is a bug and goes
+// on.
+func (l *loop) recoverFault() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	fault, ok := r.(interface{ Addr() uintptr })
+	if !ok {
+		panic(r)
+	}
+	l.faulted = true
+	n := l.st.MemoryFaults.Add(1)
+	l.s.logMemoryFault(l.log, fault.Addr(), n)
+}
+
+// memoryFaultLogInterval bounds how often memory faults are logged.
+const memoryFaultLogInterval = 5 * time.Second
+
+func (s *Stack) logMemoryFault(log *slog.Logger, addr uintptr, faults uint64) {
+	now := time.Now().UnixNano()
+	last := s.lastFaultLog.Load()
+	if last != 0 && now-last < int64(memoryFaultLogInterval) {
+		return
+	}
+	if !s.lastFaultLog.CompareAndSwap(last, now) {
+		return
+	}
+	log.Error("guest memory fault: queue pair stopped until the front-end rebuilds it "+
+		"(the front-end shrank or unmapped guest memory)",
+		"addr", fmt.Sprintf("%#x", addr), "faults", faults)
 }

@@ -66,6 +66,8 @@ type Stack struct {
 	// (fuzzing must not send to whatever addresses the fuzzer invents).
 	noHostSockets bool
 
+	lastFaultLog atomic.Int64 // unix nanoseconds of the last memory-fault log line
+
 	mu    sync.Mutex
 	loops map[int]*loop
 	pairs map[int]*pairState

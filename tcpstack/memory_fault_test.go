@@ -1,0 +1,83 @@
+package tcpstack
+
+import (
+	"runtime/debug"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestGuestMemoryShrunkUnderLoop: the front-end truncates the memory file
+// while the guest sends. The loop's next touch of guest memory is a SIGBUS,
+// which must stop that pair only: the process lives, the fault is counted,
+// and StopPair still returns.
+func TestGuestMemoryShrunkUnderLoop(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		traffic bool // a sender keeps posting frames while the memory goes
+	}{
+		{name: "idle-then-kick"},
+		{name: "under-traffic", traffic: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newTestPair(t, featModern, 256)
+			p.start()
+			frame := otherFrame(0x88b5, 60)
+			stop := make(chan struct{})
+			senderDone := make(chan struct{})
+			if tc.traffic {
+				go func() {
+					defer close(senderDone)
+					// The test's own mapping of guest memory faults too.
+					debug.SetPanicOnFault(true)
+					defer func() { recover() }()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						for {
+							if _, _, ok := p.tx.popUsed(); !ok {
+								break
+							}
+						}
+						if len(p.tx.freeDesc) > 0 {
+							p.addTX(frame)
+							p.tx.send()
+						} else {
+							time.Sleep(50 * time.Microsecond)
+						}
+					}
+				}()
+				waitFor(t, "traffic", 2*time.Second, func() bool { return p.stats().TX.Frames.Load() >= 100 })
+			} else {
+				close(senderDone)
+			}
+			if err := unix.Ftruncate(p.m.fd, 0); err != nil {
+				t.Fatal(err)
+			}
+			close(stop)
+			<-senderDone
+			// A kick touches no guest memory on our side; the loop's Pop does.
+			p.tx.kickNow()
+			st := p.stats()
+			waitFor(t, "memory fault counted", 5*time.Second, func() bool { return st.MemoryFaults.Load() == 1 })
+			stopped := make(chan struct{})
+			go func() { p.s.StopPair(0); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(5 * time.Second):
+				t.Fatal("StopPair did not return after a memory fault")
+			}
+			if got := st.MemoryFaults.Load(); got != 1 {
+				t.Errorf("MemoryFaults = %d, want 1", got)
+			}
+			// The pair can be started again (on memory that works).
+			if err := unix.Ftruncate(p.m.fd, testMemSize); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -263,9 +263,15 @@ func (l *loop) serve(svc Service, frame []byte) {
 // learnGuestMAC remembers the guest's unicast source address, so frames we
 // originate (socket data) are addressed to it.
 func (l *loop) learnGuestMAC(src []byte) {
-	v := macToU64([6]byte(src))
+	mac := [6]byte(src)
+	v := macToU64(mac)
 	if v != 0 && l.s.guestMAC.Load() != v {
 		l.s.guestMAC.Store(v)
+	}
+	// Forwarded host connections need the MAC too, and a guest that only
+	// listens never sends the TCP segment the table would learn it from.
+	if v != 0 && l.tcp != nil && l.tcp.guestMAC != mac {
+		l.tcp.guestMAC = mac
 	}
 }
 

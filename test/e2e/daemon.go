@@ -79,8 +79,11 @@ type DaemonConfig struct {
 	// can run several daemons one after the other.
 	Name string
 	// Metrics serves Prometheus metrics on a free loopback port
-	// (--metrics 127.0.0.1:0); Daemon.MetricsAddr says where.
+	// (--metrics 127.0.0.1:0); Daemon.MetricsAddr says where. With NetNS
+	// the endpoint is inside the namespace (use NetNS.Do to reach it).
 	Metrics bool
+	// NetNS runs the daemon inside this namespace (see NewNetNS).
+	NetNS *NetNS
 }
 
 // Daemon is a running back-end process, stopped by t.Cleanup.
@@ -92,6 +95,7 @@ type Daemon struct {
 	// MetricsAddr is host:port of the metrics endpoint (DaemonConfig.Metrics).
 	MetricsAddr string
 
+	netns   *NetNS
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	exitErr error
@@ -115,7 +119,7 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 	if cfg.Socket == "" {
 		cfg.Socket = filepath.Join(cfg.Dir, "vhost.sock")
 	}
-	d := &Daemon{Log: NewLogSink(), LogPath: filepath.Join(cfg.Dir, cfg.Name+".log"), exited: make(chan struct{})}
+	d := &Daemon{Log: NewLogSink(), LogPath: filepath.Join(cfg.Dir, cfg.Name+".log"), exited: make(chan struct{}), netns: cfg.NetNS}
 	var args []string
 	bin := ""
 	if p := os.Getenv("VUNET_E2E_PASST"); p != "" {
@@ -144,7 +148,11 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 	if err != nil {
 		t.Fatalf("daemon log: %v", err)
 	}
-	d.cmd = exec.Command(bin, args...)
+	argv := append([]string{bin}, args...)
+	if cfg.NetNS != nil {
+		argv = cfg.NetNS.Command(argv...)
+	}
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	d.cmd.Stdout = logFile
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
@@ -155,7 +163,7 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
-	t.Logf("daemon: %s %v (pid %d)", bin, args, d.cmd.Process.Pid)
+	t.Logf("daemon: %v (pid %d)", argv, d.cmd.Process.Pid)
 	logDone := make(chan struct{})
 	go func() {
 		d.Log.Consume(stderr, logFile)

@@ -137,7 +137,12 @@ func (d *Daemon) Scrape(ctx context.Context) (Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := http.DefaultClient
+	if d.netns != nil {
+		// The endpoint listens on the namespace's loopback.
+		client = &http.Client{Transport: &http.Transport{DialContext: d.netns.DialContext, DisableKeepAlives: true}}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", d.MetricsAddr, err)
 	}

@@ -90,7 +90,10 @@ func (a *agent) run() {
 }
 
 func (a *agent) runCheck(ctx context.Context, name string) guest.Result {
-	switch name {
+	if strings.HasPrefix(name, guest.CheckXferPrefix) {
+		return a.checkXfer(ctx, guest.CheckBase(name))
+	}
+	switch guest.CheckBase(name) {
 	case guest.CheckLink:
 		return a.checkLink(ctx)
 	case guest.CheckDHCP:
@@ -107,6 +110,16 @@ func (a *agent) runCheck(ctx context.Context, name string) guest.Result {
 		return a.checkIPv6(ctx)
 	case guest.CheckARPFlood:
 		return a.checkARPFlood(ctx)
+	case guest.CheckUDPEcho:
+		return a.checkUDPEcho(ctx)
+	case guest.CheckTCPMany:
+		return a.checkTCPMany(ctx)
+	case guest.CheckTCPLoop:
+		return a.checkTCPLoop(ctx)
+	case guest.CheckTCPServe:
+		return a.checkTCPServe(ctx)
+	case guest.CheckGone:
+		return a.checkGone(ctx)
 	}
 	return fail("unknown check %q", name)
 }

@@ -87,6 +87,7 @@ type testRing struct {
 	bufOf             map[uint16][]uint64 // head -> buffer addresses (for reading back)
 	lenOf             map[uint16][]uint32
 	noKick            bool
+	errFD             int // vring error eventfd given to the queue; 0: none
 	q                 *virtqueue.SplitQueue
 	stats             virtqueue.Stats
 }
@@ -124,7 +125,7 @@ func (r *testRing) rebuild(index int, lastAvail uint16) {
 		Index: index, Size: r.size,
 		Addr:      virtqueue.Addresses{Desc: testUserBase + r.desc, Avail: testUserBase + r.avail, Used: testUserBase + r.used},
 		LastAvail: lastAvail, EventIdx: r.eventIdx, Indirect: true,
-		Kick: kick, Call: r.call, Mem: r.m.vmem, Stats: &r.stats, Logger: testLogger(),
+		Kick: kick, Call: r.call, Err: r.errFD, Mem: r.m.vmem, Stats: &r.stats, Logger: testLogger(),
 	})
 	if err != nil {
 		r.t.Fatal(err)

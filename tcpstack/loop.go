@@ -396,6 +396,13 @@ func (l *loop) recoverFault() {
 	l.faulted = true
 	n := l.st.MemoryFaults.Add(1)
 	l.s.logMemoryFault(l.log, fault.Addr(), n)
+	// The front-end learns of it through the vrings' error eventfds
+	// (touching no guest memory).
+	for _, q := range [...]*virtqueue.SplitQueue{l.qp.RX, l.qp.TX} {
+		if err := q.SignalErr(); err != nil {
+			l.log.Warn("signal vring error fd", "err", err)
+		}
+	}
 }
 
 // memoryFaultLogInterval bounds how often memory faults are logged.

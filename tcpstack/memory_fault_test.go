@@ -22,6 +22,16 @@ func TestGuestMemoryShrunkUnderLoop(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newTestPair(t, featModern, 256)
+			var errFDs [2]int
+			for i, r := range []*testRing{p.rx, p.tx} {
+				fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { unix.Close(fd) })
+				errFDs[i], r.errFD = fd, fd
+				r.rebuild(i, 0)
+			}
 			p.start()
 			frame := otherFrame(0x88b5, 60)
 			stop := make(chan struct{})
@@ -73,6 +83,13 @@ func TestGuestMemoryShrunkUnderLoop(t *testing.T) {
 			}
 			if got := st.MemoryFaults.Load(); got != 1 {
 				t.Errorf("MemoryFaults = %d, want 1", got)
+			}
+			// The front-end hears of it on both vrings' error eventfds.
+			for i, fd := range errFDs {
+				var b [8]byte
+				if n, err := unix.Read(fd, b[:]); err != nil || n != 8 || b[0] != 1 {
+					t.Errorf("vring %d error eventfd: n=%d err=%v counter=%d, want 1", i, n, err, b[0])
+				}
 			}
 			// The pair can be started again (on memory that works).
 			if err := unix.Ftruncate(p.m.fd, testMemSize); err != nil {

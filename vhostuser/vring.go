@@ -157,6 +157,7 @@ func (d *device) newQueue(i int) (*virtqueue.SplitQueue, error) {
 		Indirect:  d.features&(1<<virtqueue.FeatureRingIndirectDesc) != 0,
 		Kick:      r.kick,
 		Call:      r.call,
+		Err:       r.errFD,
 		Mem:       d.mem,
 		Stats:     &d.stats.Rings[i],
 		Logger:    d.log,
@@ -289,15 +290,16 @@ func (d *device) setVringFile(m *Message) error {
 	if v&VringNoFDFlag == 0 {
 		fd = m.takeFD(0)
 	}
-	if m.Header.Request == ReqSetVringErr {
-		r := &d.rings[i]
-		if r.errFD >= 0 {
-			unix.Close(r.errFD)
-		}
-		r.errFD = fd
-		return nil
-	}
+	// Every fd is replaced with the pair stopped: the running queue holds
+	// the old one (the error fd too, written when the queue breaks).
 	return d.withPair(i, func(r *vring) {
+		if m.Header.Request == ReqSetVringErr {
+			if r.errFD >= 0 {
+				unix.Close(r.errFD)
+			}
+			r.errFD = fd
+			return
+		}
 		if m.Header.Request == ReqSetVringKick {
 			if r.kick >= 0 {
 				unix.Close(r.kick)

@@ -34,9 +34,14 @@ type Config struct {
 	Indirect  bool      // VIRTIO_RING_F_INDIRECT_DESC negotiated
 	Kick      int       // eventfd the driver kicks; -1 = none (polling)
 	Call      int       // eventfd we signal; -1 = none
-	Mem       *Memory
-	Stats     *Stats // counters owned by the caller; may be nil
-	Logger    *slog.Logger
+	// Err is the vring's error eventfd (SET_VRING_ERR), written once when
+	// the queue breaks so the front-end reports it. Values <= 0 mean none:
+	// 0 is what a Config that does not set it holds, and stdin is never an
+	// eventfd we were handed.
+	Err    int
+	Mem    *Memory
+	Stats  *Stats // counters owned by the caller; may be nil
+	Logger *slog.Logger
 }
 
 // Ring part sizes (virtio 1.x 2.7): the trailing event fields are included.
@@ -63,6 +68,7 @@ type SplitQueue struct {
 	indirect bool
 	kick     int
 	call     int
+	errFD    int // -1: none
 	mem      *Memory
 	stats    *Stats
 	log      *slog.Logger
@@ -119,12 +125,16 @@ func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 		indirect:  cfg.Indirect,
 		kick:      cfg.Kick,
 		call:      cfg.Call,
+		errFD:     -1,
 		mem:       cfg.Mem,
 		stats:     cfg.Stats,
 		log:       cfg.Logger,
 		lastAvail: cfg.LastAvail,
 		highAvail: cfg.LastAvail,
 		skip:      make([]bool, cfg.Size),
+	}
+	if cfg.Err > 0 {
+		q.errFD = cfg.Err
 	}
 	if q.stats == nil {
 		q.stats = new(Stats)
@@ -177,7 +187,7 @@ func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 	for _, fd := range []struct {
 		name string
 		fd   int
-	}{{"kick", q.kick}, {"call", q.call}} {
+	}{{"kick", q.kick}, {"call", q.call}, {"err", q.errFD}} {
 		if fd.fd < 0 {
 			continue
 		}
@@ -334,6 +344,9 @@ func (q *SplitQueue) breakQueue(msg string, args ...any) {
 	}
 	q.broken = true
 	q.log.Error("virtqueue broken: "+msg, append([]any{"vring", q.index, "size", q.size}, args...)...)
+	if err := q.SignalErr(); err != nil {
+		q.log.Warn("virtqueue: signal error fd", "vring", q.index, "err", err)
+	}
 }
 
 func (q *SplitQueue) badChain(head uint16, w *walker, r badReason) {
@@ -493,6 +506,35 @@ func (q *SplitQueue) DrainKick() error {
 			q.stats.Kicks.Add(binary.LittleEndian.Uint64(q.buf[:]))
 		}
 		return nil
+	}
+}
+
+// SignalErr writes 1 to the error eventfd (Config.Err), telling the
+// front-end that this vring failed; QEMU logs it. The queue calls it itself
+// when it breaks; the caller calls it for failures the queue cannot see (a
+// fault on guest memory). No error fd is not an error.
+func (q *SplitQueue) SignalErr() error {
+	if q.errFD < 0 {
+		return nil
+	}
+	q.stats.ErrSignals.Add(1)
+	return writeEventfd(q.errFD, &q.buf)
+}
+
+// writeEventfd adds 1 to an eventfd; a full counter (EAGAIN) means the
+// reader has not looked yet, which is as good.
+func writeEventfd(fd int, buf *[8]byte) error {
+	binary.LittleEndian.PutUint64(buf[:], 1)
+	for {
+		_, err := unix.Write(fd, buf[:])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == nil, err == unix.EAGAIN:
+			return nil
+		default:
+			return fmt.Errorf("write fd %d: %w", fd, err)
+		}
 	}
 }
 

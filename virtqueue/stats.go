@@ -13,4 +13,5 @@ type Stats struct {
 	NotifiesSuppressed atomic.Uint64 // Flushes that needed no signal (EVENT_IDX or NO_INTERRUPT)
 	Kicks              atomic.Uint64 // driver kicks read from the kick eventfd (coalesced count)
 	SignalErrors       atomic.Uint64 // failed writes to the call eventfd
+	ErrSignals         atomic.Uint64 // writes to the error eventfd (queue broken, memory fault)
 }

@@ -456,3 +456,96 @@ func TestSystemdUnitVerifies(t *testing.T) {
 		t.Fatalf("unit's ExecStart %q: %v", args, err)
 	}
 }
+
+// TestFDOneOff: passt's --fd hands over a connected socket; vunet serves it
+// and exits 0 once the peer closes it (--fd implies --one-off).
+func TestFDOneOff(t *testing.T) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := os.NewFile(uintptr(fds[0]), "frontend")
+	theirs := os.NewFile(uintptr(fds[1]), "backend")
+	defer ours.Close()
+	cmd := exec.Command(vunetBinary(t), "-F", "3", "--log-format", "json")
+	cmd.ExtraFiles = []*os.File{theirs}
+	var errb lockedBuffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	theirs.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(errb.String(), `"mode":"fd"`) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no start-up line: %s", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ours.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, errb.String())
+		}
+	case <-time.After(3 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("vunet --fd did not exit after the peer closed\n%s", errb.String())
+	}
+}
+
+// TestRunAs drops to nobody (root only) and checks the process's IDs.
+func TestRunAs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o755) // t.TempDir's parent is private
+	os.Chmod(dir, 0o1777)
+	sock := filepath.Join(dir, "v.sock")
+	d := startDaemon(t, "-s", sock, "--runas", "65534:65534")
+	d.waitMsg(t, "vhost-user listening", 10*time.Second)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 5 && (f[0] == "Uid:" || f[0] == "Gid:") {
+			if f[1] != "65534" || f[2] != "65534" || f[3] != "65534" || f[4] != "65534" {
+				t.Errorf("%s", line)
+			}
+		}
+	}
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 65534 {
+		t.Errorf("socket owned by %d, want 65534", st.Uid)
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if code, _ := d.exitCode(t, 3*time.Second); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a child process writes while a test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

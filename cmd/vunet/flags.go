@@ -209,7 +209,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	// The flag package prints usage on every error; errors here are one
 	// line, and the full help goes to standard output only when asked for.
 	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(expandShort(args, fs)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stdout, fs, table)
 			return nil, errHelp
@@ -222,6 +222,75 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	canon := canonical(table)
 	fs.Visit(func(f *flag.Flag) { o.set[canon[f.Name]] = true })
 	return o, o.validate()
+}
+
+// isBool reports whether a flag takes no value.
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// expandShort accepts getopt's short-option forms, which passt users
+// write and Go's flag package does not parse: clustered switches ("-1fd")
+// and a value attached to its letter ("-t22", "-s/tmp/s", "-1dt22").
+// Anything else passes through unchanged.
+func expandShort(args []string, fs *flag.FlagSet) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if len(a) < 2 || a[0] != '-' || a[1] == '-' {
+			out = append(out, a)
+			continue
+		}
+		name, _, hasEq := strings.Cut(a[1:], "=")
+		if f := fs.Lookup(name); f != nil || hasEq || len(a) == 2 {
+			// A complete flag: let the flag package parse it, and keep
+			// its separate value, which may itself start with '-'.
+			out = append(out, a)
+			if f != nil && !hasEq && !isBool(f) && i+1 < len(args) {
+				i++
+				out = append(out, args[i])
+			}
+			continue
+		}
+		var expanded []string
+		ok := true
+		for j := 1; j < len(a); j++ {
+			f := fs.Lookup(a[j : j+1])
+			if f == nil || !isShort(a[j]) {
+				ok = false
+				break
+			}
+			if isBool(f) {
+				expanded = append(expanded, "-"+a[j:j+1])
+				continue
+			}
+			expanded = append(expanded, "-"+a[j:j+1], a[j+1:])
+			if j+1 == len(a) {
+				// "-1s PATH": the value is the next argument.
+				expanded = expanded[:len(expanded)-1]
+				if i+1 < len(args) {
+					i++
+					expanded = append(expanded, args[i])
+				}
+			}
+			break
+		}
+		if !ok {
+			out = append(out, a) // the flag package reports it as unknown
+			continue
+		}
+		out = append(out, expanded...)
+	}
+	return out
+}
+
+// isShort reports whether c can be one of passt's short option letters.
+func isShort(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 // flagError rewrites the flag package's messages into one line that names

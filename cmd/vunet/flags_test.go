@@ -39,6 +39,21 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("got %+v", o)
 			}
 		}},
+		// A value starting with '-' is still the value of the flag before it.
+		{name: "dash value", args: []string{"-s", "x", "-t", "-80"}, wantErr: `-t "-80"`},
+		{name: "getopt forms", args: []string{"-1fds/tmp/c.sock", "-t22", "-u", "~53", "-a10.0.0.2", "-D", "1.1.1.1", "-46"}, wantErr: "exclude each other"},
+		{name: "getopt forms valid", args: []string{"-1fd", "-s/tmp/c.sock", "-t22", "-t", "~1-1023", "-a10.0.0.2", "-4", "-m1500"}, check: func(t *testing.T, o *options) {
+			if !o.oneOff || !o.foreground || !o.debug || o.socket != "/tmp/c.sock" || len(o.tcpPorts.Specs) != 2 ||
+				o.addr4 != a("10.0.0.2") || !o.only4 || o.mtu != 1500 {
+				t.Errorf("got %+v", o)
+			}
+		}},
+		{name: "cluster ending in value flag", args: []string{"-1s", "/tmp/d.sock"}, check: func(t *testing.T, o *options) {
+			if !o.oneOff || o.socket != "/tmp/d.sock" {
+				t.Errorf("got %+v", o)
+			}
+		}},
+		{name: "unknown letter in cluster", args: []string{"-s", "x", "-1z"}, wantErr: "unknown flag --1z"},
 		{name: "socket mode", args: []string{"--socket", "x", "--socket-mode", "0660"}, check: func(t *testing.T, o *options) {
 			if o.socketMode != 0o660 {
 				t.Errorf("mode %o", o.socketMode)

@@ -90,9 +90,6 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		}
 	}
 
-	for _, n := range sc.notes {
-		logger.Info("vunet configuration note", "note", n)
-	}
 	for _, w := range sc.warnings {
 		logger.Warn("vunet option not enforced", "warning", w)
 	}
@@ -274,6 +271,10 @@ func startupAttrs(o *options, sc *stackConfig, tcpFwd []portspec.Forward, dev vh
 	attrs = append(attrs, "features", featureNames(features), "metrics", o.metrics)
 	if o.pcap != "" {
 		attrs = append(attrs, "pcap", o.pcap)
+	}
+	if len(sc.notes) > 0 {
+		// Fallbacks (no default route: link-local) belong on this line.
+		attrs = append(attrs, "notes", strings.Join(sc.notes, "; "))
 	}
 	return attrs
 }

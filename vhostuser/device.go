@@ -138,6 +138,9 @@ func (d *device) process(m *Message) (reply []byte, send bool, err error) {
 	d.log.Debug("vhost-user request", "request", h.Request, "flags", h.Flags, "size", h.Size, "fds", len(m.FDs))
 
 	needReply := h.Flags&FlagNeedReply != 0
+	// RESET_DEVICE forgets the protocol features: the ack it was sent
+	// with follows the ones in force when it was sent.
+	ackBefore := d.protocol&ProtocolReplyAck != 0
 	err = ValidateMessage(h, m.Payload, len(m.FDs))
 	if err == nil {
 		reply, err = d.dispatch(m)
@@ -145,7 +148,7 @@ func (d *device) process(m *Message) (reply []byte, send bool, err error) {
 	switch {
 	case err == nil && hasOwnReply(h.Request):
 		return reply, true, nil
-	case err == nil && needReply && d.protocol&ProtocolReplyAck != 0:
+	case err == nil && needReply && (ackBefore || d.protocol&ProtocolReplyAck != 0):
 		return EncodeU64(d.out[:0], 0), true, nil
 	case err == nil:
 		return nil, false, nil
@@ -201,9 +204,13 @@ func (d *device) dispatch(m *Message) ([]byte, error) {
 	case ReqSetOwner:
 		d.owned = true
 		return nil, nil
-	case ReqResetOwner, ReqResetDevice:
-		d.resetRings()
-		d.endSession()
+	case ReqResetOwner:
+		// Deprecated; the spec recommends ignoring it or disabling the
+		// rings, and warns that discarding connection state leads to bugs.
+		d.disableRings()
+		return nil, nil
+	case ReqResetDevice:
+		d.resetDevice()
 		return nil, nil
 	case ReqGetQueueNum:
 		return EncodeU64(d.out[:0], uint64(d.pairs)), nil

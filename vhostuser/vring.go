@@ -333,14 +333,33 @@ func (d *device) setVringEnable(s VringState) error {
 	})
 }
 
-// resetRings implements RESET_DEVICE (and the deprecated RESET_OWNER): all
-// rings stopped and forgotten. Memory and negotiated features stay: QEMU
-// does not resend an unchanged memory table after a reset.
-func (d *device) resetRings() {
+// disableRings implements the deprecated RESET_OWNER as the spec
+// recommends: every ring stopped (as GET_VRING_BASE would) and disabled.
+// Descriptors, addresses, sizes, bases, memory, features and the data
+// plane's session stay; a SET_VRING_KICK (and SET_VRING_ENABLE) starts a
+// ring again where it stopped.
+func (d *device) disableRings() {
+	d.stopAll()
+	for i := range d.rings {
+		d.rings[i].started = false
+		d.rings[i].enabled = false
+	}
+}
+
+// resetDevice implements RESET_DEVICE: back to the state of a fresh
+// connection, except ownership and the memory table (QEMU does not resend
+// an unchanged memory table after a reset). All rings stopped and
+// forgotten, negotiated features, protocol features and status cleared, and
+// the data plane's session ended (its flows belong to a guest that is gone).
+func (d *device) resetDevice() {
 	d.stopAll()
 	for i := range d.rings {
 		d.rings[i].closeFDs()
 		d.rings[i].reset()
 	}
 	d.status = 0
+	d.features, d.protocol = 0, 0
+	d.stats.Features.Store(0)
+	d.stats.ProtocolFeatures.Store(0)
+	d.endSession()
 }

@@ -157,9 +157,15 @@ func (d *device) process(m *Message) (reply []byte, send bool, err error) {
 	reason := classify(err)
 	d.stats.countError(reason)
 	unsupported := errors.Is(err, ErrUnsupported)
-	// A failure can only be reported in an ack; a request with its own
-	// reply has no failure encoding, so the connection goes instead.
-	canAck := needReply && !hasOwnReply(h.Request) && (d.protocol&ProtocolReplyAck != 0 || unsupported)
+	// A request the front-end waits a reply for is refused in the reply's
+	// own failure encoding (NEED_REPLY changes nothing for it); where the
+	// spec defines none, the connection goes. Other requests report
+	// failure in an ack when one was asked for.
+	if fr, ok := failureReply(h.Request, m.Payload, d.out[:0]); ok {
+		d.log.Warn("vhost-user request failed", "request", h.Request, "reason", reason, "err", err)
+		return fr, true, nil
+	}
+	canAck := needReply && !expectsReply(h.Request) && (d.protocol&ProtocolReplyAck != 0 || unsupported)
 	switch {
 	case canAck:
 		d.log.Warn("vhost-user request failed", "request", h.Request, "reason", reason, "err", err)

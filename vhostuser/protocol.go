@@ -416,6 +416,31 @@ func expectsReply(r Request) bool {
 	return hasOwnReply(r)
 }
 
+// failureReply returns the reply that tells the front-end a request it
+// waits on failed, for the requests whose reply has a failure encoding in
+// the spec (appended to out); ok is false for the others, which can only
+// be refused by closing the connection.
+func failureReply(r Request, payload, out []byte) (reply []byte, ok bool) {
+	switch r {
+	case ReqGetConfig:
+		// "vhost-user back-end uses zero length of payload to indicate
+		// an error".
+		return out[:0], true
+	case ReqIOTLBMsg, ReqPostcopyEnd, ReqCheckDeviceState:
+		// u64: zero on success, non-zero on failure.
+		return EncodeU64(out[:0], 1), true
+	case ReqSetDeviceStateFD:
+		// u64: bits 0-7 non-zero on error, bit 8 set (no fd returned;
+		// an error must not come with one).
+		return EncodeU64(out[:0], 1|VringNoFDFlag), true
+	case ReqGetSharedObject:
+		// Success is a reply carrying the dma-buf fd, failure the same
+		// reply without one (libvhost-user echoes the UUID).
+		return append(out[:0], payload...), true
+	}
+	return nil, false
+}
+
 // ValidateMessage checks a request's payload size and file-descriptor count
 // against what the request carries. It never looks at device state.
 func ValidateMessage(h Header, payload []byte, nfds int) error {

@@ -45,17 +45,21 @@ func (d *device) unmapSlots(slots []memSlot) {
 // swapMemory installs a new memory table under the data plane: running
 // pairs are stopped (so nothing touches the old mappings), the table
 // replaced, ready pairs restarted with queues translated against the new
-// table, and only then are the regions in unmap released. A ring whose
+// table, and only then (or when a fault unwinds the restart) are the
+// regions in unmap released. A ring whose
 // addresses are no longer mapped stays stopped and is reported in the log;
 // the memory change itself stands.
 func (d *device) swapMemory(mem *virtqueue.Memory, slots []memSlot, unmap []memSlot) {
 	d.stopAll()
 	d.mem, d.slots = mem, slots
+	// Deferred: building a queue on the new table can fault (a front-end
+	// shrinking the file), which unwinds through here to process; the old
+	// regions, no longer in d.slots, would leak.
+	defer d.unmapSlots(unmap)
 	if err := d.startAll(); err != nil {
 		d.stats.countError(classify(err))
 		d.log.Error("queue pair not restarted after memory table change", "err", err)
 	}
-	d.unmapSlots(unmap)
 	for _, s := range slots {
 		spec := s.region.Spec()
 		d.log.Debug("guest memory region", "guest_addr", fmt.Sprintf("%#x", spec.GuestAddr),

@@ -63,7 +63,14 @@ type daemon struct {
 
 func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
-	cmd := exec.Command(vunetBinary(t), append([]string{"--log-format", "json"}, args...)...)
+	return startWrapped(t, nil, args...)
+}
+
+// startWrapped starts vunet under a wrapper command (such as unshare).
+func startWrapped(t *testing.T, wrapper []string, args ...string) *daemon {
+	t.Helper()
+	argv := append(append(append([]string(nil), wrapper...), vunetBinary(t), "--log-format", "json"), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -548,4 +555,26 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestStartupLineLinkLocalFallback runs vunet in a fresh network namespace
+// (no routes at all): the stack falls back to link-local addressing and the
+// start-up line says so.
+func TestStartupLineLinkLocalFallback(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and unshare")
+	}
+	sock := filepath.Join(t.TempDir(), "v.sock")
+	d := startWrapped(t, []string{unshare, "--net"}, "-s", sock)
+	l := d.waitMsg(t, "vunet starting", 10*time.Second)
+	notes, _ := l["notes"].(string)
+	if l["guest4"] != "169.254.2.1" || l["gateway4"] != "169.254.2.2" || l["ipv6"] != "link-local only" ||
+		!strings.Contains(notes, "no default route") || !strings.Contains(notes, "link-local") {
+		t.Fatalf("start-up line %v", l)
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if code, _ := d.exitCode(t, 3*time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
 }

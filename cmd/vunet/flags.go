@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -204,6 +205,25 @@ func canonical(table []option) map[string]string {
 
 // parseFlags parses args. Errors are one line naming the flag.
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
+	o, err := parseFlagsRaw(args, stdout)
+	if err != nil && err != errHelp {
+		return nil, oneLine(err)
+	}
+	return o, err
+}
+
+// oneLine escapes control characters that user input brought into an
+// error message, so it stays one line on a terminal or in a log.
+func oneLine(err error) error {
+	msg := err.Error()
+	if !strings.ContainsFunc(msg, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return err
+	}
+	q := strconv.Quote(msg)
+	return errors.New(q[1 : len(q)-1])
+}
+
+func parseFlagsRaw(args []string, stdout io.Writer) (*options, error) {
 	o := newOptions()
 	fs, table := o.flagSet()
 	// The flag package prints usage on every error; errors here are one
@@ -324,10 +344,14 @@ func flagError(err error) error {
 // dashed spells a flag name as on the command line: -x for passt's short
 // letters, --name for the rest.
 func dashed(name string) string {
+	d := "--" + name
 	if len(name) == 1 {
-		return "-" + name
+		d = "-" + name
 	}
-	return "--" + name
+	if q := strconv.Quote(d); q[1:len(q)-1] != d {
+		return q // control characters: keep the message on one line
+	}
+	return d
 }
 
 // validate rejects contradictory or out-of-range options. Whether an

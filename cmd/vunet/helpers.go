@@ -50,7 +50,7 @@ func runHelper(name string, args []string, stdout, stderr io.Writer) int {
 		_ = table
 	}
 	fail := func(err error) int {
-		fmt.Fprintf(stderr, "vunet %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "vunet %s: %v\n", name, oneLine(err))
 		return 1
 	}
 	if err := fs.Parse(args); err != nil {

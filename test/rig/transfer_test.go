@@ -95,7 +95,10 @@ func (r transferResult) gbits() float64 {
 // loopback and the guest, which connects to the gateway address; toHost
 // says the guest sends. Both ends hash what they saw; the hashes, the byte
 // counts and the per-second progress are checked. A second after the first
-// with nothing received fails the test (a stall) when noStall is set.
+// with nothing received fails the test (a stall) when noStall is set. When,
+// after five seconds, the rate so far cannot finish n bytes within timeout,
+// the transfer is abandoned at once and the test fails with the projection
+// (a slow path should not eat the whole suite's time budget).
 func transfer(t *testing.T, r *Rig, toHost bool, n int64, timeout time.Duration, noStall bool) transferResult {
 	t.Helper()
 	dir := "host→guest"
@@ -112,6 +115,13 @@ func transfer(t *testing.T, r *Rig, toHost bool, n int64, timeout time.Duration,
 	seed := uint64(time.Now().UnixNano())
 
 	var sent, got atomic.Int64
+	var connMu sync.Mutex
+	var conns []net.Conn
+	track := func(c net.Conn) {
+		connMu.Lock()
+		conns = append(conns, c)
+		connMu.Unlock()
+	}
 	var sendSum, recvSum [32]byte
 	var sendErr, recvErr error
 	var wg sync.WaitGroup
@@ -139,6 +149,7 @@ func transfer(t *testing.T, r *Rig, toHost bool, n int64, timeout time.Duration,
 			wg.Done()
 			return
 		}
+		track(c)
 		run(c, !toHost)
 	}()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -151,6 +162,7 @@ func transfer(t *testing.T, r *Rig, toHost bool, n int64, timeout time.Duration,
 		t.Fatalf("%s: guest dial %s:%d: %v", dir, r.Gateway(), port, err)
 	}
 	start := time.Now()
+	track(c)
 	go run(c, toHost)
 
 	done := make(chan struct{})
@@ -160,6 +172,7 @@ func transfer(t *testing.T, r *Rig, toHost bool, n int64, timeout time.Duration,
 	defer tick.Stop()
 	last := int64(0)
 	var stalls []int
+	var projected time.Duration
 loop:
 	for {
 		select {
@@ -172,11 +185,25 @@ loop:
 				stalls = append(stalls, len(res.PerSecond))
 			}
 			last = cur
+			if el := time.Since(start); len(res.PerSecond) >= 5 && projected == 0 {
+				if p := time.Duration(float64(el) * float64(n) / float64(max(cur, 1))); p > timeout {
+					projected = p
+					connMu.Lock()
+					for _, c := range conns {
+						c.Close()
+					}
+					connMu.Unlock()
+				}
+			}
 		}
 	}
 	res.Elapsed = time.Since(start)
 	res.Bytes = got.Load()
 	t.Logf("%s: %d bytes in %v = %.2f Gbit/s; MB per second: %v", dir, res.Bytes, res.Elapsed.Round(time.Millisecond), res.gbits(), mb(res.PerSecond))
+	if projected > 0 {
+		t.Fatalf("%s: abandoned after %v: at %.1f MB/s, %d MiB would take %v (budget %v)", dir, res.Elapsed.Round(time.Second),
+			float64(res.Bytes)/res.Elapsed.Seconds()/1e6, n>>20, projected.Round(time.Second), timeout)
+	}
 	if sendErr != nil || recvErr != nil {
 		t.Fatalf("%s: sender: %v; receiver: %v (sent %d, received %d)", dir, sendErr, recvErr, sent.Load(), got.Load())
 	}

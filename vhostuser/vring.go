@@ -238,13 +238,21 @@ func (d *device) checkRingAddr(i int, a virtqueue.Addresses, num uint16) error {
 	if num == 0 {
 		num = 1
 	}
+	// The trailing used_event/avail_event fields exist only with EVENT_IDX,
+	// as NewSplitQueue sees it: a ring ending exactly at the end of a
+	// region is legal without it. Features come before the rings (QEMU);
+	// a later SET_FEATURES rebuilds the queues, which checks again.
+	var ev uint64
+	if d.features&(1<<virtqueue.FeatureRingEventIdx) == 0 {
+		ev = 2
+	}
 	parts := []struct {
 		name       string
 		uva, n, al uint64
 	}{
 		{"descriptor table", a.Desc, virtqueue.DescTableSize(num), 16},
-		{"avail ring", a.Avail, virtqueue.AvailRingSize(num), 2},
-		{"used ring", a.Used, virtqueue.UsedRingSize(num), 4},
+		{"avail ring", a.Avail, virtqueue.AvailRingSize(num) - ev, 2},
+		{"used ring", a.Used, virtqueue.UsedRingSize(num) - ev, 4},
 	}
 	for _, p := range parts {
 		if p.uva%p.al != 0 {

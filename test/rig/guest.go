@@ -38,9 +38,6 @@ exit 0
 
 func (r *Rig) configureGuest(ctx context.Context) error {
 	o := r.opts
-	if err := ip("-n", r.guestNS, "link", "set", tapName, "up"); err != nil {
-		return err
-	}
 	if o.MTU > 0 {
 		if err := ip("-n", r.guestNS, "link", "set", tapName, "mtu", strconv.Itoa(o.MTU)); err != nil {
 			return err

@@ -209,6 +209,11 @@ func (r *Rig) startBridge() error {
 	if r.tap, err = openTAP(r.guestNS, hdrLen, tunOffloads(r.fe.Features)); err != nil {
 		return err
 	}
+	// Up before the bridge runs: a TAP that is down refuses writes (EIO),
+	// and the back-end may send early frames.
+	if err := ip("-n", r.guestNS, "link", "set", tapName, "up"); err != nil {
+		return err
+	}
 	r.br, err = newBridge(r.tap, hdrLen, r.fe.Has(frontend.FeatMrgRxbuf), tx, rx, r.opts.SlowRX, &r.stats, r.opts.Log)
 	if err != nil {
 		return err

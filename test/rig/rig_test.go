@@ -64,6 +64,9 @@ func healthy(t *testing.T, r *Rig) {
 	if n := r.Stats().DeviceErrors.Load(); n != 0 {
 		t.Errorf("%d device errors on the rings", n)
 	}
+	if n := r.Stats().RXWriteErrors.Load(); n != 0 {
+		t.Errorf("the TAP refused %d frames from the back-end", n)
+	}
 	if r.BackendExited() {
 		t.Errorf("back-end exited during the test")
 	}
@@ -124,7 +127,7 @@ func TestRigSmallBuffers(t *testing.T) {
 }
 
 func TestRigRXStarvation(t *testing.T) {
-	r := startRig(t, Options{DHCP: true, RXRingSize: 16, SlowRX: 2 * time.Millisecond})
+	r := startRig(t, Options{DHCP: true, RXRingSize: 16, SlowRX: 5 * time.Millisecond})
 	const n = 256 << 20
 	transfer(t, r, false, n, 90*time.Second, false)
 	healthy(t, r)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"vunet/virtqueue"
 )
@@ -63,6 +64,12 @@ type device struct {
 	running []bool // per pair
 
 	out []byte // reply payload buffer
+
+	// warnLimit rate-limits the warnings a front-end provokes at will
+	// (failed and ignored requests).
+	warnLimit logLimiter
+	// warnedVringLog: VHOST_VRING_F_LOG was seen and reported (once).
+	warnedVringLog bool
 }
 
 func newDevice(cfg DeviceConfig) *device {
@@ -162,19 +169,32 @@ func (d *device) process(m *Message) (reply []byte, send bool, err error) {
 	// spec defines none, the connection goes. Other requests report
 	// failure in an ack when one was asked for.
 	if fr, ok := failureReply(h.Request, m.Payload, d.out[:0]); ok {
-		d.log.Warn("vhost-user request failed", "request", h.Request, "reason", reason, "err", err)
+		d.warn("vhost-user request failed", "request", h.Request, "reason", reason, "err", err)
 		return fr, true, nil
 	}
 	canAck := needReply && !expectsReply(h.Request) && (d.protocol&ProtocolReplyAck != 0 || unsupported)
 	switch {
 	case canAck:
-		d.log.Warn("vhost-user request failed", "request", h.Request, "reason", reason, "err", err)
+		d.warn("vhost-user request failed", "request", h.Request, "reason", reason, "err", err)
 		return EncodeU64(d.out[:0], 1), true, nil
 	case unsupported && !expectsReply(h.Request):
-		d.log.Warn("vhost-user request ignored", "request", h.Request, "err", err)
+		d.warn("vhost-user request ignored", "request", h.Request, "err", err)
 		return nil, false, nil
 	}
 	return nil, false, fmt.Errorf("%v: %w", h.Request, err)
+}
+
+// warn logs a warning the front-end can provoke at will, at most once per
+// warnInterval; the errors are counted in Stats regardless.
+func (d *device) warn(msg string, args ...any) {
+	ok, suppressed := d.warnLimit.allow(time.Now())
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	d.log.Warn(msg, args...)
 }
 
 // classify maps an error to its Stats reason.

@@ -209,6 +209,11 @@ const (
 const OfferedProtocolFeatures uint64 = ProtocolReplyAck | ProtocolMQ | ProtocolConfigureMemSlots |
 	ProtocolNetMTU | ProtocolRARP | ProtocolStatus | ProtocolResetDevice
 
+// VringFlagLog is VHOST_VRING_F_LOG in SET_VRING_ADDR's flags: log
+// writes to the used ring for migration. It belongs with VHOST_F_LOG_ALL,
+// which is never offered.
+const VringFlagLog = 1 << 0
+
 // Vring file payload (SET_VRING_KICK/CALL/ERR) bits.
 const (
 	VringIndexMask = 0xff

@@ -73,6 +73,7 @@ func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 	defer stop()
 
 	var busy atomic.Bool
+	var rejectLimit logLimiter
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -91,7 +92,7 @@ func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 			continue
 		}
 		if !busy.CompareAndSwap(false, true) {
-			rejectPeer(c, log, dev.Stats)
+			rejectPeer(c, log, dev.Stats, &rejectLimit)
 			continue
 		}
 		pid, uid, gid := peerCred(c)
@@ -112,10 +113,14 @@ func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 
 // rejectPeer turns away a connection that arrived while a front-end is
 // being served (vhost-user is one front-end per back-end socket).
-func rejectPeer(c *net.UnixConn, log *slog.Logger, stats *Stats) {
-	pid, uid, gid := peerCred(c)
-	log.Warn("vhost-user connection rejected: a front-end is already connected", "pid", pid, "uid", uid, "gid", gid)
+// The warning is rate-limited: anyone who can connect can repeat it.
+func rejectPeer(c *net.UnixConn, log *slog.Logger, stats *Stats, limit *logLimiter) {
 	stats.countError(ErrReasonRejected)
+	if ok, suppressed := limit.allow(time.Now()); ok {
+		pid, uid, gid := peerCred(c)
+		log.Warn("vhost-user connection rejected: a front-end is already connected",
+			"pid", pid, "uid", uid, "gid", gid, "suppressed", suppressed)
+	}
 	c.Close()
 }
 

@@ -222,6 +222,14 @@ func (d *device) setVringAddr(a VringAddr) error {
 	if err := d.checkRingAddr(i, addr, d.rings[i].num); err != nil {
 		return err
 	}
+	// QEMU sets the log flag only while migrating with dirty logging, which
+	// it blocks without VHOST_F_LOG_ALL; refusing the ring would take the
+	// network down for a front-end that sets it anyway, so say it once.
+	if a.Flags&VringFlagLog != 0 && !d.warnedVringLog {
+		d.warnedVringLog = true
+		d.log.Warn("vhost-user SET_VRING_ADDR asks for dirty logging (VHOST_VRING_F_LOG) "+
+			"but VHOST_F_LOG_ALL is not offered: ignored, writes to guest memory are not logged", "vring", i)
+	}
 	return d.withPair(i, func(r *vring) {
 		r.addr, r.addrSet, r.addrFlags = addr, true, a.Flags
 	})

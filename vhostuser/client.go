@@ -14,11 +14,16 @@ const (
 	maxReconnectDelay = 5 * time.Second
 )
 
+// stableSession is how long a session must have lasted for the backoff to
+// start again from minReconnectDelay: a front-end that accepts and drops at
+// once must not be redialled every 100ms forever. A variable for tests.
+var stableSession = 5 * time.Second
+
 // Connect dials a listening front-end (QEMU server=on) at path and serves
 // it; whenever the connection fails or ends it dials again, with a delay
 // doubling from 100ms up to 5s, reset after a session that handled
-// messages. It returns nil when ctx is done and fails only for a config
-// that can never work.
+// messages and lasted at least 5s. It returns nil when ctx is done and
+// fails only for a config that can never work.
 func Connect(ctx context.Context, path string, dev DeviceConfig) error {
 	if path == "" {
 		return errors.New("vhost-user connect: empty socket path")
@@ -39,11 +44,12 @@ func Connect(ctx context.Context, path string, dev DeviceConfig) error {
 		if err == nil {
 			failures = 0
 			log.Info("vhost-user connected to front-end", "socket", path)
+			start := time.Now()
 			handled, serr := serveSession(ctx, c.(*net.UnixConn), dev)
 			if serr != nil {
-				log.Warn("vhost-user session ended with error; reconnecting", "err", serr)
+				log.Warn("vhost-user session ended with error; reconnecting", "err", serr, "retry_in", delay)
 			}
-			if handled > 0 {
+			if handled > 0 && time.Since(start) >= stableSession {
 				delay, grow = minReconnectDelay, false
 			}
 		} else if ctx.Err() == nil {

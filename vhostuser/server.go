@@ -53,17 +53,18 @@ func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 	if err := removeStaleSocket(cfg.Path); err != nil {
 		return fmt.Errorf("vhost-user serve %s: %w", cfg.Path, err)
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Path, Net: "unix"})
+	l, err := listenUnix(cfg.Path, mode)
 	if err != nil {
 		return fmt.Errorf("vhost-user serve: %w", err)
 	}
 	// Removal is ours: only the file we created, checked by inode, so a
 	// successor that replaced it keeps its socket.
-	l.SetUnlinkOnClose(false)
 	created, _ := os.Lstat(cfg.Path)
 	defer removeOurSocket(cfg.Path, created)
 	defer l.Close()
-	// chmod is not subject to the umask, so the mode is exactly cfg.Mode.
+	// The file was created with at most mode; the umask may have taken
+	// bits away. chmod is not subject to the umask, so the mode is now
+	// exactly cfg.Mode.
 	if err := os.Chmod(cfg.Path, mode); err != nil {
 		return fmt.Errorf("vhost-user serve: chmod %s: %w", cfg.Path, err)
 	}
@@ -109,6 +110,39 @@ func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 			}
 		}()
 	}
+}
+
+// listenUnix listens on a new socket file at path whose permissions are
+// never wider than mode, not even for a moment: Linux creates the file of
+// bind(2) with the socket inode's mode minus the umask, and fchmod on the
+// socket before bind sets that mode (a chmod after bind would leave a
+// window where anyone the umask allows can connect and be served). The
+// listener does not unlink the file on Close.
+func listenUnix(path string, mode os.FileMode) (*net.UnixListener, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close() // FileListener holds its own descriptor
+	if err := unix.Fchmod(fd, uint32(mode.Perm())); err != nil {
+		return nil, fmt.Errorf("fchmod socket for %s: %w", path, err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		return nil, fmt.Errorf("bind %s: %w", path, err)
+	}
+	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	fl, err := net.FileListener(f)
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	l := fl.(*net.UnixListener)
+	l.SetUnlinkOnClose(false)
+	return l, nil
 }
 
 // rejectPeer turns away a connection that arrived while a front-end is

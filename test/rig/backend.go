@@ -29,13 +29,12 @@ func VunetBinary() (string, error) {
 	}
 	b := &vunetBuild
 	b.once.Do(func() {
-		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+		root, err := moduleRoot()
 		if err != nil {
-			b.err = fmt.Errorf("find module root (go list -m): %w", err)
+			b.err = err
 			return
 		}
-		root := strings.TrimSpace(string(out))
-		if b.dir, b.err = os.MkdirTemp("", namePrefix+"bin-"); b.err != nil {
+		if b.dir, b.err = os.MkdirTemp("", fmt.Sprintf("%s%d-bin-", namePrefix, os.Getpid())); b.err != nil {
 			return
 		}
 		b.bin = filepath.Join(b.dir, "vunet")
@@ -46,6 +45,29 @@ func VunetBinary() (string, error) {
 		}
 	})
 	return b.bin, b.err
+}
+
+// moduleRoot finds vunet's source tree: the current module when run inside
+// it, else the tree this file was compiled from (a CLI binary run from
+// elsewhere).
+func moduleRoot() (string, error) {
+	if out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output(); err == nil {
+		if root := strings.TrimSpace(string(out)); root != "" {
+			if _, err := os.Stat(filepath.Join(root, "cmd", "vunet")); err == nil {
+				return root, nil
+			}
+		}
+	}
+	_, file, _, ok := runtime.Caller(0)
+	if ok {
+		dir := filepath.Dir(file)
+		for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+				return d, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("cannot find vunet's source tree to build ./cmd/vunet (run inside it, or set VUNET_RIG_BIN)")
 }
 
 // Cleanup removes the vunet binary VunetBinary built. Call it once at the

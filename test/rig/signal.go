@@ -5,6 +5,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // live holds every rig not yet closed, so SIGINT/SIGTERM (Ctrl-C during go
@@ -60,6 +61,7 @@ func onSignal(ch chan os.Signal) {
 	signal.Reset()
 	if s, ok := sig.(syscall.Signal); ok {
 		syscall.Kill(os.Getpid(), s)
+		time.Sleep(time.Second) // the default action ends the process here
 	}
 	os.Exit(1)
 }

@@ -65,7 +65,7 @@ func Sweep() error {
 	if ents, err := os.ReadDir(os.TempDir()); err == nil {
 		for _, e := range ents {
 			n := e.Name()
-			if !strings.HasPrefix(n, namePrefix) || strings.HasPrefix(n, namePrefix+"bin-") || alive(ownerPID(n)) {
+			if !strings.HasPrefix(n, namePrefix) || alive(ownerPID(n)) {
 				continue
 			}
 			os.RemoveAll(filepath.Join(os.TempDir(), n))

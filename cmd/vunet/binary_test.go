@@ -578,3 +578,24 @@ func TestStartupLineLinkLocalFallback(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 }
+
+// TestForwardFDBudget: forwards that would exhaust the open-files limit
+// are refused at start-up with one line saying what to do, not half bound.
+func TestForwardFDBudget(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("prlimit not found (util-linux)")
+	}
+	sock := filepath.Join(t.TempDir(), "v.sock")
+	cmd := exec.Command(prlimit, "--nofile=5000:5000", vunetBinary(t), "-s", sock, "-t", "1000-2000")
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 1 {
+		t.Fatalf("exit %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "vunet: --tcp-ports 1000-2000: ") || !strings.Contains(string(out), "open-files limit is 5000") {
+		t.Fatalf("output %s", out)
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket created despite the error (%v)", err)
+	}
+}

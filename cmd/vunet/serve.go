@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"vunet/cmd/vunet/portspec"
@@ -150,6 +151,10 @@ func serveFD(ctx context.Context, fd int, dev vhostuser.DeviceConfig) error {
 	return vhostuser.ServeConn(ctx, uc, dev)
 }
 
+// fdReserve is how many descriptors forwarded-port listeners must leave
+// for the vhost-user socket, guest memory, eventfds and flows.
+const fdReserve = 4096
+
 // openTCPForwards opens the -t listeners on the stack. Explicit ports must
 // all bind; "all" and exclusion-only specifications bind what they can
 // (passt's rule) and fail only when nothing binds. A forward without a
@@ -165,6 +170,22 @@ func openTCPForwards(stack *tcpstack.Stack, o *options, sc *stackConfig, logger 
 		}
 	}
 	a := &sc.cfg.Addr
+	// One listening socket per port and family: check the descriptor
+	// budget first, keeping room for flows, rather than running out half
+	// way (passt also refuses: "Can't open enough sockets").
+	need := 0
+	for _, fw := range sc.tcpForwards {
+		fams := 1
+		if !fw.Addr.IsValid() && !a.Disable4 && !a.Disable6 {
+			fams = 2
+		}
+		need += fams * fw.Host.Len()
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && uint64(need)+fdReserve > lim.Cur {
+		return nil, fmt.Errorf("--tcp-ports %s: %d listening sockets needed, open-files limit is %d (keep %d for flows): raise it (ulimit -n, LimitNOFILE=) or forward fewer ports",
+			o.tcpPorts.String(), need, lim.Cur, fdReserve)
+	}
 	var opened []portspec.Forward
 	bound, failed := 0, 0
 	for _, fw := range sc.tcpForwards {
@@ -184,14 +205,14 @@ func openTCPForwards(stack *tcpstack.Stack, o *options, sc *stackConfig, logger 
 			}
 		}
 		for _, addr := range addrs {
-			ok := 0
 			for p := int(fw.Host.First); p <= int(fw.Host.Last); p++ {
 				guest := uint16(int(fw.Guest) + p - int(fw.Host.First))
 				_, err := stack.OpenTCPForwards([]tcpstack.TCPForward{{HostAddr: addr, HostPort: uint16(p), GuestPort: guest}})
 				switch {
 				case err == nil:
-					ok++
 					bound++
+				case errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE):
+					return nil, fmt.Errorf("--tcp-ports %s: out of file descriptors after %d ports: %w", o.tcpPorts.String(), bound, err)
 				case bestEffort || (addr.Is6() && !fw.Addr.IsValid() && !a.Disable4):
 					// The implicit IPv6 twin of a wildcard forward may
 					// fail on a host without IPv6: the IPv4 one stands.
@@ -201,7 +222,6 @@ func openTCPForwards(stack *tcpstack.Stack, o *options, sc *stackConfig, logger 
 					return nil, fmt.Errorf("--tcp-ports: %w", err)
 				}
 			}
-			_ = ok
 		}
 		opened = append(opened, fw)
 	}

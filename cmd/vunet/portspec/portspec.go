@@ -28,6 +28,7 @@ const (
 	ModeAll
 )
 
+// String names the mode as on the command line.
 func (m Mode) String() string {
 	switch m {
 	case ModeUnset:
@@ -53,6 +54,7 @@ func (r Range) Len() int { return int(r.Last) - int(r.First) + 1 }
 // Contains reports whether p is in r.
 func (r Range) Contains(p uint16) bool { return p >= r.First && p <= r.Last }
 
+// String renders r in port-spec syntax ("22" or "8000-8010").
 func (r Range) String() string {
 	if r.First == r.Last {
 		return strconv.Itoa(int(r.First))
@@ -67,6 +69,7 @@ type Mapping struct {
 	Guest uint16
 }
 
+// String renders m in port-spec syntax ("22", "2222:22", "1-2:11-12").
 func (m Mapping) String() string {
 	if m.Guest == m.Host.First {
 		return m.Host.String()

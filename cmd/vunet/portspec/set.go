@@ -55,6 +55,8 @@ type Forward struct {
 	Guest uint16 // guest port of Host.First
 }
 
+// String renders f in port-spec syntax, bind address and interface
+// included, so that it parses back to the same forward.
 func (f Forward) String() string {
 	var b strings.Builder
 	if f.Addr.IsValid() {

@@ -40,6 +40,9 @@ type Config struct {
 	UDPTimeout time.Duration
 	// ICMPTimeout closes an ICMP echo flow idle for that long (default 60s).
 	ICMPTimeout time.Duration
+	// Capture, when set, gets a copy of every frame from and to the guest
+	// (see FrameCapture); nil costs nothing.
+	Capture FrameCapture
 	// TCP configures TCP translation. Its OurMAC, MTU, gateways, token tag
 	// and logger are filled in from the fields above.
 	TCP TCPConfig
@@ -286,6 +289,9 @@ func (s *Stack) tcpConfig(index int) TCPConfig {
 	c.MTU = s.cfg.Addr.EffectiveMTU()
 	c.GatewayV4 = s.cfg.Addr.IPv4.Gateway
 	c.GatewayV6 = s.gateway6()
+	if !s.cfg.Addr.Disable6 {
+		c.GatewayV6Global = s.cfg.Addr.IPv6.Gateway
+	}
 	c.NoMapGateway = c.NoMapGateway || s.cfg.NoMapGateway
 	c.TokenTag = tagTCP
 	if c.Logger == nil {

@@ -67,6 +67,10 @@ type TCPConfig struct {
 	// connections to them go to the host's loopback (127.0.0.1 / ::1)
 	// unless NoMapGateway is set.
 	GatewayV4, GatewayV6 netip.Addr
+	// GatewayV6Global is the host's global IPv6 router address, which the
+	// guest may also use for the gateway (as for UDP flows); connections
+	// to it go to ::1 as well. Invalid means none.
+	GatewayV6Global netip.Addr
 	// NoMapGateway disables the gateway → loopback mapping.
 	NoMapGateway bool
 	// SndBuf and RcvBuf pin SO_SNDBUF / SO_RCVBUF on host sockets when

@@ -360,5 +360,8 @@ func (t *tcpTable) mapRemote(a netip.Addr) netip.Addr {
 	if t.cfg.GatewayV6.IsValid() && a == t.cfg.GatewayV6 {
 		return netip.IPv6Loopback()
 	}
+	if t.cfg.GatewayV6Global.IsValid() && a == t.cfg.GatewayV6Global {
+		return netip.IPv6Loopback()
+	}
 	return a
 }

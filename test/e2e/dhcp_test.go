@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,45 +13,108 @@ import (
 // defaultGuestMTU is what vunet tells the guest unless configured (DESIGN.md).
 const defaultGuestMTU = 65520
 
-// TestQEMUGuestDHCP lets the guest configure itself with busybox udhcpc and
-// checks it received the host's own address, prefix and gateway (vunet's
-// defaults, like passt), the default MTU and a DNS server, then resolves the
-// gateway by ARP from the leased address.
+// lease is what a DHCP test expects the guest to be told.
+type lease struct {
+	addr, router, dns netip.Addr
+	prefix, mtu       int
+	search            string
+}
+
+// checkLease compares the dhcp result with want, field by field.
+func checkLease(t *testing.T, r guest.Result, want lease) {
+	t.Helper()
+	for _, c := range []struct{ what, got, want string }{
+		{"address", r.Fields["ip"], want.addr.String()},
+		{"prefix", r.Fields["mask"], strconv.Itoa(want.prefix)},
+		{"router", firstField(r.Fields["router"]), want.router.String()},
+		{"DNS server", firstField(r.Fields["dns"]), want.dns.String()},
+		{"MTU option", r.Fields["mtu"], strconv.Itoa(want.mtu)},
+		{"eth0 MTU after the lease", r.Fields["if_mtu"], strconv.Itoa(want.mtu)},
+	} {
+		if c.got != c.want {
+			t.Errorf("lease %s = %q, want %q (%s)", c.what, c.got, c.want, r.Format())
+		}
+	}
+	if want.search != "" && !strings.Contains(r.Fields["search"]+" "+r.Fields["domain"], want.search) {
+		t.Errorf("lease search list %q / domain %q, want %q", r.Fields["search"], r.Fields["domain"], want.search)
+	}
+}
+
+func firstField(s string) string {
+	if f := strings.Fields(s); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+// TestQEMUGuestDHCP lets the guest configure itself with busybox udhcpc
+// from a daemon started without addressing flags: the lease must carry the
+// "host's" own address, prefix and gateway (the namespace's, NetNSHost),
+// its resolver and search list, and the default MTU; then the gateway
+// answers ARP for the leased address.
 func TestQEMUGuestDHCP(t *testing.T) {
 	NeedQEMU(t)
-	host, err := HostDefaults()
-	if err != nil {
-		Unavailable(t, err, "a host with an IPv4 default route")
-	}
-	d := StartDaemon(t, DaemonConfig{})
+	ns := NewNetNS(t)
+	d := netDaemon(t, ns)
 	vm := StartVM(t, VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckARP},
 	})
-	lease := vm.RequireResult(t, guest.CheckDHCP, 60*time.Second)
-	if got := lease.Fields["ip"]; got != host.Addr.String() {
-		t.Errorf("leased address %s, want the host's %s", got, host.Addr)
-	}
-	if got := lease.Fields["mask"]; got != strconv.Itoa(host.Prefix) {
-		t.Errorf("leased prefix /%s, want the host's /%d", got, host.Prefix)
-	}
-	if got := strings.Fields(lease.Fields["router"]); len(got) == 0 || got[0] != host.Gateway.String() {
-		t.Errorf("leased router %q, want the host's gateway %s", lease.Fields["router"], host.Gateway)
-	}
-	if lease.Fields["dns"] == "" {
-		t.Errorf("no DNS server in the lease")
-	}
-	if !d.Passt {
-		if got := lease.Fields["mtu"]; got != strconv.Itoa(defaultGuestMTU) {
-			t.Errorf("leased MTU %q, want %d", got, defaultGuestMTU)
-		}
-		if got := lease.Fields["if_mtu"]; got != strconv.Itoa(defaultGuestMTU) {
-			t.Errorf("guest eth0 MTU %q after the lease, want %d", got, defaultGuestMTU)
-		}
-	}
+	h := ns.Host
+	checkLease(t, vm.RequireResult(t, guest.CheckDHCP, 60*time.Second), lease{
+		addr: addrOf(h.Addr), prefix: h.Prefix, router: addrOf(h.Gateway), dns: ns.DNS4,
+		mtu: defaultGuestMTU, search: "e2e.test",
+	})
 	arp := vm.RequireResult(t, guest.CheckARP, 30*time.Second)
-	if arp.Fields["target"] != host.Gateway.String() || arp.Fields["from"] != host.Addr.String() {
-		t.Errorf("ARP check resolved %s from %s, want the gateway %s from %s", arp.Fields["target"], arp.Fields["from"], host.Gateway, host.Addr)
+	if arp.Fields["target"] != h.Gateway.String() || arp.Fields["from"] != h.Addr.String() {
+		t.Errorf("ARP check resolved %s from %s, want the gateway %s from %s", arp.Fields["target"], arp.Fields["from"], h.Gateway, h.Addr)
 	}
 	vm.Finish(t)
+}
+
+// TestQEMUGuestDHCPFlags configures the guest's addresses, gateway,
+// resolver and MTU with passt's flags (-a -n -g -D -m, and -a/-g again for
+// IPv6) and checks the guest got exactly those by DHCP and SLAAC, then
+// downloads from the host through the configured gateway.
+func TestQEMUGuestDHCPFlags(t *testing.T) {
+	NeedQEMU(t)
+	for _, f := range []string{"--address", "--netmask", "--gateway", "--dns", "--mtu"} {
+		needFlag(t, f)
+	}
+	ns := NewNetNS(t)
+	srv := StartTrafficServer(t, ns)
+	want := lease{
+		addr: netip.MustParseAddr("10.42.7.9"), prefix: 16, router: netip.MustParseAddr("10.42.0.1"),
+		dns: netip.MustParseAddr("10.42.0.53"), mtu: 9000,
+	}
+	addr6, gw6 := netip.MustParseAddr("fd42::9"), netip.MustParseAddr("fd42::1")
+	d := netDaemon(t, ns,
+		"-a", want.addr.String(), "-n", strconv.Itoa(want.prefix), "-g", want.router.String(),
+		"-D", want.dns.String(), "-m", strconv.Itoa(want.mtu),
+		"-a", addr6.String(), "-g", gw6.String())
+	vm := StartVM(t, VMConfig{
+		Socket: d.Socket,
+		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckIPv6, guest.XferCheck("down")},
+		Params: map[string]string{guest.XferParam("down"): guest.XferSpec(guest.XferDown, srv.target(guest.TargetGW4), 10<<20)},
+	})
+	checkLease(t, vm.RequireResult(t, guest.CheckDHCP, 60*time.Second), want)
+	r := vm.RequireResult(t, guest.CheckIPv6, 60*time.Second)
+	prefix := netip.PrefixFrom(addr6, 64).Masked()
+	ok := false
+	for _, a := range strings.Fields(r.Fields["addrs"]) {
+		if ip, err := netip.ParseAddr(a); err == nil && prefix.Contains(ip) {
+			ok = true
+		}
+	}
+	if !ok {
+		t.Errorf("guest IPv6 addresses %q: none in the configured prefix %s", r.Fields["addrs"], prefix)
+	}
+	// TCP segments sized for the configured MTU, through the configured gateway.
+	srv.CheckXfer(t, vm.RequireResult(t, guest.XferCheck("down"), 60*time.Second), guest.XferDown, 10<<20)
+	vm.Finish(t)
+}
+
+func addrOf(ip []byte) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
 }

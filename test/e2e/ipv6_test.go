@@ -1,8 +1,8 @@
 package e2e
 
 import (
-	"errors"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -10,30 +10,31 @@ import (
 	"vunet/test/guest"
 )
 
-// TestQEMUGuestIPv6 checks NDP: the guest kernel configures itself from
-// vunet's router advertisements (SLAAC) with an address in the host's
-// prefix and a default route via a link-local router, and the guest's own
-// DAD and router solicitation cause no trouble.
+// TestQEMUGuestIPv6 checks NDP and IPv6 TCP: the guest kernel configures
+// itself from vunet's router advertisements (SLAAC) with an address in the
+// "host's" prefix (NetNSHost) and a default route via a link-local router,
+// and the guest's own DAD and router solicitation cause no trouble. Then
+// 100 MB go down and up, byte-exact, to the host's ::1 through the router's
+// link-local address and through the host's global router address.
 func TestQEMUGuestIPv6(t *testing.T) {
 	NeedQEMU(t)
-	host, err := HostDefaults()
-	if err == nil && host.Addr6 == nil {
-		err = errors.New("the default route's interface has no global IPv6 address")
-	}
-	if err != nil {
-		Unavailable(t, err, "a host with an IPv4 default route and a global IPv6 address on the same interface")
-	}
-	d := StartDaemon(t, DaemonConfig{})
-	vm := StartVM(t, VMConfig{
-		Socket: d.Socket,
-		Checks: []string{guest.CheckLink, guest.CheckIPv6},
-		Params: map[string]string{guest.ParamTimeout: "20s"},
-	})
+	ns := NewNetNS(t)
+	srv := StartTrafficServer(t, ns)
+	d := netDaemon(t, ns)
+	params := map[string]string{guest.ParamTimeout: xferCheckTimeout}
+	gw6 := NetNSGateway6.String()
+	checks := append([]string{guest.CheckLink, guest.CheckIPv6}, xferParams(params, srv,
+		[2]string{"down6ll", guest.XferDown + "@" + guest.TargetGW6},
+		[2]string{"up6ll", guest.XferUp + "@" + guest.TargetGW6},
+		[2]string{"down6g", guest.XferDown + "@" + gw6},
+		[2]string{"up6g", guest.XferUp + "@" + gw6},
+	)...)
+	vm := StartVM(t, VMConfig{Socket: d.Socket, Checks: checks, Params: params, Timeout: 6 * time.Minute})
 	r := vm.RequireResult(t, guest.CheckIPv6, 60*time.Second)
-	prefix := &net.IPNet{IP: host.Addr6.Mask(net.CIDRMask(host.Prefix6, 128)), Mask: net.CIDRMask(host.Prefix6, 128)}
+	prefix := netip.PrefixFrom(netip.AddrFrom16([16]byte(ns.Host.Addr6.To16())), ns.Host.Prefix6).Masked()
 	inPrefix := false
 	for _, a := range strings.Fields(r.Fields["addrs"]) {
-		if ip := net.ParseIP(a); ip != nil && prefix.Contains(ip) {
+		if ip, err := netip.ParseAddr(a); err == nil && prefix.Contains(ip) {
 			inPrefix = true
 		}
 	}
@@ -43,5 +44,18 @@ func TestQEMUGuestIPv6(t *testing.T) {
 	if ip := net.ParseIP(r.Fields["router"]); ip == nil || !ip.IsLinkLocalUnicast() {
 		t.Errorf("guest default IPv6 router %q, want a link-local address", r.Fields["router"])
 	}
+	for _, x := range []struct{ label, dir string }{{"down6ll", guest.XferDown}, {"up6ll", guest.XferUp}, {"down6g", guest.XferDown}, {"up6g", guest.XferUp}} {
+		res, err := vm.WaitResult(guest.XferCheck(x.label), 150*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("guest: %s", res.Format())
+		if !res.OK {
+			t.Errorf("transfer %s failed: %s", x.label, res.Format())
+			continue
+		}
+		srv.CheckXfer(t, res, x.dir, xferSize)
+	}
 	vm.Finish(t)
+	checkNoRingErrors(t, d)
 }

@@ -106,22 +106,41 @@ func (n *NetNS) Command(argv ...string) []string {
 
 // Do runs fn on an OS thread switched into the namespace: sockets fn
 // creates belong to it and keep working from any goroutine afterwards.
-// The thread is never switched back; it ends with the goroutine.
+//
+// The thread is switched back before it is unlocked. Letting it die
+// instead (the usual shortcut) kills processes: any thread may be the one
+// that forked a daemon or QEMU, whose Pdeathsig fires when that thread
+// exits. Only when the switch back fails does the thread stay locked and
+// die with the goroutine.
 func (n *NetNS) Do(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // not unlocked: the thread dies with this goroutine
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open own netns: %w", err)
+			return
+		}
+		defer unix.Close(orig)
 		fd, err := unix.Open(n.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("open %s: %w", n.Path, err)
 			return
 		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		err = unix.Setns(fd, unix.CLONE_NEWNET)
+		unix.Close(fd)
+		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("setns %s: %w", n.Path, err)
 			return
 		}
-		errc <- fn()
+		ferr := fn()
+		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		} // else: stays locked, dies with this goroutine
+		errc <- ferr
 	}()
 	return <-errc
 }

@@ -23,27 +23,23 @@ func startRig(t *testing.T, opts Options) *Rig {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	r, err := Start(context.Background(), opts)
-	if err != nil {
-		t.Fatalf("start rig: %v", err)
-	}
+	// Cleanups run last-registered first: counters, then StartTB's Close,
+	// then this check of what Close left.
+	var name string
+	t.Cleanup(func() {
+		for _, ns := range []string{name + "-guest", name + "-host"} {
+			if _, err := os.Stat(netnsDir + "/" + ns); name != "" && err == nil {
+				t.Errorf("namespace %s left behind", ns)
+			}
+		}
+	})
+	r := StartTB(t, opts)
+	name = r.Name()
 	t.Cleanup(func() {
 		s := r.Stats()
 		t.Logf("rig counters: tx %d frames %d bytes (ring full %d), rx %d frames %d bytes (tap write errors %d, slow-reader holds %d), device errors %d",
 			s.TXFrames.Load(), s.TXBytes.Load(), s.TXRingFull.Load(), s.RXFrames.Load(), s.RXBytes.Load(),
 			s.RXWriteErrors.Load(), s.RXHeldBatches.Load(), s.DeviceErrors.Load())
-		if t.Failed() {
-			t.Logf("back-end log tail (%s):\n%s", r.BackendLog(), tail(r.BackendLog(), 40))
-		}
-		name := r.Name()
-		if err := r.Close(); err != nil {
-			t.Errorf("close rig: %v", err)
-		}
-		for _, ns := range []string{name + "-guest", name + "-host"} {
-			if _, err := os.Stat(netnsDir + "/" + ns); err == nil {
-				t.Errorf("namespace %s left behind", ns)
-			}
-		}
 	})
 	return r
 }

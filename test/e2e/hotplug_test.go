@@ -10,54 +10,88 @@ import (
 	"vunet/test/guest"
 )
 
-// TestQEMUHotplugNIC boots a guest without a network card, hot-plugs a
-// vhost-user NIC on vunet through QMP the way libvirt does, and checks the
-// guest finds it, transmits through it and gets ARP answers. The agent's link
-// check waits for eth0 to appear, so the plug can happen after boot.
+// TestQEMUHotplugNIC boots a guest without a network card and, through
+// QMP as libvirt does it, hot-plugs a vhost-user NIC on vunet, uses it
+// (DHCP, a 20 MB download checked byte for byte), unplugs it, and plugs a
+// second NIC into the same daemon, which must serve it like the first: the
+// daemon stays healthy across a front-end device that comes and goes.
 func TestQEMUHotplugNIC(t *testing.T) {
 	NeedQEMU(t)
 	start := time.Now()
-	d := StartDaemon(t, DaemonConfig{})
+	ns := NewNetNS(t)
+	srv := StartTrafficServer(t, ns)
+	d := netDaemon(t, ns)
+	const size = 20 << 20
 	vm := StartVM(t, VMConfig{
-		NoNIC:  true,
-		Checks: []string{guest.CheckLink, guest.CheckARP},
-		Params: map[string]string{
-			guest.ParamAddr:    "10.0.2.15/24",
-			guest.ParamARP:     "10.0.2.2",
-			guest.ParamTimeout: "40s",
+		NoNIC: true,
+		Checks: []string{
+			guest.CheckLink, guest.CheckDHCP, guest.XferCheck("hp0"), guest.CheckGone,
+			guest.CheckLink + "#2", guest.CheckDHCP + "#2", guest.XferCheck("hp1"),
 		},
-		Timeout: 2 * time.Minute,
+		Params: map[string]string{
+			guest.XferParam("hp0"): guest.XferSpec(guest.XferDown, srv.target(guest.TargetGW4), size),
+			guest.XferParam("hp1"): guest.XferSpec(guest.XferUp, srv.target(guest.TargetGW4), size),
+			guest.ParamTimeout:     "60s",
+		},
+		Timeout: 3 * time.Minute,
 	})
 	vm.RequireResult(t, guest.ResultBoot, 60*time.Second)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	const mac = "52:54:00:ab:cd:01"
-	if err := vm.HotplugVhostUser(ctx, d.Socket, "hp0", mac); err != nil {
-		t.Fatalf("hot-plug: %v", err)
-	}
-	plugged := time.Since(start)
-	rf, err := vm.QMP.QueryRxFilter(ctx, "hp0")
-	if err != nil {
-		t.Fatalf("query-rx-filter hp0: %v", err)
-	}
-	if !strings.EqualFold(rf.MainMAC, mac) {
-		t.Errorf("hot-plugged NIC has MAC %s, want %s", rf.MainMAC, mac)
+	plug := func(id, mac, linkCheck string) {
+		t.Helper()
+		if err := vm.HotplugVhostUser(ctx, d.Socket, id, mac); err != nil {
+			t.Fatalf("hot-plug %s: %v", id, err)
+		}
+		rf, err := vm.QMP.QueryRxFilter(ctx, id)
+		if err != nil {
+			t.Fatalf("query-rx-filter %s: %v", id, err)
+		}
+		if !strings.EqualFold(rf.MainMAC, mac) {
+			t.Errorf("hot-plugged NIC %s has MAC %s, want %s", id, rf.MainMAC, mac)
+		}
+		link := vm.RequireResult(t, linkCheck, 60*time.Second)
+		if !strings.EqualFold(link.Fields["mac"], mac) {
+			t.Errorf("guest eth0 MAC %q, want the hot-plugged %s", link.Fields["mac"], mac)
+		}
+		if tx, _ := strconv.Atoi(link.Fields["tx_packets"]); tx < guest.DefaultTXFrames {
+			t.Errorf("guest tx_packets = %d, want >= %d", tx, guest.DefaultTXFrames)
+		}
 	}
 
-	link := vm.RequireResult(t, guest.CheckLink, 60*time.Second)
-	if !strings.EqualFold(link.Fields["mac"], mac) {
-		t.Errorf("guest eth0 MAC %q, want the hot-plugged %s", link.Fields["mac"], mac)
+	plug("hp0", "52:54:00:ab:cd:01", guest.CheckLink)
+	t.Logf("first NIC plugged %v after start", time.Since(start).Round(time.Millisecond))
+	vm.RequireResult(t, guest.CheckDHCP, 30*time.Second)
+	srv.CheckXfer(t, vm.RequireResult(t, guest.XferCheck("hp0"), 60*time.Second), guest.XferDown, size)
+
+	if err := vm.UnplugVhostUser(ctx, "hp0"); err != nil {
+		t.Fatalf("unplug hp0: %v", err)
 	}
-	if tx, _ := strconv.Atoi(link.Fields["tx_packets"]); tx < guest.DefaultTXFrames {
-		t.Errorf("guest tx_packets = %d, want >= %d", tx, guest.DefaultTXFrames)
+	vm.RequireResult(t, guest.CheckGone, 30*time.Second)
+	if st, err := vm.QMP.QueryStatus(ctx); err != nil || !st.Running {
+		t.Errorf("query-status after unplug: %+v, %v", st, err)
 	}
-	vm.RequireResult(t, guest.CheckARP, 30*time.Second)
-	vm.Finish(t)
-	t.Logf("plugged %v after start, test took %v", plugged.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	if !d.Passt {
-		if _, err := d.Log.Wait(5*time.Second, "queue pair started", MsgIs("queue pair started")); err != nil {
+		if _, err := d.Log.Wait(10*time.Second, "front-end gone after unplug", MsgIs("vhost-user front-end disconnected")); err != nil {
+			t.Error(err)
+		}
+		if _, err := d.WaitMetric(10*time.Second, "no front-end connected", func(m Metrics) bool {
+			return m.Sum("vunet_vhost_user_frontend_connected") == 0
+		}); err != nil {
 			t.Error(err)
 		}
 	}
+	select {
+	case <-d.Exited():
+		t.Fatalf("daemon exited after the unplug: %v", d.ExitErr())
+	default:
+	}
+
+	plug("hp1", "52:54:00:ab:cd:02", guest.CheckLink+"#2")
+	vm.RequireResult(t, guest.CheckDHCP+"#2", 30*time.Second)
+	srv.CheckXfer(t, vm.RequireResult(t, guest.XferCheck("hp1"), 60*time.Second), guest.XferUp, size)
+	vm.Finish(t)
+	checkNoRingErrors(t, d)
+	t.Logf("test took %v", time.Since(start).Round(time.Millisecond))
 }

@@ -272,6 +272,36 @@ func (vm *VM) HotplugVhostUser(ctx context.Context, socket, id, mac string) erro
 	return err
 }
 
+// UnplugVhostUser removes a NIC HotplugVhostUser attached: device_del,
+// then, once the guest has released the device (DEVICE_DELETED), its
+// netdev and chardev, which closes the vhost-user connection.
+func (vm *VM) UnplugVhostUser(ctx context.Context, id string) error {
+	if _, err := vm.QMP.Run(ctx, "device_del", map[string]any{"id": id}); err != nil {
+		return err
+	}
+	if _, err := vm.QMP.WaitEvent(ctx, "DEVICE_DELETED", func(e QMPEvent) bool { return e.Data["device"] == id }); err != nil {
+		return fmt.Errorf("guest did not release %s: %w", id, err)
+	}
+	if _, err := vm.QMP.Run(ctx, "netdev_del", map[string]any{"id": id + "-n"}); err != nil {
+		return err
+	}
+	// QEMU 7.2's vhost-user netdev deletes its chardev with itself; other
+	// versions may leave it.
+	var chardevs []struct {
+		Label string `json:"label"`
+	}
+	if err := vm.QMP.RunInto(ctx, "query-chardev", nil, &chardevs); err != nil {
+		return err
+	}
+	for _, c := range chardevs {
+		if c.Label == id+"-c" {
+			_, err := vm.QMP.Run(ctx, "chardev-remove", map[string]any{"id": id + "-c"})
+			return err
+		}
+	}
+	return nil
+}
+
 // Exited is closed when QEMU has exited.
 func (vm *VM) Exited() <-chan struct{} { return vm.exited }
 

@@ -24,6 +24,37 @@
 // processes, TAP, namespaces and the work directory. Namespaces left behind
 // by a process that died anyway are swept by the next Start (Sweep).
 //
+// # Use from Go
+//
+//	r := rig.StartTB(t, rig.Options{DHCP: true, RXRingSize: 16, SlowRX: time.Millisecond,
+//		HostSysctls: map[string]string{"net.ipv4.tcp_rmem": "4096 16384 65536"}})
+//	l, _ := r.HostListen("tcp4", "127.0.0.1:5201")          // host peer, back-end's netns
+//	c, _ := r.GuestDial(ctx, "tcp4", r.Gateway().String()+":5201") // guest, through vunet
+//	out, err := r.GuestExec(ctx, "ping", "-c1", r.Gateway().String())
+//	m, _ := r.Metrics(ctx) // the back-end's Prometheus endpoint, scraped inside its netns
+//
+// Options.Backend is a command template ({socket}, {metrics}, {vunet}), so
+// the same test can measure any vhost-user back-end that listens on a UNIX
+// socket.
+//
+// # Command line
+//
+//	go run ./test/rig/cmd/rig up [-ring N] [-rx-ring N] [-slow-rx 1ms] [-mtu N] [-static]
+//	    [-host-sysctl k=v]... [-guest-sysctl k=v]... [-backend 'CMD {socket} ...']
+//	go run ./test/rig/cmd/rig exec [--host] -- CMD ARGS...   # in the guest (or back-end) netns
+//	go run ./test/rig/cmd/rig status
+//	go run ./test/rig/cmd/rig down                            # every rig, plus stale leftovers
+//
+// "up" stays in the foreground and prints the namespaces; Ctrl-C, SIGTERM or
+// "rig down" tears everything down.
+//
+// # Offloads
+//
+// The TAP gets exactly the offloads the back-end accepts on its TX queue
+// (CSUM, HOST_TSO4/6, HOST_ECN, HOST_UFO → TUN_F_*), see tunOffloads; the
+// GUEST_* offloads need no TAP setting because a TAP write accepts any
+// virtio-net header.
+//
 // rig may import anything (it is test code); vunet's packages must not
 // import it.
 package rig

@@ -261,3 +261,27 @@ func TestTUNOffloads(t *testing.T) {
 		}
 	}
 }
+
+// TestRigNoOffloadsMTU1500: with no offload accepted the TAP gets none, so
+// every frame the guest sends fits the 1500-byte MTU told to the back-end
+// (NET_SET_MTU) and set on the guest; data still moves both ways intact.
+func TestRigNoOffloadsMTU1500(t *testing.T) {
+	r := startRig(t, Options{FeatureMask: frontend.DefaultFeatureMask, MTU: 1500})
+	if f := r.Features(); f&frontend.Bit(frontend.FeatCSUM) != 0 || f&frontend.Bit(frontend.FeatGuestTSO4) != 0 {
+		t.Fatalf("features %#x: offloads accepted despite the mask", f)
+	}
+	if r.MTU() != 1500 {
+		t.Fatalf("guest MTU %d, want 1500", r.MTU())
+	}
+	const n = 32 << 20
+	transfer(t, r, true, n, 60*time.Second, false)
+	transfer(t, r, false, n, 60*time.Second, false)
+	s := r.Stats()
+	if avg := s.TXBytes.Load() / max(s.TXFrames.Load(), 1); avg > 12+14+1500 {
+		t.Errorf("guest frames average %d bytes: larger than header + 1514 without TSO", avg)
+	}
+	if s.TXFrames.Load() < n/1500 || s.RXFrames.Load() < n/1500 {
+		t.Errorf("%d TX and %d RX frames for %d bytes each way at MTU 1500", s.TXFrames.Load(), s.RXFrames.Load(), n)
+	}
+	healthy(t, r)
+}

@@ -81,6 +81,7 @@ func newLoop(s *Stack, qp QueuePair, ps *pairState) (*loop, error) {
 		done:    make(chan struct{}),
 	}
 	l.rx.init(qp.RX, st, l.log, qp.Features, qp.RXEnabled)
+	l.rx.setCapture(s.cfg.Capture, qp.Index)
 	l.guestCsum = virtqueue.HasFeature(qp.Features, virtqueue.FeatureNetGuestCsum)
 	l.svc, l.ndp, l.arp = s.newServices()
 	if err := l.openFDs(); err != nil {

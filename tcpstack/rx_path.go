@@ -83,6 +83,12 @@ type rxWriter struct {
 	broken  bool
 	starved bool // a reservation found the ring empty: want a refill kick
 	limited bool // a reservation hit our own capacity: come back soon
+
+	// capture, when set, sees every committed frame (Config.Capture);
+	// capIov is its preallocated scatter list.
+	capture FrameCapture
+	pair    int
+	capIov  [][]byte
 }
 
 func (r *rxWriter) init(q *virtqueue.SplitQueue, st *QueueStats, log *slog.Logger, features uint64, enabled bool) {
@@ -92,6 +98,14 @@ func (r *rxWriter) init(q *virtqueue.SplitQueue, st *QueueStats, log *slog.Logge
 	r.vhLen = virtqueue.NetHdrLenFor(features)
 	r.mrg = virtqueue.HasFeature(features, virtqueue.FeatureNetMrgRxbuf)
 	r.enable = enabled
+}
+
+// setCapture makes every committed frame of pair go to c too (nil: none).
+func (r *rxWriter) setCapture(c FrameCapture, pair int) {
+	r.capture, r.pair = c, pair
+	if c != nil && r.capIov == nil {
+		r.capIov = make([][]byte, 0, rxCaptureIovMax)
+	}
 }
 
 // popOne pops one more chain into res[nres].
@@ -310,6 +324,9 @@ func (r *rxWriter) Commit(payloadLen int, vh *virtqueue.NetHdr) {
 		r.q.Push(c.Head, uint32(w))
 	}
 	r.staged += n
+	if r.capture != nil {
+		r.captureCommitted(rv.first, n, total)
+	}
 	r.used = rv.first + n
 	if rv.end > r.used {
 		if r.rqLen == 0 {

@@ -145,6 +145,9 @@ func (l *loop) handleTXFrame(c *virtqueue.Chain) {
 	}
 	frameLen := total - hl
 	st.TX.Bytes.Add(uint64(frameLen))
+	if cp := l.s.cfg.Capture; cp != nil {
+		cp.Frame(l.qp.Index, c.Readable, hl, frameLen)
+	}
 	n := copyFromIovecs(l.tx.head[:hl+min(frameLen, txHeadLen)], c.Readable, 0)
 	_ = l.tx.hdr.Decode(l.tx.head[:hl])
 	head := l.tx.head[hl:n]

@@ -182,7 +182,7 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 	str(&o.logLevel, "log `LEVEL`: debug, info, warn, error (default info)", "log-level")
 	str(&o.logFormat, "log `FORMAT`: text or json (default text)", "log-format")
 	str(&o.logFile, "append logs to `FILE` instead of standard error", "log-file", "l")
-	str(&o.pcap, "capture guest-side frames, both directions, to pcap `FILE` (not yet written: warned)", "pcap", "p")
+	str(&o.pcap, "capture guest-side frames, both directions, to pcap `FILE`", "pcap", "p")
 
 	group = "Information"
 	boolean(&o.printCapabilities, "print the vhost-user back-end capabilities as JSON and exit", "print-capabilities")

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"vunet/cmd/vunet/pcap"
 	"vunet/cmd/vunet/portspec"
 	"vunet/metrics"
 	"vunet/tcpstack"
@@ -51,6 +52,20 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		return err
 	}
 	sc.cfg.Logger = logger
+	if o.pcap != "" {
+		// Closed after the stack (defers run last-in first-out): no loop
+		// captures any more when the rings are written out.
+		w, err := pcap.Create(o.pcap, pcap.Config{Pairs: o.queues})
+		if err != nil {
+			return fmt.Errorf("--pcap: %w", err)
+		}
+		defer func() {
+			if err := w.Close(); err != nil {
+				logger.Error("pcap capture", "file", o.pcap, "err", err)
+			}
+		}()
+		sc.cfg.Capture = w
+	}
 	stack := tcpstack.New(sc.cfg)
 	defer stack.Close()
 

@@ -220,7 +220,6 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 		{o.noTCP, "--no-tcp: guest TCP is not dropped yet"},
 		{o.noUDP, "--no-udp: guest UDP is not dropped yet"},
 		{o.noICMP, "--no-icmp: guest ICMP echo is not dropped yet"},
-		{o.pcap != "", "--pcap: the capture writer is not wired into the data path yet; no file is written"},
 		{o.hostname != "" || o.fqdn != "", "--hostname/--fqdn: not sent to the guest yet (no DHCP option 12/81 support)"},
 	} {
 		if w.on {

@@ -11,7 +11,7 @@ import (
 // skipping it, so a CI image that lost a package cannot pass silently.
 func inCI() bool { return os.Getenv("CI") != "" }
 
-func unavailable(t *testing.T, what error, hint string) {
+func unavailable(t testing.TB, what error, hint string) {
 	t.Helper()
 	if inCI() {
 		t.Fatalf("%v (CI is set, so this fails instead of skipping; install: %s)", what, hint)
@@ -21,7 +21,7 @@ func unavailable(t *testing.T, what error, hint string) {
 
 // needRig checks what every rig test needs: root, /dev/net/tun, iproute2
 // with netns support, busybox udhcpc, the go tool (to build vunet).
-func needRig(t *testing.T) {
+func needRig(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("rig test: skipped with -short")

@@ -17,7 +17,7 @@ import (
 
 // startRig starts a rig for t: torn down by t.Cleanup, with the back-end's
 // log tail and the rig's counters in the test log when t failed.
-func startRig(t *testing.T, opts Options) *Rig {
+func startRig(t testing.TB, opts Options) *Rig {
 	t.Helper()
 	needRig(t)
 	if opts.Log == nil {
@@ -44,7 +44,7 @@ func startRig(t *testing.T, opts Options) *Rig {
 	return r
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
@@ -52,7 +52,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // healthy fails t if the data path or the back-end broke.
-func healthy(t *testing.T, r *Rig) {
+func healthy(t testing.TB, r *Rig) {
 	t.Helper()
 	if err := r.Err(); err != nil {
 		t.Errorf("rig data path: %v", err)
@@ -68,7 +68,7 @@ func healthy(t *testing.T, r *Rig) {
 	}
 }
 
-func metrics(t *testing.T, r *Rig) Metrics {
+func metrics(t testing.TB, r *Rig) Metrics {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

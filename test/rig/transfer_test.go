@@ -99,13 +99,37 @@ func (r transferResult) gbits() float64 {
 // after five seconds, the rate so far cannot finish n bytes within timeout,
 // the transfer is abandoned at once and the test fails with the projection
 // (a slow path should not eat the whole suite's time budget).
-func transfer(t *testing.T, r *Rig, toHost bool, n int64, timeout time.Duration, noStall bool) transferResult {
+func transfer(t testing.TB, r *Rig, toHost bool, n int64, timeout time.Duration, noStall bool) transferResult {
+	t.Helper()
+	return transferBetween(t, rigEnds(r), toHost, n, timeout, noStall)
+}
+
+// ends are the two sides of a transfer: a listener on the host side and a
+// dialer on the guest side that reaches it.
+type ends struct {
+	listen func() (net.Listener, error)
+	dial   func(ctx context.Context, port int) (net.Conn, error)
+}
+
+// rigEnds: a host peer on the back-end namespace's loopback, reached by the
+// guest through its gateway address.
+func rigEnds(r *Rig) ends {
+	return ends{
+		listen: func() (net.Listener, error) { return r.HostListen("tcp4", "127.0.0.1:0") },
+		dial: func(ctx context.Context, port int) (net.Conn, error) {
+			return r.GuestDial(ctx, "tcp4", net.JoinHostPort(r.Gateway().String(), strconv.Itoa(port)))
+		},
+	}
+}
+
+// transferBetween is transfer over any pair of ends.
+func transferBetween(t testing.TB, e ends, toHost bool, n int64, timeout time.Duration, noStall bool) transferResult {
 	t.Helper()
 	dir := "host→guest"
 	if toHost {
 		dir = "guest→host"
 	}
-	l, err := r.HostListen("tcp4", "127.0.0.1:0")
+	l, err := e.listen()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,12 +178,12 @@ func transfer(t *testing.T, r *Rig, toHost bool, n int64, timeout time.Duration,
 	}()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	c, err := r.GuestDial(ctx, "tcp4", net.JoinHostPort(r.Gateway().String(), strconv.Itoa(port)))
+	c, err := e.dial(ctx, port)
 	if err != nil {
 		l.Close()
 		wg.Done()
 		wg.Wait()
-		t.Fatalf("%s: guest dial %s:%d: %v", dir, r.Gateway(), port, err)
+		t.Fatalf("%s: guest dial port %d: %v", dir, port, err)
 	}
 	start := time.Now()
 	track(c)

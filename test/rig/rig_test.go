@@ -125,7 +125,7 @@ func TestRigSmallBuffers(t *testing.T) {
 func TestRigRXStarvation(t *testing.T) {
 	r := startRig(t, Options{DHCP: true, RXRingSize: 16, SlowRX: 5 * time.Millisecond})
 	const n = 256 << 20
-	transfer(t, r, false, n, 90*time.Second, false)
+	transfer(t, r, false, n, 90*time.Second, true) // resent as soon as buffers return: no idle second
 	healthy(t, r)
 	if r.Stats().RXHeldBatches.Load() == 0 {
 		t.Errorf("the slow reader never held RX buffers back")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ type echoDevice struct {
 	head, n          int // queue of pending frames in pool
 	stop             chan struct{}
 	done             chan struct{}
-	waitedForRXDescs int
+	waitedForRXDescs atomic.Int64
 }
 
 func newEchoDevice(mem *frontend.Memory, tx, rx *frontend.Ring, mrg bool) *echoDevice {
@@ -91,7 +92,7 @@ func (d *echoDevice) run() {
 			frame := d.pool[d.head][:d.lens[d.head]]
 			avail := int(d.rx.AvailIdx() - d.lastRX)
 			if avail == 0 {
-				d.waitedForRXDescs++
+				d.waitedForRXDescs.Add(1)
 				break
 			}
 			first := d.rx.ReadDesc(d.rx.DeviceAvailEntry(d.lastRX))
@@ -100,7 +101,7 @@ func (d *echoDevice) run() {
 				need = (len(frame) + int(first.Len) - 1) / int(first.Len)
 			}
 			if avail < need {
-				d.waitedForRXDescs++
+				d.waitedForRXDescs.Add(1)
 				break
 			}
 			off := 0
@@ -257,7 +258,7 @@ func TestBridgeEchoMergedBuffers(t *testing.T) {
 	if s.TXFrames.Load() != 3000 || s.RXFrames.Load() != 3000 || s.DeviceErrors.Load() != 0 || s.RXWriteErrors.Load() != 0 {
 		t.Fatalf("counters: tx %d rx %d device errors %d write errors %d", s.TXFrames.Load(), s.RXFrames.Load(), s.DeviceErrors.Load(), s.RXWriteErrors.Load())
 	}
-	t.Logf("tx ring full %d times, device waited for RX descriptors %d times", s.TXRingFull.Load(), h.dev.waitedForRXDescs)
+	t.Logf("tx ring full %d times, device waited for RX descriptors %d times", s.TXRingFull.Load(), h.dev.waitedForRXDescs.Load())
 }
 
 func TestBridgeEchoWholeBuffers(t *testing.T) {
@@ -278,7 +279,7 @@ func TestBridgeSlowReader(t *testing.T) {
 	if h.stats.RXHeldBatches.Load() < 12 || el < 20*time.Millisecond {
 		t.Fatalf("slow reader: %d holds in %v, want ≥12 holds and ≥20ms", h.stats.RXHeldBatches.Load(), el)
 	}
-	if h.dev.waitedForRXDescs == 0 {
+	if h.dev.waitedForRXDescs.Load() == 0 {
 		t.Fatalf("the device never waited for RX descriptors")
 	}
 }

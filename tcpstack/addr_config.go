@@ -44,6 +44,11 @@ type AddrConfig struct {
 	// MTU is the guest MTU announced by DHCP (option 26) and RA; 0 means
 	// DefaultMTU.
 	MTU int
+	// Hostname, when set, is the guest's host name (DHCP option 12).
+	Hostname string
+	// FQDN, when set, is the guest's fully qualified domain name (DHCP
+	// option 81, DHCPv6 option 39).
+	FQDN string
 
 	// NoDHCP disables the DHCPv4 server.
 	NoDHCP bool
@@ -158,7 +163,7 @@ func (c *AddrConfig) Validate() error {
 	if c.MTU != 0 && (c.MTU < 68 || c.MTU > 65535) {
 		return fmt.Errorf("mtu %d: outside 68..65535", c.MTU)
 	}
-	return nil
+	return c.validateNames()
 }
 
 // hostSources names where host defaults are read from, so tests can point

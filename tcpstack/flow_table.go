@@ -54,6 +54,7 @@ type flowConfig struct {
 	mapGateway              bool
 	ourMAC                  [6]byte
 	udpTimeout, icmpTimeout time.Duration
+	bind4, bind6            netip.Addr // source addresses of host sockets (Config.Outbound4/6)
 }
 
 // flowTable holds the UDP and ICMP echo flows of one queue pair. It outlives
@@ -385,6 +386,10 @@ func (ft *flowTable) openDgram(key *flowKey, proto int) (int, error) {
 	}
 	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, proto)
 	if err != nil {
+		return -1, err
+	}
+	if err := bindSource(fd, key.v6, ft.cfg.bind4, ft.cfg.bind6); err != nil {
+		unix.Close(fd)
 		return -1, err
 	}
 	var sa unix.Sockaddr

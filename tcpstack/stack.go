@@ -40,6 +40,15 @@ type Config struct {
 	UDPTimeout time.Duration
 	// ICMPTimeout closes an ICMP echo flow idle for that long (default 60s).
 	ICMPTimeout time.Duration
+	// NoTCP, NoUDP and NoICMP drop the guest's TCP segments, UDP
+	// datagrams (the DHCP and DHCPv6 services still answer) and ICMP echo
+	// requests, counted as DropProtocolDisabled (passt's --no-tcp,
+	// --no-udp, --no-icmp).
+	NoTCP, NoUDP, NoICMP bool
+	// Outbound4 and Outbound6, when valid, are the source addresses host
+	// sockets of guest flows bind to (passt's -o/--outbound); otherwise
+	// the routing table picks one.
+	Outbound4, Outbound6 netip.Addr
 	// Capture, when set, gets a copy of every frame from and to the guest
 	// (see FrameCapture); nil costs nothing.
 	Capture FrameCapture
@@ -293,6 +302,7 @@ func (s *Stack) tcpConfig(index int) TCPConfig {
 		c.GatewayV6Global = s.cfg.Addr.IPv6.Gateway
 	}
 	c.NoMapGateway = c.NoMapGateway || s.cfg.NoMapGateway
+	c.BindV4, c.BindV6 = s.cfg.Outbound4, s.cfg.Outbound6
 	c.TokenTag = tagTCP
 	if c.Logger == nil {
 		c.Logger = s.log.With("pair", index)
@@ -311,6 +321,8 @@ func (s *Stack) flowConfig() flowConfig {
 		dnsFwd4:     a.DNSForward4,
 		dnsFwd6:     a.DNSForward6,
 		mapGateway:  !s.cfg.NoMapGateway,
+		bind4:       s.cfg.Outbound4,
+		bind6:       s.cfg.Outbound6,
 		ourMAC:      a.OurMAC,
 		udpTimeout:  s.cfg.UDPTimeout,
 		icmpTimeout: s.cfg.ICMPTimeout,

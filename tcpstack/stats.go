@@ -34,6 +34,9 @@ const (
 	DropSendError
 	// DropNoFlow: no flow could be created (table full, socket error).
 	DropNoFlow
+	// DropProtocolDisabled: guest TCP, UDP or ICMP echo while disabled by
+	// Config.NoTCP, NoUDP or NoICMP.
+	DropProtocolDisabled
 
 	// NumDropReasons is the number of drop reasons (array size).
 	NumDropReasons
@@ -52,6 +55,7 @@ var dropReasonNames = [NumDropReasons]string{
 	DropMalformed:         "malformed",
 	DropSendError:         "send_error",
 	DropNoFlow:            "no_flow",
+	DropProtocolDisabled:  "protocol_disabled",
 }
 
 // String returns the metric label value for the reason.

@@ -170,6 +170,7 @@ func (s *DHCPService) build(req header.DHCPv4, r *dhcpv4Reply, out []byte) int {
 		}
 		w.AddOptionAddrs(header.DHCPv4OptDNS, cfg.DNS4...)
 		w.AddOptionUint16(header.DHCPv4OptInterfaceMTU, uint16(min(max(cfg.EffectiveMTU(), 68), 65535)))
+		addNameOptions(&w, cfg)
 		if r.withSearch && len(cfg.Search) > 0 {
 			// Option 15 for clients that only know a single domain.
 			var tmp [header.MaxDomainNameLength]byte

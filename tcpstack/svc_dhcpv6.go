@@ -120,6 +120,7 @@ func (s *DHCPv6Service) Handle(frame []byte, out []byte) (n int) {
 	}
 	w.AddOptionAddrs(header.DHCPv6OptDNSServers, cfg.DNS6...)
 	w.AddOptionDomainList(header.DHCPv6OptDomainList, cfg.Search)
+	addFQDNv6(&w, cfg)
 	msgLen, ok := w.Finish()
 	if !ok {
 		return 0

@@ -24,6 +24,9 @@ type TCPForward struct {
 	HostPort uint16
 	// GuestPort is the guest's port the connections go to; 0 means HostPort.
 	GuestPort uint16
+	// Iface, when set, restricts the port to connections arriving on that
+	// host interface (SO_BINDTODEVICE).
+	Iface string
 }
 
 // tcpListener is an open forwarded port.
@@ -82,6 +85,10 @@ func (t *tcpTable) Listen(fw TCPForward) (uint16, error) {
 	_ = tcpSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
 	if addr.Is6() {
 		_ = tcpSetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+	}
+	if err := bindToDevice(fd, fw.Iface); err != nil {
+		unix.Close(fd)
+		return 0, fmt.Errorf("forward %w", err)
 	}
 	if err := unix.Bind(fd, tcpSockaddr(netip.AddrPortFrom(addr, fw.HostPort))); err != nil {
 		unix.Close(fd)

@@ -73,6 +73,9 @@ type TCPConfig struct {
 	GatewayV6Global netip.Addr
 	// NoMapGateway disables the gateway → loopback mapping.
 	NoMapGateway bool
+	// BindV4 and BindV6, when valid, are the source addresses host
+	// sockets bind to before connecting (Config.Outbound4/6).
+	BindV4, BindV6 netip.Addr
 	// SndBuf and RcvBuf pin SO_SNDBUF / SO_RCVBUF on host sockets when
 	// non-zero. Zero (the default) leaves the kernel's auto-tuning alone
 	// (DESIGN invariant 6); pinning is for experiments.

@@ -141,6 +141,12 @@ func tcpSockaddr(ap netip.AddrPort) unix.Sockaddr {
 // configured buffer pins, and starts connecting it to dst.
 // inProgress is true when the connect has not completed yet.
 func tcpNewHostSocket(dst netip.AddrPort, sndBuf, rcvBuf int) (fd int, inProgress bool, err error) {
+	return tcpNewHostSocketFrom(dst, sndBuf, rcvBuf, nil)
+}
+
+// tcpNewHostSocketFrom is tcpNewHostSocket with a hook run on the socket
+// before connect (binding a source address).
+func tcpNewHostSocketFrom(dst netip.AddrPort, sndBuf, rcvBuf int, prepare func(fd int) error) (fd int, inProgress bool, err error) {
 	family := unix.AF_INET
 	if !dst.Addr().Is4() {
 		family = unix.AF_INET6
@@ -155,6 +161,12 @@ func tcpNewHostSocket(dst netip.AddrPort, sndBuf, rcvBuf int) (fd int, inProgres
 	}
 	if rcvBuf > 0 {
 		_ = tcpSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcvBuf)
+	}
+	if prepare != nil {
+		if err := prepare(fd); err != nil {
+			unix.Close(fd)
+			return -1, false, err
+		}
 	}
 	err = unix.Connect(fd, tcpSockaddr(dst))
 	switch err {

@@ -87,7 +87,7 @@ func newTCPTable(cfg TCPConfig, stats *TCPStats, p tcpPoller) *tcpTable {
 		outTail: -1,
 		peekOff: !cfg.NoPeekOffset && tcpPeekOffsetSupported(),
 		bufs:    make([][]byte, 0, tcpIovMax),
-		dial:    tcpNewHostSocket,
+		dial:    tcpDialer(cfg.BindV4, cfg.BindV6),
 	}
 	for i := cfg.MaxFlows - 1; i >= 0; i-- {
 		t.flows[i].slot = int32(i)

@@ -83,6 +83,9 @@ func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int
 	if proto != ipProtoUDP && proto != ipProtoICMP && proto != ipProtoTCP {
 		return false
 	}
+	if l.protocolDisabled(proto) {
+		return true
+	}
 	if proto == ipProtoTCP && l.s.noHostSockets {
 		return true
 	}
@@ -108,6 +111,9 @@ func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int
 
 // handleIPv6Flow is handleIPv4Flow for IPv6.
 func (l *loop) handleIPv6Flow(c *virtqueue.Chain, head []byte, frameLen int, next uint8) bool {
+	if l.protocolDisabled(next) {
+		return true
+	}
 	if next == ipProtoTCP {
 		if l.s.noHostSockets {
 			return true

@@ -204,9 +204,6 @@ func openTCPForwards(stack *tcpstack.Stack, o *options, sc *stackConfig, logger 
 	var opened []portspec.Forward
 	bound, failed := 0, 0
 	for _, fw := range sc.tcpForwards {
-		if fw.Iface != "" {
-			sc.warnings = append(sc.warnings, fmt.Sprintf("--tcp-ports %v: binding to an interface is not implemented yet; listening on every interface", fw))
-		}
 		var addrs []netip.Addr
 		switch {
 		case fw.Addr.IsValid():
@@ -222,7 +219,7 @@ func openTCPForwards(stack *tcpstack.Stack, o *options, sc *stackConfig, logger 
 		for _, addr := range addrs {
 			for p := int(fw.Host.First); p <= int(fw.Host.Last); p++ {
 				guest := uint16(int(fw.Guest) + p - int(fw.Host.First))
-				_, err := stack.OpenTCPForwards([]tcpstack.TCPForward{{HostAddr: addr, HostPort: uint16(p), GuestPort: guest}})
+				_, err := stack.OpenTCPForwards([]tcpstack.TCPForward{{HostAddr: addr, HostPort: uint16(p), GuestPort: guest, Iface: fw.Iface}})
 				switch {
 				case err == nil:
 					bound++

@@ -175,6 +175,7 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 	addr.NoDHCPv6 = addr.NoDHCPv6 || o.noDHCPv6
 	addr.NoNDP = addr.NoNDP || o.noNDP
 	addr.NoRA = addr.NoRA || o.noRA
+	addr.Hostname, addr.FQDN = o.hostname, o.fqdn
 
 	noMap := o.noMapGW || o.mapHostLoopbackNone
 	if o.mapHostLoopback != "" && !o.mapHostLoopbackNone {
@@ -193,6 +194,11 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 		MaxFlows:     o.maxFlows,
 		UDPTimeout:   o.udpTimeout,
 		ICMPTimeout:  o.icmpTimeout,
+		NoTCP:        o.noTCP,
+		NoUDP:        o.noUDP,
+		NoICMP:       o.noICMP,
+		Outbound4:    o.outbound4,
+		Outbound6:    o.outbound6,
 		TCP: tcpstack.TCPConfig{
 			MaxFlows:     o.maxTCPFlows,
 			IdleTimeout:  o.tcpIdleTimeout,
@@ -216,11 +222,6 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 		msg string
 	}{
 		{len(sc.udpForwards) > 0, "--udp-ports: UDP port forwarding is not implemented yet; no UDP port is forwarded"},
-		{o.outbound4.IsValid() || o.outbound6.IsValid(), "--outbound: binding outbound sockets to a source address is not implemented yet; the routing table chooses"},
-		{o.noTCP, "--no-tcp: guest TCP is not dropped yet"},
-		{o.noUDP, "--no-udp: guest UDP is not dropped yet"},
-		{o.noICMP, "--no-icmp: guest ICMP echo is not dropped yet"},
-		{o.hostname != "" || o.fqdn != "", "--hostname/--fqdn: not sent to the guest yet (no DHCP option 12/81 support)"},
 	} {
 		if w.on {
 			sc.warnings = append(sc.warnings, w.msg)

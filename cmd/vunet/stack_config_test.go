@@ -181,12 +181,49 @@ func TestStackConfigWarnsUnenforced(t *testing.T) {
 	fakeHost(t, hostWithRoutes(), "")
 	sc := mustBuild(t, "--no-icmp", "-u", "53", "-o", "192.0.2.9", "-p", "/tmp/x.pcap", "--hostname", "h")
 	joined := strings.Join(sc.warnings, "\n")
-	for _, w := range []string{"--no-icmp", "--udp-ports", "--outbound", "--hostname"} {
+	for _, w := range []string{"--udp-ports"} {
 		if !strings.Contains(joined, w) {
 			t.Errorf("no warning for %s in %q", w, joined)
 		}
 	}
-	if strings.Contains(joined, "--pcap") {
-		t.Errorf("--pcap is enforced, warned anyway: %q", joined)
+	for _, w := range []string{"--pcap", "--no-icmp", "--outbound", "--hostname"} {
+		if strings.Contains(joined, w) {
+			t.Errorf("%s is enforced, warned anyway: %q", w, joined)
+		}
+	}
+}
+
+// TestStackConfigKnobs: the protocol switches, outbound addresses and
+// DHCP names reach the data plane's configuration.
+func TestStackConfigKnobs(t *testing.T) {
+	fakeHost(t, hostWithRoutes(), "")
+	for _, tc := range []struct {
+		args  []string
+		check func(c *tcpstack.Config) bool
+	}{
+		{[]string{"--no-tcp"}, func(c *tcpstack.Config) bool { return c.NoTCP && !c.NoUDP && !c.NoICMP }},
+		{[]string{"--no-udp"}, func(c *tcpstack.Config) bool { return c.NoUDP && !c.NoTCP }},
+		{[]string{"--no-icmp"}, func(c *tcpstack.Config) bool { return c.NoICMP && !c.NoTCP }},
+		{[]string{}, func(c *tcpstack.Config) bool {
+			return !c.NoTCP && !c.NoUDP && !c.NoICMP && !c.Outbound4.IsValid() && c.Addr.Hostname == ""
+		}},
+		{[]string{"-o", "192.0.2.9", "-o", "2001:db8::9"}, func(c *tcpstack.Config) bool {
+			return c.Outbound4 == ap("192.0.2.9") && c.Outbound6 == ap("2001:db8::9")
+		}},
+		{[]string{"-H", "vm1", "--fqdn", "vm1.example.org"}, func(c *tcpstack.Config) bool {
+			return c.Addr.Hostname == "vm1" && c.Addr.FQDN == "vm1.example.org"
+		}},
+	} {
+		sc := mustBuild(t, tc.args...)
+		if !tc.check(&sc.cfg) {
+			t.Errorf("%q: config %+v", tc.args, sc.cfg)
+		}
+	}
+	o, err := parseFlags([]string{"-s", "x", "--fqdn", "a..b"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := buildStackConfig(o); err == nil {
+		t.Errorf("invalid --fqdn accepted")
 	}
 }

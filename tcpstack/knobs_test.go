@@ -1,0 +1,212 @@
+package tcpstack
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/header"
+)
+
+// tcpSYNFrame is a guest SYN to dst:port.
+func tcpSYNFrame(src, dst netip.Addr, sport, dport uint16) []byte {
+	b := make([]byte, ethHdrLen+ipv4HdrLen+header.TCPMinimumSize)
+	off := header.EncodeEthernet(b, header.MAC(DefaultOurMAC), header.MAC(testGuestMAC), header.EtherTypeIPv4)
+	off += header.EncodeIPv4(b[off:], &header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + header.TCPMinimumSize),
+		TTL: 64, Protocol: header.IPProtocolTCP, Source: src, Destination: dst})
+	header.EncodeTCP(b[off:], &header.TCPFields{SrcPort: sport, DstPort: dport, SeqNum: 1,
+		Flags: header.TCPFlagSYN, WindowSize: 65535})
+	header.TCP(b[off:]).SetChecksum(src, dst)
+	return b
+}
+
+// TestProtocolKnobs: NoTCP, NoUDP and NoICMP drop the guest's packets of
+// that protocol with a reason, open no host socket, and leave the link
+// services (DHCP is UDP) answering.
+func TestProtocolKnobs(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		mod       func(*Config)
+		frame     func(port uint16) []byte
+		wantDrop  uint64
+		wantFlows uint64
+		wantTCP   uint64 // host connects attempted
+		wantDHCP  uint64
+	}{
+		{"udp_on", nil, func(p uint16) []byte { return udpFrame(testGuest4, testGw4, 40000, p, []byte("x")) }, 0, 1, 0, 0},
+		{"no_udp", func(c *Config) { c.NoUDP = true },
+			func(p uint16) []byte { return udpFrame(testGuest4, testGw4, 40000, p, []byte("x")) }, 1, 0, 0, 0},
+		{"no_udp_dhcp_served", func(c *Config) { c.NoUDP = true },
+			func(uint16) []byte { return svcTestDHCPFrame(t, header.DHCPDiscover, 0, "") }, 0, 0, 0, 1},
+		{"no_icmp", func(c *Config) { c.NoICMP = true },
+			func(uint16) []byte { return icmpEchoFrame(testGuest4, testGw4, 7, 1, []byte("ping")) }, 1, 0, 0, 0},
+		{"tcp_on", nil, func(p uint16) []byte { return tcpSYNFrame(testGuest4, testGw4, 40000, p) }, 0, 0, 1, 0},
+		{"no_tcp", func(c *Config) { c.NoTCP = true },
+			func(p uint16) []byte { return tcpSYNFrame(testGuest4, testGw4, 40000, p) }, 1, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newFlowPair(t, featModern, tc.mod)
+			port := udpEcho(t, "udp4", "127.0.0.1:0")
+			for i := 0; i < 8; i++ {
+				p.rx.addChain(nil, []uint32{2048})
+			}
+			p.rx.publish()
+			p.start()
+			p.addTX(tc.frame(port))
+			p.tx.send()
+			waitFor(t, "frame consumed", 2*time.Second, func() bool { return p.tx.usedIdx() == 1 })
+			time.Sleep(20 * time.Millisecond)
+			p.s.StopPair(0)
+			st := p.stats()
+			if got := st.TX.Drops[DropProtocolDisabled].Load(); got != tc.wantDrop {
+				t.Errorf("protocol_disabled drops %d, want %d", got, tc.wantDrop)
+			}
+			if got := st.FlowsOpened.Load(); got != tc.wantFlows {
+				t.Errorf("flows opened %d, want %d", got, tc.wantFlows)
+			}
+			if got := p.s.PairTCPStats(0).Connects.Load(); got != tc.wantTCP {
+				t.Errorf("tcp connects %d, want %d", got, tc.wantTCP)
+			}
+			if got := st.ServiceReplies[SvcDHCP].Load(); got != tc.wantDHCP {
+				t.Errorf("dhcp replies %d, want %d", got, tc.wantDHCP)
+			}
+			if tc.wantDrop > 0 && st.RX.Frames.Load() != uint64(p.announced) {
+				t.Errorf("%d frames to the guest, want only the announcement", st.RX.Frames.Load())
+			}
+		})
+	}
+}
+
+// TestOutboundSourceUDP: with Outbound4 set, the host socket of a guest
+// UDP flow sends from that address.
+func TestOutboundSourceUDP(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		outbound netip.Addr
+		want     netip.Addr
+	}{
+		{"default", netip.Addr{}, netip.MustParseAddr("127.0.0.1")},
+		{"bound", netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.2")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			p := newFlowPair(t, featModern, func(cfg *Config) { cfg.Outbound4 = tc.outbound })
+			p.start()
+			p.addTX(udpFrame(testGuest4, testGw4, 40000, uint16(c.LocalAddr().(*net.UDPAddr).Port), []byte("hello")))
+			p.tx.send()
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			buf := make([]byte, 100)
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if from.Addr() != tc.want || !bytes.Equal(buf[:n], []byte("hello")) {
+				t.Errorf("datagram %q from %v, want from %v", buf[:n], from, tc.want)
+			}
+		})
+	}
+}
+
+// TestOutboundSourceTCP: with BindV4 set, a guest connection's host
+// socket connects from that address.
+func TestOutboundSourceTCP(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{BindV4: netip.MustParseAddr("127.0.0.3")})
+	ln := h.listen()
+	peer := h.establish(ln, header.TCPOptions{})
+	if got := peer.RemoteAddr().(*net.TCPAddr).IP.String(); got != "127.0.0.3" {
+		t.Errorf("host connection from %s, want 127.0.0.3", got)
+	}
+}
+
+// TestOutboundSourceUnusable: a source address the host does not have
+// makes the flow fail (counted), not go out from another address.
+func TestOutboundSourceUnusable(t *testing.T) {
+	port := udpEcho(t, "udp4", "127.0.0.1:0")
+	p := newFlowPair(t, featModern, func(cfg *Config) { cfg.Outbound4 = netip.MustParseAddr("192.0.2.77") })
+	p.start()
+	p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte("x")))
+	p.tx.send()
+	waitFor(t, "frame consumed", 2*time.Second, func() bool { return p.tx.usedIdx() == 1 })
+	p.s.StopPair(0)
+	if st := p.stats(); st.FlowsOpened.Load() != 0 || st.TX.Drops[DropNoFlow].Load() != 1 {
+		t.Errorf("flows %d no_flow drops %d, want 0 and 1", st.FlowsOpened.Load(), st.TX.Drops[DropNoFlow].Load())
+	}
+}
+
+// TestForwardBindsInterface: a forward with an interface is bound to it
+// (SO_BINDTODEVICE); an unknown interface is an error.
+func TestForwardBindsInterface(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	if _, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1"), Iface: "lo"}); err != nil {
+		t.Fatal(err)
+	}
+	fd := h.tab.listeners[len(h.tab.listeners)-1].fd
+	dev, err := unix.GetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE)
+	if err != nil || dev != "lo" {
+		t.Errorf("SO_BINDTODEVICE %q (%v), want lo", dev, err)
+	}
+	if _, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1"), Iface: "nosuchif0"}); err == nil {
+		t.Errorf("forward on a missing interface opened")
+	}
+}
+
+// TestDHCPNames: --hostname and --fqdn reach the guest as DHCP options 12
+// and 81 and DHCPv6 option 39, and nothing is sent when they are unset.
+func TestDHCPNames(t *testing.T) {
+	for _, tc := range []struct {
+		name, host, fqdn string
+		want12, want81   []byte
+		want39           []byte
+	}{
+		{"unset", "", "", nil, nil, nil},
+		{"hostname", "guest1", "", []byte("guest1"), nil, nil},
+		{"both", "guest1", "guest1.example.org",
+			[]byte("guest1"),
+			append([]byte{0x0c, 0xff, 0xff}, "\x06guest1\x07example\x03org\x00"...),
+			append([]byte{0x04}, "\x06guest1\x07example\x03org\x00"...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := svcTestConfig()
+			cfg.Hostname, cfg.FQDN = tc.host, tc.fqdn
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			out := make([]byte, 2048)
+			n := (&DHCPService{Config: cfg}).Handle(svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""), out)
+			_, _, udp := svcTestUDP4Reply(t, out[:n])
+			m, err := header.ParseDHCPv4(udp.Payload())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for code, want := range map[uint8][]byte{12: tc.want12, 81: tc.want81} {
+				got, ok := m.Option(code)
+				if ok != (want != nil) || !bytes.Equal(got, want) {
+					t.Errorf("option %d = %q (%v), want %q", code, got, ok, want)
+				}
+			}
+			n = (&DHCPv6Service{Config: cfg}).Handle(svcTestDHCPv6Frame(t, d6Solicit), out)
+			_, ip := svcTestIPv6Reply(t, out[:n], header.IPProtocolUDP, 64)
+			m6, err := header.ParseDHCPv6(ip.Payload()[8:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := m6.Option(39)
+			if ok != (tc.want39 != nil) || !bytes.Equal(got, tc.want39) {
+				t.Errorf("dhcpv6 option 39 = %q (%v), want %q", got, ok, tc.want39)
+			}
+		})
+	}
+	bad := svcTestConfig()
+	bad.FQDN = "a..b"
+	if bad.Validate() == nil {
+		t.Errorf("invalid FQDN accepted")
+	}
+}

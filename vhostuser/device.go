@@ -168,7 +168,7 @@ func (d *device) process(m *Message) (reply []byte, send bool, err error) {
 	// own failure encoding (NEED_REPLY changes nothing for it); where the
 	// spec defines none, the connection goes. Other requests report
 	// failure in an ack when one was asked for.
-	if fr, ok := failureReply(h.Request, m.Payload, d.out[:0]); ok {
+	if fr, ok := failureReply(h.Request, d.out[:0]); ok {
 		d.warn("vhost-user request failed", "request", h.Request, "reason", reason, "err", err)
 		return fr, true, nil
 	}

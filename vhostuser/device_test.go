@@ -715,7 +715,7 @@ func TestUnsupportedRequestExpectingReply(t *testing.T) {
 		{req: ReqPostcopyEnd, want: u64(1)},
 		{req: ReqCheckDeviceState, want: u64(1)},
 		{req: ReqSetDeviceStateFD, payload: make([]byte, 8), want: u64(1 | VringNoFDFlag)},
-		{req: ReqGetSharedObject, payload: uuid, want: uuid},
+		{req: ReqGetSharedObject, payload: uuid, want: u64(1)},
 		{req: ReqGetInflightFD, payload: make([]byte, 24)},
 		{req: ReqCreateCryptoSession, payload: make([]byte, 64)},
 		{req: ReqPostcopyAdvise},

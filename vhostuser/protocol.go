@@ -425,7 +425,7 @@ func expectsReply(r Request) bool {
 // waits on failed, for the requests whose reply has a failure encoding in
 // the spec (appended to out); ok is false for the others, which can only
 // be refused by closing the connection.
-func failureReply(r Request, payload, out []byte) (reply []byte, ok bool) {
+func failureReply(r Request, out []byte) (reply []byte, ok bool) {
 	switch r {
 	case ReqGetConfig:
 		// "vhost-user back-end uses zero length of payload to indicate
@@ -439,9 +439,10 @@ func failureReply(r Request, payload, out []byte) (reply []byte, ok bool) {
 		// an error must not come with one).
 		return EncodeU64(out[:0], 1|VringNoFDFlag), true
 	case ReqGetSharedObject:
-		// Success is a reply carrying the dma-buf fd, failure the same
-		// reply without one (libvhost-user echoes the UUID).
-		return append(out[:0], payload...), true
+		// Success is a reply carrying the dma-buf fd, failure one without
+		// (QEMU looks only at the fd). The payload is a non-zero u64 so
+		// that a front-end reading it as an ack sees a failure too.
+		return EncodeU64(out[:0], 1), true
 	}
 	return nil, false
 }

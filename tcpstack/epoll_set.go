@@ -16,10 +16,11 @@ const (
 
 // Token tags.
 const (
-	tagLoop uint8 = iota // the loop's own fds, value: loopFD*
-	tagUDP               // UDP flow sockets
-	tagICMP              // ICMP echo (ping) sockets
-	tagTCP               // TCP flow sockets (TCPConfig.TokenTag)
+	tagLoop   uint8 = iota // the loop's own fds, value: loopFD*
+	tagUDP                 // UDP flow sockets
+	tagICMP                // ICMP echo (ping) sockets
+	tagTCP                 // TCP flow sockets (TCPConfig.TokenTag)
+	tagUDPFwd              // forwarded host UDP ports, value: listener index
 )
 
 // Values of tagLoop tokens.

@@ -55,6 +55,7 @@ type flowConfig struct {
 	ourMAC                  [6]byte
 	udpTimeout, icmpTimeout time.Duration
 	bind4, bind6            netip.Addr // source addresses of host sockets (Config.Outbound4/6)
+	guest4, guest6          netip.Addr // the guest's addresses, destinations of forwarded datagrams
 }
 
 // flowTable holds the UDP and ICMP echo flows of one queue pair. It outlives
@@ -84,6 +85,11 @@ type flowTable struct {
 	lastWarn  time.Time
 	discard   [65536]byte // datagrams the guest cannot take are read into it
 	discardIO [1][]byte
+
+	// Forwarded host UDP ports (pair 0 only), see udp_forward.go.
+	fwd        []udpListener
+	fwdPending bool                // some listener has unread datagrams
+	fwdFrom    unix.RawSockaddrAny // source address of the last forwarded datagram
 }
 
 func newFlowTable(cfg flowConfig, st *QueueStats, log *slog.Logger) *flowTable {
@@ -131,6 +137,7 @@ func (ft *flowTable) attach(ep epollSet) error {
 		}
 		ft.enqueue(int32(i))
 	}
+	ft.attachForwards(ep)
 	return nil
 }
 
@@ -168,6 +175,16 @@ func (ft *flowTable) lookup(key *flowKey) (int32, bool) {
 			"remote", key.remoteAddr(), "port", key.remotePort)
 		return 0, false
 	}
+	i, ok := ft.adopt(key, fd)
+	if !ok {
+		ft.st.TX.Drops[DropNoFlow].Add(1)
+	}
+	return i, ok
+}
+
+// adopt makes fd, an open host socket, the flow for key. The table must
+// have a free slot. On failure fd is closed.
+func (ft *flowTable) adopt(key *flowKey, fd int) (int32, bool) {
 	i := ft.free[len(ft.free)-1]
 	ft.free = ft.free[:len(ft.free)-1]
 	f := &ft.flows[i]
@@ -177,7 +194,6 @@ func (ft *flowTable) lookup(key *flowKey) (int32, bool) {
 		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, ft.token(i)); err != nil {
 			ft.warn("register flow socket", "err", err)
 			ft.closeFlow(i)
-			ft.st.TX.Drops[DropNoFlow].Add(1)
 			return 0, false
 		}
 	}
@@ -260,6 +276,12 @@ const flowBudget = 32
 // flush delivers queued sockets' data to the guest. It returns true when
 // work is left that does not depend on the guest (budget used up).
 func (ft *flowTable) flush(l *loop) (more bool) {
+	if ft.fwdPending {
+		var blocked bool
+		if more, blocked = ft.flushForwards(l); blocked {
+			return more
+		}
+	}
 	for n := ft.rCount; n > 0 && ft.rCount > 0; n-- {
 		i := ft.readyQ[ft.rHead]
 		f := &ft.flows[i]

@@ -1,41 +1,118 @@
 package tcpstack
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
 	"golang.org/x/sys/unix"
 )
 
-// OpenTCPForwards opens forwarded host TCP ports (passt's -t) and returns
-// the port each one listens on, in order. The listeners belong to queue
-// pair 0, whose RX ring any front-end sets up; they stay open across pair
-// restarts and close with the Stack.
-//
-// It must be called before pair 0 first starts: the pair's table is only
-// touched by its loop goroutine once that runs. On error, the listeners
-// opened by this call are closed again.
+// Forward is one forwarded host port (passt's -t and -u): connections or
+// datagrams arriving on it go to the guest.
+type Forward struct {
+	// HostAddr is the address to listen on; the zero Addr means all IPv4
+	// addresses (use netip.IPv6Unspecified() for all IPv6 ones).
+	HostAddr netip.Addr
+	// HostPort is the port to listen on; 0 picks one (see ForwardResult).
+	HostPort uint16
+	// GuestPort is the guest's port the traffic goes to; 0 means HostPort.
+	GuestPort uint16
+	// Iface, when set, restricts the port to traffic arriving on that
+	// host interface (SO_BINDTODEVICE).
+	Iface string
+	// Optional makes a failure to open this port a counted, logged miss
+	// instead of an error (passt's rule for "all" and exclusion-only
+	// specifications, which bind what they can). Running out of file
+	// descriptors is an error all the same.
+	Optional bool
+}
+
+// TCPForward is one forwarded host TCP port.
+type TCPForward = Forward
+
+// UDPForward is one forwarded host UDP port. Replies from the guest leave
+// from the same host port, through a socket bound to it and connected to
+// the peer (a flow), so the peer sees the address it sent to.
+type UDPForward = Forward
+
+// ForwardResult says what Open bound.
+type ForwardResult struct {
+	// TCPPorts and UDPPorts are the ports bound, one per forward of the
+	// Config in order; 0 for an Optional forward that failed.
+	TCPPorts, UDPPorts []uint16
+	// Bound counts the ports opened, Failed the Optional ones that
+	// could not be.
+	Bound, Failed int
+}
+
+// Open returns a Stack like New with the forwards of cfg (TCPForwards,
+// UDPForwards) open. They belong to queue pair 0, whose RX ring any
+// front-end sets up; they stay open across pair restarts and sessions and
+// close with the Stack. On error nothing stays open.
 //
 // The guest's MAC and addresses are seeded from the configuration
 // (AddrConfig.GuestMAC, IPv4.Addr, IPv6.Addr); until the MAC is known,
-// from configuration or from a guest TCP segment, accepted connections are
-// refused (see tcpTable.inbound).
+// from configuration or from any guest frame, forwarded TCP connections
+// are refused and UDP datagrams are sent to the broadcast MAC.
+func Open(cfg Config) (*Stack, ForwardResult, error) {
+	s := New(cfg)
+	res, err := s.openForwards(s.cfg.TCPForwards, s.cfg.UDPForwards)
+	if err != nil {
+		s.Close()
+		return nil, res, err
+	}
+	return s, res, nil
+}
+
+// OpenTCPForwards opens forwarded host TCP ports after New and returns the
+// port each one listens on, in order. It must be called before pair 0
+// first starts. On error, the listeners opened by this call are closed
+// again. Prefer Config.TCPForwards with Open.
 func (s *Stack) OpenTCPForwards(fws []TCPForward) ([]uint16, error) {
+	strict := make([]TCPForward, len(fws))
+	for i, fw := range fws {
+		fw.Optional = false
+		strict[i] = fw
+	}
+	res, err := s.openForwards(strict, nil)
+	if err != nil {
+		return nil, err
+	}
+	return res.TCPPorts, nil
+}
+
+// pairStateLocked returns pair index's state, creating what StartPair
+// creates for a pair's first start. s.mu is held.
+func (s *Stack) pairStateLocked(index int) *pairState {
+	ps := s.pairs[index]
+	if ps == nil {
+		ps = &pairState{st: new(QueueStats), tcpStats: new(TCPStats)}
+		ps.flows = newFlowTable(s.flowConfig(), ps.st, s.log.With("pair", index))
+		ps.flows.noSockets = s.noHostSockets
+		ps.tcp = newTCPTable(s.tcpConfig(index), ps.tcpStats, epollSet{fd: -1})
+		s.pairs[index] = ps
+	}
+	return ps
+}
+
+// fatalForwardError: errors no forward may skip (the process is out of
+// descriptors; the next port would fail the same way).
+func fatalForwardError(err error) bool {
+	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE)
+}
+
+func (s *Stack) openForwards(tcp, udp []Forward) (res ForwardResult, err error) {
+	if len(tcp) == 0 && len(udp) == 0 {
+		return res, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, running := s.loops[0]; running {
-		return nil, fmt.Errorf("open tcp forwards: pair 0: %w", ErrPairRunning)
+		return res, fmt.Errorf("open forwards: pair 0: %w", ErrPairRunning)
 	}
-	ps := s.pairs[0]
-	if ps == nil {
-		// The same state StartPair creates for a pair's first start.
-		ps = &pairState{st: new(QueueStats), tcpStats: new(TCPStats)}
-		ps.flows = newFlowTable(s.flowConfig(), ps.st, s.log.With("pair", 0))
-		ps.flows.noSockets = s.noHostSockets
-		ps.tcp = newTCPTable(s.tcpConfig(0), ps.tcpStats, epollSet{fd: -1})
-		s.pairs[0] = ps
-	}
-	// No loop runs: listeners are registered by the loop's Attach.
+	ps := s.pairStateLocked(0)
+	// No loop runs: listeners are registered by the next loop's attach.
 	ps.tcp.Detach()
 	a := &s.cfg.Addr
 	v4, v6 := a.IPv4.Addr, a.IPv6.Addr
@@ -46,18 +123,43 @@ func (s *Stack) OpenTCPForwards(fws []TCPForward) ([]uint16, error) {
 		v6 = netip.Addr{}
 	}
 	ps.tcp.SetGuest(a.GuestMAC, v4, v6)
-	first := len(ps.tcp.listeners)
-	ports := make([]uint16, 0, len(fws))
-	for _, fw := range fws {
+	firstTCP, firstUDP := len(ps.tcp.listeners), len(ps.flows.fwd)
+	undo := func() {
+		for _, l := range ps.tcp.listeners[firstTCP:] {
+			unix.Close(l.fd)
+		}
+		ps.tcp.listeners = ps.tcp.listeners[:firstTCP]
+		ps.flows.closeForwardsFrom(firstUDP)
+	}
+	for _, fw := range tcp {
 		p, err := ps.tcp.Listen(fw)
 		if err != nil {
-			for _, l := range ps.tcp.listeners[first:] {
-				unix.Close(l.fd)
+			if fw.Optional && !fatalForwardError(err) {
+				res.Failed++
+				res.TCPPorts = append(res.TCPPorts, 0)
+				s.log.Debug("tcp forward not bound", "addr", fw.HostAddr, "port", fw.HostPort, "err", err)
+				continue
 			}
-			ps.tcp.listeners = ps.tcp.listeners[:first]
-			return nil, fmt.Errorf("open tcp forward %v:%d: %w", fw.HostAddr, fw.HostPort, err)
+			undo()
+			return res, fmt.Errorf("open tcp forward %v:%d: %w", fw.HostAddr, fw.HostPort, err)
 		}
-		ports = append(ports, p)
+		res.Bound++
+		res.TCPPorts = append(res.TCPPorts, p)
 	}
-	return ports, nil
+	for _, fw := range udp {
+		p, err := ps.flows.listenUDP(fw)
+		if err != nil {
+			if fw.Optional && !fatalForwardError(err) {
+				res.Failed++
+				res.UDPPorts = append(res.UDPPorts, 0)
+				s.log.Debug("udp forward not bound", "addr", fw.HostAddr, "port", fw.HostPort, "err", err)
+				continue
+			}
+			undo()
+			return res, fmt.Errorf("open udp forward %v:%d: %w", fw.HostAddr, fw.HostPort, err)
+		}
+		res.Bound++
+		res.UDPPorts = append(res.UDPPorts, p)
+	}
+	return res, nil
 }

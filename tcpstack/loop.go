@@ -351,6 +351,8 @@ func (l *loop) onSocket(tok uint64, events uint32) {
 		l.flows.ready(tok, events)
 	case tagTCP:
 		l.tcp.HandleSocketEvent(l.now, tok, events)
+	case tagUDPFwd:
+		l.flows.forwardReady(tok)
 	}
 }
 

@@ -49,6 +49,10 @@ type Config struct {
 	// sockets of guest flows bind to (passt's -o/--outbound); otherwise
 	// the routing table picks one.
 	Outbound4, Outbound6 netip.Addr
+	// TCPForwards and UDPForwards are host ports forwarded to the guest
+	// (passt's -t and -u); Open opens them, New ignores them.
+	TCPForwards []TCPForward
+	UDPForwards []UDPForward
 	// Capture, when set, gets a copy of every frame from and to the guest
 	// (see FrameCapture); nil costs nothing.
 	Capture FrameCapture
@@ -120,6 +124,9 @@ func New(cfg Config) *Stack {
 		pairs: make(map[int]*pairState),
 	}
 	s.mtu.Store(int64(cfg.Addr.EffectiveMTU()))
+	// A configured guest MAC addresses frames to the guest (forwarded
+	// datagrams) before the guest has sent any.
+	s.guestMAC.Store(macToU64(cfg.Addr.GuestMAC))
 	return s
 }
 
@@ -140,14 +147,7 @@ func (s *Stack) StartPair(qp QueuePair) error {
 	if _, ok := s.loops[qp.Index]; ok {
 		return fmt.Errorf("start pair %d: %w", qp.Index, ErrPairRunning)
 	}
-	ps := s.pairs[qp.Index]
-	if ps == nil {
-		ps = &pairState{st: new(QueueStats), tcpStats: new(TCPStats)}
-		ps.flows = newFlowTable(s.flowConfig(), ps.st, s.log.With("pair", qp.Index))
-		ps.flows.noSockets = s.noHostSockets
-		ps.tcp = newTCPTable(s.tcpConfig(qp.Index), ps.tcpStats, epollSet{fd: -1})
-		s.pairs[qp.Index] = ps
-	}
+	ps := s.pairStateLocked(qp.Index)
 	st := ps.st
 	l, err := newLoop(s, qp, ps)
 	if err != nil {
@@ -243,6 +243,7 @@ func (s *Stack) Close() {
 	defer s.mu.Unlock()
 	for _, ps := range s.pairs {
 		ps.flows.closeAll()
+		ps.flows.closeForwardsFrom(0)
 		ps.tcp.Close()
 	}
 }
@@ -321,6 +322,8 @@ func (s *Stack) flowConfig() flowConfig {
 		dnsFwd4:     a.DNSForward4,
 		dnsFwd6:     a.DNSForward6,
 		mapGateway:  !s.cfg.NoMapGateway,
+		guest4:      a.IPv4.Addr,
+		guest6:      a.IPv6.Addr,
 		bind4:       s.cfg.Outbound4,
 		bind6:       s.cfg.Outbound6,
 		ourMAC:      a.OurMAC,

@@ -15,20 +15,6 @@ import (
 // table opens the guest side with a SYN of its own; the guest's SYN-ACK
 // establishes it. After that it is translated like a guest connection.
 
-// TCPForward is one forwarded host port.
-type TCPForward struct {
-	// HostAddr is the address to listen on; the zero Addr means all IPv4
-	// addresses (use netip.IPv6Unspecified() for all IPv6 ones).
-	HostAddr netip.Addr
-	// HostPort is the port to listen on; 0 picks one (see Listen's result).
-	HostPort uint16
-	// GuestPort is the guest's port the connections go to; 0 means HostPort.
-	GuestPort uint16
-	// Iface, when set, restricts the port to connections arriving on that
-	// host interface (SO_BINDTODEVICE).
-	Iface string
-}
-
 // tcpListener is an open forwarded port.
 type tcpListener struct {
 	fd        int

@@ -66,13 +66,11 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		}()
 		sc.cfg.Capture = w
 	}
-	stack := tcpstack.New(sc.cfg)
-	defer stack.Close()
-
-	tcpFwd, err := openTCPForwards(stack, o, sc, logger)
+	stack, err := openStack(o, sc)
 	if err != nil {
 		return err
 	}
+	defer stack.Close()
 
 	dev := vhostuser.DeviceConfig{
 		QueuePairs: o.queues,
@@ -109,7 +107,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 	for _, w := range sc.warnings {
 		logger.Warn("vunet option not enforced", "warning", w)
 	}
-	logger.Info("vunet starting", startupAttrs(o, sc, tcpFwd, dev)...)
+	logger.Info("vunet starting", startupAttrs(o, sc, dev)...)
 
 	// Past the grace period after a signal, leave even if a session is
 	// stuck, but clean up what the orderly path would have.
@@ -170,85 +168,136 @@ func serveFD(ctx context.Context, fd int, dev vhostuser.DeviceConfig) error {
 // for the vhost-user socket, guest memory, eventfds and flows.
 const fdReserve = 4096
 
-// openTCPForwards opens the -t listeners on the stack. Explicit ports must
-// all bind; "all" and exclusion-only specifications bind what they can
-// (passt's rule) and fail only when nothing binds. A forward without a
-// bind address listens on both families unless one is disabled.
-func openTCPForwards(stack *tcpstack.Stack, o *options, sc *stackConfig, logger *slog.Logger) ([]portspec.Forward, error) {
-	if len(sc.tcpForwards) == 0 {
-		return nil, nil
-	}
-	bestEffort := o.tcpPorts.Mode == portspec.ModeAll
-	for i := range o.tcpPorts.Specs {
-		if o.tcpPorts.Specs[i].ExcludeOnly() {
-			bestEffort = true
-		}
+// forwardSpec is one of -t/-u as the stack opens it.
+type forwardSpec struct {
+	flag     string // --tcp-ports, --udp-ports
+	set      portspec.Set
+	forwards []portspec.Forward
+}
+
+// addForwards puts the -t and -u forwards into the stack configuration, one
+// tcpstack forward per port and family. Explicit ports must all bind; "all"
+// and exclusion-only specifications bind what they can (passt's rule, the
+// forward is Optional) and fail only when nothing binds. A forward without
+// a bind address listens on both families unless one is disabled; its
+// implicit IPv6 twin is Optional too (a host without IPv6).
+func addForwards(o *options, sc *stackConfig) ([]forwardSpec, error) {
+	specs := []forwardSpec{
+		{"--tcp-ports", o.tcpPorts, sc.tcpForwards},
+		{"--udp-ports", o.udpPorts, sc.udpForwards},
 	}
 	a := &sc.cfg.Addr
-	// One listening socket per port and family: check the descriptor
-	// budget first, keeping room for flows, rather than running out half
-	// way (passt also refuses: "Can't open enough sockets").
+	// One socket per port and family: check the descriptor budget first,
+	// keeping room for flows, rather than running out half way (passt
+	// also refuses: "Can't open enough sockets").
 	need := 0
-	for _, fw := range sc.tcpForwards {
-		fams := 1
-		if !fw.Addr.IsValid() && !a.Disable4 && !a.Disable6 {
-			fams = 2
-		}
-		need += fams * fw.Host.Len()
-	}
 	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && uint64(need)+fdReserve > lim.Cur {
-		return nil, fmt.Errorf("--tcp-ports %s: %d listening sockets needed, open-files limit is %d (keep %d for flows): raise it (ulimit -n, LimitNOFILE=) or forward fewer ports",
-			o.tcpPorts.String(), need, lim.Cur, fdReserve)
-	}
-	var opened []portspec.Forward
-	bound, failed := 0, 0
-	for _, fw := range sc.tcpForwards {
-		var addrs []netip.Addr
-		switch {
-		case fw.Addr.IsValid():
-			addrs = []netip.Addr{fw.Addr}
-		default:
-			if !a.Disable4 {
-				addrs = append(addrs, netip.IPv4Unspecified())
+	haveLim := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil
+	for _, sp := range specs {
+		for _, fw := range sp.forwards {
+			fams := 1
+			if !fw.Addr.IsValid() && !a.Disable4 && !a.Disable6 {
+				fams = 2
 			}
-			if !a.Disable6 {
-				addrs = append(addrs, netip.IPv6Unspecified())
+			need += fams * fw.Host.Len()
+		}
+		if haveLim && len(sp.forwards) > 0 && uint64(need)+fdReserve > lim.Cur {
+			return nil, fmt.Errorf("%s %s: %d listening sockets needed, open-files limit is %d (keep %d for flows): raise it (ulimit -n, LimitNOFILE=) or forward fewer ports",
+				sp.flag, sp.set.String(), need, lim.Cur, fdReserve)
+		}
+	}
+	for i, sp := range specs {
+		bestEffort := sp.set.Mode == portspec.ModeAll
+		for j := range sp.set.Specs {
+			if sp.set.Specs[j].ExcludeOnly() {
+				bestEffort = true
 			}
 		}
-		for _, addr := range addrs {
-			for p := int(fw.Host.First); p <= int(fw.Host.Last); p++ {
-				guest := uint16(int(fw.Guest) + p - int(fw.Host.First))
-				_, err := stack.OpenTCPForwards([]tcpstack.TCPForward{{HostAddr: addr, HostPort: uint16(p), GuestPort: guest, Iface: fw.Iface}})
-				switch {
-				case err == nil:
-					bound++
-				case errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE):
-					return nil, fmt.Errorf("--tcp-ports %s: out of file descriptors after %d ports: %w", o.tcpPorts.String(), bound, err)
-				case bestEffort || (addr.Is6() && !fw.Addr.IsValid() && !a.Disable4):
-					// The implicit IPv6 twin of a wildcard forward may
-					// fail on a host without IPv6: the IPv4 one stands.
-					failed++
-					logger.Debug("tcp forward not bound", "addr", addr, "port", p, "err", err)
-				default:
-					return nil, fmt.Errorf("--tcp-ports: %w", err)
+		var out []tcpstack.Forward
+		for _, fw := range sp.forwards {
+			var addrs []netip.Addr
+			switch {
+			case fw.Addr.IsValid():
+				addrs = []netip.Addr{fw.Addr}
+			default:
+				if !a.Disable4 {
+					addrs = append(addrs, netip.IPv4Unspecified())
+				}
+				if !a.Disable6 {
+					addrs = append(addrs, netip.IPv6Unspecified())
+				}
+			}
+			for _, addr := range addrs {
+				twin := addr.Is6() && !fw.Addr.IsValid() && !a.Disable4
+				for p := int(fw.Host.First); p <= int(fw.Host.Last); p++ {
+					out = append(out, tcpstack.Forward{HostAddr: addr, HostPort: uint16(p),
+						GuestPort: uint16(int(fw.Guest) + p - int(fw.Host.First)), Iface: fw.Iface,
+						Optional: bestEffort || twin})
 				}
 			}
 		}
-		opened = append(opened, fw)
+		if i == 0 {
+			sc.cfg.TCPForwards = out
+		} else {
+			sc.cfg.UDPForwards = out
+		}
 	}
-	if bound == 0 {
-		return nil, fmt.Errorf("--tcp-ports %s: no port could be bound", o.tcpPorts.String())
+	return specs, nil
+}
+
+// checkForwards reports a specification none of whose ports could be
+// bound, and notes partial ones on the start-up line.
+func checkForwards(specs []forwardSpec, res tcpstack.ForwardResult, sc *stackConfig) error {
+	for i, sp := range specs {
+		ports := res.TCPPorts
+		if i == 1 {
+			ports = res.UDPPorts
+		}
+		if len(sp.forwards) == 0 {
+			continue
+		}
+		bound, failed := 0, 0
+		for _, p := range ports {
+			if p != 0 {
+				bound++
+			} else {
+				failed++
+			}
+		}
+		if bound == 0 {
+			return fmt.Errorf("%s %s: no port could be bound", sp.flag, sp.set.String())
+		}
+		if failed > 0 {
+			sc.notes = append(sc.notes, fmt.Sprintf("%s forwarding: %d ports bound, %d not bound (in use or not permitted)",
+				strings.TrimSuffix(strings.TrimPrefix(sp.flag, "--"), "-ports"), bound, failed))
+		}
 	}
-	if failed > 0 {
-		sc.notes = append(sc.notes, fmt.Sprintf("tcp forwarding: %d ports bound, %d not bound (in use or not permitted)", bound, failed))
+	return nil
+}
+
+// openStack builds the data plane with its forwarded ports open.
+func openStack(o *options, sc *stackConfig) (*tcpstack.Stack, error) {
+	specs, err := addForwards(o, sc)
+	if err != nil {
+		return nil, err
 	}
-	return opened, nil
+	stack, res, err := tcpstack.Open(sc.cfg)
+	if err != nil {
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			return nil, fmt.Errorf("port forwarding: out of file descriptors after %d ports: %w", res.Bound, err)
+		}
+		return nil, fmt.Errorf("port forwarding: %w", err)
+	}
+	if err := checkForwards(specs, res, sc); err != nil {
+		stack.Close()
+		return nil, err
+	}
+	return stack, nil
 }
 
 // startupAttrs is the one start-up log line: enough to tell from a log
 // which build served which socket with which addresses and features.
-func startupAttrs(o *options, sc *stackConfig, tcpFwd []portspec.Forward, dev vhostuser.DeviceConfig) []any {
+func startupAttrs(o *options, sc *stackConfig, dev vhostuser.DeviceConfig) []any {
 	a := &sc.cfg.Addr
 	mode, sock := "server", o.socket
 	switch {
@@ -291,11 +340,16 @@ func startupAttrs(o *options, sc *stackConfig, tcpFwd []portspec.Forward, dev vh
 		}
 	}
 	attrs = append(attrs, "services", strings.Join(svc, ","))
-	var fw []string
-	for _, f := range tcpFwd {
-		fw = append(fw, f.String())
+	for _, f := range []struct {
+		name string
+		fws  []portspec.Forward
+	}{{"tcp_forwards", sc.tcpForwards}, {"udp_forwards", sc.udpForwards}} {
+		var fw []string
+		for _, x := range f.fws {
+			fw = append(fw, x.String())
+		}
+		attrs = append(attrs, f.name, strings.Join(fw, ","))
 	}
-	attrs = append(attrs, "tcp_forwards", strings.Join(fw, ","))
 	features := dev.Features
 	if features == 0 {
 		features = vhostuser.DefaultFeatures

@@ -215,18 +215,6 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 		sc.notes = append(sc.notes, "port spec auto: follows a namespace's listeners in pasta; vhost-user has none, nothing forwarded")
 	}
 
-	// Options accepted for passt compatibility that the data plane does
-	// not honour yet: say so at start-up rather than pretend.
-	for _, w := range []struct {
-		on  bool
-		msg string
-	}{
-		{len(sc.udpForwards) > 0, "--udp-ports: UDP port forwarding is not implemented yet; no UDP port is forwarded"},
-	} {
-		if w.on {
-			sc.warnings = append(sc.warnings, w.msg)
-		}
-	}
 	return sc, nil
 }
 

@@ -1,0 +1,316 @@
+package tcpstack
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Inbound UDP forwarding (passt's -u): a host UDP socket bound to each
+// forwarded port receives datagrams from host peers, which go to the guest
+// from the peer's address (the gateway for loopback peers, which the guest
+// cannot address) to the forward's guest port. The first datagram of a
+// peer also opens a flow for it: a socket bound to the same local address
+// and port (SO_REUSEADDR on both) and connected to the peer. The guest's
+// replies leave through that socket, so the peer sees them come from the
+// port it sent to, and the kernel prefers the connected socket for the
+// peer's further datagrams, which then take the ordinary flow path.
+
+// udpListener is one forwarded host UDP port.
+type udpListener struct {
+	fd        int
+	v6        bool
+	guestPort uint16
+	iface     string
+	local     unix.Sockaddr // bound address, shared by the peers' flow sockets
+	pending   bool          // epoll reported input not read yet
+}
+
+// listenUDP opens a forwarded host UDP port and returns the port bound.
+func (ft *flowTable) listenUDP(fw Forward) (uint16, error) {
+	addr := fw.HostAddr
+	if !addr.IsValid() {
+		addr = netip.IPv4Unspecified()
+	}
+	v6 := addr.Is6()
+	fd, err := udpForwardSocket(v6, fw.Iface)
+	if err != nil {
+		return 0, err
+	}
+	if err := unix.Bind(fd, sockaddrOf(netip.AddrPortFrom(addr, fw.HostPort))); err != nil {
+		unix.Close(fd)
+		return 0, fmt.Errorf("forward bind %v: %w", netip.AddrPortFrom(addr, fw.HostPort), err)
+	}
+	local, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return 0, fmt.Errorf("forward getsockname: %w", err)
+	}
+	var port uint16
+	switch a := local.(type) {
+	case *unix.SockaddrInet4:
+		port = uint16(a.Port)
+	case *unix.SockaddrInet6:
+		port = uint16(a.Port)
+	}
+	gp := fw.GuestPort
+	if gp == 0 {
+		gp = port
+	}
+	i := len(ft.fwd)
+	ft.fwd = append(ft.fwd, udpListener{fd: fd, v6: v6, guestPort: gp, iface: fw.Iface, local: local})
+	if ft.ep.fd >= 0 {
+		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, makeToken(tagUDPFwd, uint64(i))); err != nil {
+			unix.Close(fd)
+			ft.fwd = ft.fwd[:i]
+			return 0, fmt.Errorf("forward epoll: %w", err)
+		}
+	}
+	return port, nil
+}
+
+// udpForwardSocket opens a datagram socket that may share its port with
+// the flows of the forward (SO_REUSEADDR), optionally bound to iface.
+func udpForwardSocket(v6 bool, iface string) (int, error) {
+	family := unix.AF_INET
+	if v6 {
+		family = unix.AF_INET6
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("forward socket: %w", err)
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if v6 {
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+	}
+	if err := bindToDevice(fd, iface); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("forward %w", err)
+	}
+	return fd, nil
+}
+
+// attachForwards registers the forwarded ports with a new loop's epoll set;
+// datagrams may have arrived meanwhile, so each is read once.
+func (ft *flowTable) attachForwards(ep epollSet) {
+	for i := range ft.fwd {
+		l := &ft.fwd[i]
+		if err := ep.Add(l.fd, unix.EPOLLIN|unix.EPOLLET, makeToken(tagUDPFwd, uint64(i))); err != nil {
+			ft.log.Warn("register forwarded UDP port", "err", err)
+			continue
+		}
+		l.pending = true
+		ft.fwdPending = true
+	}
+}
+
+// closeForwardsFrom closes the forwarded ports from index first on.
+func (ft *flowTable) closeForwardsFrom(first int) {
+	for _, l := range ft.fwd[first:] {
+		unix.Close(l.fd)
+	}
+	ft.fwd = ft.fwd[:first]
+}
+
+// forwardReady handles an epoll event of a forwarded port.
+func (ft *flowTable) forwardReady(tok uint64) {
+	i := tok & tokenValMask
+	if i < uint64(len(ft.fwd)) {
+		ft.fwd[i].pending = true
+		ft.fwdPending = true
+	}
+}
+
+// flushForwards reads the forwarded ports with input. blocked: the guest
+// has no RX buffers, nothing else should try now.
+func (ft *flowTable) flushForwards(l *loop) (more, blocked bool) {
+	still := false
+	for i := range ft.fwd {
+		if !ft.fwd[i].pending {
+			continue
+		}
+		switch ft.readForward(l, i) {
+		case flowDrained:
+			ft.fwd[i].pending = false
+		case flowBudgetUsed:
+			more, still = true, true
+		case flowBlocked:
+			return more, true // fwdPending stays set
+		}
+	}
+	ft.fwdPending = still
+	return more, false
+}
+
+// readForward moves datagrams from forwarded port i into guest RX buffers.
+func (ft *flowTable) readForward(l *loop, i int) flowRead {
+	lis := &ft.fwd[i]
+	w := &l.rx
+	hl := ethHdrLen + ipv4HdrLen + udpHdrLen
+	maxPay := maxUDPv4Pay
+	if lis.v6 {
+		hl = ethHdrLen + ipv6HdrLen + udpHdrLen
+		maxPay = maxUDPv6Pay
+	}
+	for b := 0; b < flowBudget; b++ {
+		if !w.enable {
+			return ft.discardAll(lis.fd)
+		}
+		rv, niov, plen, s := w.reserve(hl, maxPay)
+		switch s {
+		case rxOK:
+		case rxNoFit, rxBroken:
+			if _, _, err := ft.io.recv(lis.fd, ft.discardIO[:], 0); err == nil {
+				ft.st.RX.Drops[DropNoFit].Add(1)
+				continue
+			}
+			return flowDrained
+		default:
+			return flowBlocked
+		}
+		if plen < maxPay {
+			if size, err := pendingDatagram(lis.fd); err == nil && size > plen {
+				w.Abort()
+				if (w.mrg && w.starved) || w.limited {
+					return flowBlocked
+				}
+				if _, _, err := ft.io.recv(lis.fd, ft.discardIO[:], 0); err == nil {
+					ft.st.RX.Drops[DropNoFit].Add(1)
+					continue
+				}
+				return flowDrained
+			}
+		}
+		n, mflags, err := ft.io.recvFrom(lis.fd, w.iov[:niov], &ft.fwdFrom)
+		if err != nil {
+			w.Abort()
+			if errors.Is(err, unix.EAGAIN) {
+				return flowDrained
+			}
+			continue
+		}
+		peer, ok := rawAddrPort(&ft.fwdFrom)
+		key, kok := ft.forwardKey(lis, peer)
+		if mflags&unix.MSG_TRUNC != 0 || !ok || !kok {
+			w.Abort()
+			if mflags&unix.MSG_TRUNC != 0 {
+				ft.st.RX.Drops[DropNoFit].Add(1)
+			} else {
+				ft.st.RX.Drops[DropNoFlow].Add(1)
+			}
+			continue
+		}
+		vh := ft.buildUDPHeaders(l, rv.hdr, &key, w.iov[:niov], n)
+		w.Commit(n, &vh)
+		ft.forwardFlow(lis, &key, peer)
+	}
+	return flowBudgetUsed
+}
+
+// forwardKey is the flow key of a datagram from peer on lis, as the guest
+// sees it: from the peer (the gateway for a loopback peer) to the guest's
+// address and the forward's guest port.
+func (ft *flowTable) forwardKey(lis *udpListener, peer netip.AddrPort) (flowKey, bool) {
+	k := flowKey{kind: flowUDP, v6: lis.v6, guestPort: lis.guestPort, remotePort: peer.Port()}
+	src := peer.Addr()
+	if src.IsLoopback() {
+		src = ft.cfg.gw4
+		if lis.v6 {
+			src = ft.cfg.gw6
+		}
+	}
+	dst := ft.cfg.guest4
+	if lis.v6 {
+		dst = ft.cfg.guest6
+	}
+	if !src.IsValid() || !dst.IsValid() || src.Is6() != lis.v6 || dst.Is6() != lis.v6 {
+		return k, false
+	}
+	if lis.v6 {
+		k.guestIP, k.remoteIP = dst.As16(), src.As16()
+	} else {
+		g, r := dst.As4(), src.As4()
+		copy(k.guestIP[:], g[:])
+		copy(k.remoteIP[:], r[:])
+	}
+	return k, true
+}
+
+// forwardFlow makes sure the guest's replies to peer have a flow leaving
+// from the forwarded port.
+func (ft *flowTable) forwardFlow(lis *udpListener, key *flowKey, peer netip.AddrPort) {
+	if i, ok := ft.byKey[*key]; ok {
+		ft.flows[i].lastUsed = ft.now
+		return
+	}
+	if ft.noSockets {
+		return
+	}
+	if len(ft.free) == 0 {
+		ft.evictOldest()
+		ft.st.FlowsEvicted.Add(1)
+	}
+	fd, err := udpForwardSocket(lis.v6, lis.iface)
+	if err == nil {
+		if err = unix.Bind(fd, lis.local); err == nil {
+			err = unix.Connect(fd, sockaddrOf(peer))
+		}
+		if err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		// The guest's replies then leave from another port; counted.
+		ft.st.TX.Drops[DropNoFlow].Add(1)
+		ft.warn("cannot open reply socket for forwarded UDP peer", "peer", peer, "err", err)
+		return
+	}
+	ft.adopt(key, fd)
+}
+
+// sockaddrOf converts ap for bind/connect (IPv4 addresses as AF_INET).
+func sockaddrOf(ap netip.AddrPort) unix.Sockaddr {
+	if a := ap.Addr(); a.Is4() {
+		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
+	}
+	return &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+}
+
+// recvFrom is recv that also stores the sender's address in from.
+func (s *sockIO) recvFrom(fd int, bufs [][]byte, from *unix.RawSockaddrAny) (n, msgFlags int, err error) {
+	k, _ := s.setIovecs(bufs, 0, int(^uint(0)>>1))
+	s.setMsg(k)
+	s.msg.Name = (*byte)(unsafe.Pointer(from))
+	s.msg.Namelen = uint32(unsafe.Sizeof(*from))
+	for {
+		r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&s.msg)), unix.MSG_DONTWAIT)
+		if e == unix.EINTR {
+			continue
+		}
+		s.msg.Name = nil
+		if e != 0 {
+			return 0, 0, e
+		}
+		return int(r), int(s.msg.Flags), nil
+	}
+}
+
+// rawAddrPort decodes an AF_INET or AF_INET6 socket address.
+func rawAddrPort(sa *unix.RawSockaddrAny) (netip.AddrPort, bool) {
+	switch sa.Addr.Family {
+	case unix.AF_INET:
+		p := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&p.Port))[:])
+		return netip.AddrPortFrom(netip.AddrFrom4(p.Addr), port), true
+	case unix.AF_INET6:
+		p := (*unix.RawSockaddrInet6)(unsafe.Pointer(sa))
+		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&p.Port))[:])
+		return netip.AddrPortFrom(netip.AddrFrom16(p.Addr), port), true
+	}
+	return netip.AddrPort{}, false
+}

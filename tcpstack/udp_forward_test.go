@@ -1,0 +1,138 @@
+package tcpstack
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// TestUDPForward: a datagram from a host peer to a forwarded port reaches
+// the guest from the gateway (loopback peer) at the guest port; the
+// guest's reply reaches the peer from the forwarded port; the peer's next
+// datagram, now taken by the reply flow's socket, arrives the same way.
+func TestUDPForward(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		v6                  bool
+		host                netip.Addr
+		network             string
+		guest, gw           netip.Addr
+		guestPort, wantPort uint16
+	}{
+		{"v4", false, netip.MustParseAddr("127.0.0.1"), "udp4", testGuest4, testGw4, 5353, 5353},
+		{"v6", true, netip.IPv6Loopback(), "udp6", testGuest6, testGw6, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newTestPair(t, featModern, 256)
+			cfg := Config{Logger: testLogger()}
+			cfg.Addr.IPv4 = IPv4Config{Addr: testGuest4, PrefixLen: 24, Gateway: testGw4}
+			cfg.Addr.IPv6 = IPv6Config{Addr: testGuest6, PrefixLen: 64, GatewayLL: testGw6}
+			cfg.Addr.GuestMAC = testGuestMAC
+			cfg.UDPForwards = []UDPForward{{HostAddr: tc.host, GuestPort: tc.guestPort}}
+			s, res, err := Open(cfg)
+			if err != nil {
+				t.Skipf("open forward: %v", err)
+			}
+			p.s = s
+			t.Cleanup(s.Close)
+			port := res.UDPPorts[0]
+			if port == 0 || res.Bound != 1 {
+				t.Fatalf("result %+v", res)
+			}
+			guestPort := tc.guestPort
+			if guestPort == 0 {
+				guestPort = port
+			}
+			for i := 0; i < 16; i++ {
+				p.rx.addChain(nil, []uint32{2048})
+			}
+			p.rx.publish()
+			p.start()
+			c, err := net.DialUDP(tc.network, nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(tc.host, port)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			peerPort := uint16(c.LocalAddr().(*net.UDPAddr).Port)
+			st := p.stats()
+			const announced = 2 // gratuitous ARP, router advertisement
+			waitFor(t, "announcements", 2*time.Second, func() bool { return st.RX.Frames.Load() == announced })
+			if _, err := c.Write([]byte("ping-1")); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "datagram to guest", 2*time.Second, func() bool { return st.RX.Frames.Load() >= announced+1 })
+			// The guest replies from its port to the peer as it saw it.
+			p.addTX(udpFrame(tc.guest, tc.gw, guestPort, peerPort, []byte("pong")))
+			p.tx.send()
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			buf := make([]byte, 100)
+			n, err := c.Read(buf) // a connected socket: only from host:port
+			if err != nil || string(buf[:n]) != "pong" {
+				t.Fatalf("reply %q, %v", buf[:n], err)
+			}
+			if _, err := c.Write([]byte("ping-2")); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "second datagram", 2*time.Second, func() bool { return st.RX.Frames.Load() >= announced+2 })
+			p.s.StopPair(0)
+			hdrs, frames := p.rxReadIP(t)
+			var got [][]byte
+			for i, f := range frames {
+				if len(f) > ethHdrLen+20 && (f[ethHdrLen+9] == ipProtoUDP || f[ethHdrLen+6] == ipProtoUDP) {
+					checkUDPFrame(t, hdrs[i], f, tc.gw, tc.guest, peerPort, guestPort, []byte("ping-"+string(rune('1'+len(got)))))
+					got = append(got, f)
+				}
+			}
+			if len(got) != 2 {
+				t.Fatalf("%d UDP frames to the guest, want 2", len(got))
+			}
+			if st.FlowsOpened.Load() != 1 || st.TX.Drops[DropNoFlow].Load() != 0 || st.TX.Drops[DropSendError].Load() != 0 {
+				t.Errorf("flows %d no_flow %d send errors %d", st.FlowsOpened.Load(),
+					st.TX.Drops[DropNoFlow].Load(), st.TX.Drops[DropSendError].Load())
+			}
+			s.Close()
+			if c2, err := net.ListenUDP(tc.network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(tc.host, port))); err != nil {
+				t.Errorf("port still bound after Close: %v", err)
+			} else {
+				c2.Close()
+			}
+		})
+	}
+}
+
+// TestOpenForwardsOptional: a port that cannot be bound fails Open unless
+// the forward is Optional; then it is counted and the rest stay open.
+func TestOpenForwardsOptional(t *testing.T) {
+	taken, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	tport := uint16(taken.LocalAddr().(*net.UDPAddr).Port)
+	lo := netip.MustParseAddr("127.0.0.1")
+	cfg := Config{Logger: testLogger()}
+	cfg.Addr.IPv4 = IPv4Config{Addr: testGuest4, PrefixLen: 24, Gateway: testGw4}
+	for _, tc := range []struct {
+		name     string
+		optional bool
+		wantErr  bool
+	}{{"strict", false, true}, {"optional", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cfg
+			c.UDPForwards = []UDPForward{{HostAddr: lo}, {HostAddr: lo, HostPort: tport, Optional: tc.optional}}
+			c.TCPForwards = []TCPForward{{HostAddr: lo, GuestPort: 22}}
+			s, res, err := Open(c)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err %v, want error %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			defer s.Close()
+			if res.Bound != 2 || res.Failed != 1 || len(res.UDPPorts) != 2 || res.UDPPorts[1] != 0 || res.UDPPorts[0] == 0 || res.TCPPorts[0] == 0 {
+				t.Errorf("result %+v", res)
+			}
+		})
+	}
+}

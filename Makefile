@@ -21,8 +21,11 @@ build:
 run: build
 	$(BIN) --socket $(SOCKET) --metrics $(METRICS) --print-qemu-args
 
+# Builds vunet and a tiny guest, boots it under QEMU on vunet, and shows it
+# getting an address by DHCP and fetching a page from this host's loopback;
+# prints vunet's counters and cleans up (test/demo; needs QEMU, no root).
 demo:
-	@echo "make demo: coming (the demo lands with the operations issue; see README.md)"
+	$(GO) run ./test/demo
 
 test: test-unit test-system
 

@@ -302,6 +302,13 @@ func (vm *VM) UnplugVhostUser(ctx context.Context, id string) error {
 	return nil
 }
 
+// Kill kills QEMU at once, as a crash or an OOM kill would end it, and
+// waits for it to exit.
+func (vm *VM) Kill() {
+	_ = syscall.Kill(-vm.cmd.Process.Pid, syscall.SIGKILL)
+	<-vm.exited
+}
+
 // Exited is closed when QEMU has exited.
 func (vm *VM) Exited() <-chan struct{} { return vm.exited }
 

@@ -8,6 +8,9 @@ import (
 	"vunet/test/guest"
 )
 
+// arpLoopFor is how long the guest keeps ARPing in TestQEMUStopCont.
+const arpLoopFor = 12 * time.Second
+
 // TestQEMUStopCont pauses the VM with QMP "stop" while the guest is
 // exchanging frames and resumes it with "cont". QEMU stops the rings
 // (GET_VRING_BASE) and sets them up again from the returned indices, so
@@ -35,9 +38,15 @@ func TestQEMUStopCont(t *testing.T) {
 		if _, err := vm.QMP.Run(ctx, "stop", nil); err != nil {
 			t.Fatalf("stop: %v", err)
 		}
+		if st, err := vm.QMP.QueryStatus(ctx); err != nil || st.Running || st.Status != "paused" {
+			t.Errorf("query-status after stop: %+v, %v", st, err)
+		}
 		time.Sleep(time.Second)
 		if _, err := vm.QMP.Run(ctx, "cont", nil); err != nil {
 			t.Fatalf("cont: %v", err)
+		}
+		if st, err := vm.QMP.QueryStatus(ctx); err != nil || !st.Running {
+			t.Errorf("query-status after cont: %+v, %v", st, err)
 		}
 		time.Sleep(time.Second)
 	}

@@ -61,6 +61,16 @@ var (
 	descFlowsEvict = desc("flows_evicted_total", "Flows closed early to make room in a full flow table.", "queue")
 	descService    = desc("service_replies_total", "Frames produced by the link services (ARP, DHCP, DHCPv6, NDP).", "queue", "service")
 
+	descUDPFlows     = desc("udp_flows", "Live UDP flows (one host socket each).", "queue")
+	descICMPFlows    = desc("icmp_flows", "Live ICMP echo flows (one ping socket each).", "queue")
+	descUDPDatagrams = desc("udp_datagrams_total", "UDP datagrams translated (to_guest: delivered to the guest, from_guest: sent from a host socket).", "queue", "direction")
+	descUDPBytes     = desc("udp_payload_bytes_total", "UDP payload bytes translated.", "queue", "direction")
+	descUDPDrops     = desc("udp_drops_total", "UDP datagrams dropped, by reason (also in vunet_queue_drops_total).", "queue", "direction", "reason")
+	descEchoReq      = desc("icmp_echo_requests_total", "Guest ICMP/ICMPv6 echo requests sent out of a ping socket.", "queue")
+	descEchoRep      = desc("icmp_echo_replies_total", "ICMP/ICMPv6 echo replies delivered to the guest.", "queue")
+	descLeases       = desc("dhcp_leases_total", "Addresses handed to the guest (service dhcp: DHCPACK with an address; dhcpv6: REPLY with an IA address).", "queue", "service")
+	descNDPSent      = desc("ndp_messages_sent_total", "NDP messages sent to the guest, by type (router_advert: solicited and periodic, neighbor_advert).", "queue", "type")
+
 	descTCPConns     = desc("tcp_connections", "Live TCP connections, by state.", "queue", "state")
 	descTCPConnects  = desc("tcp_connects_total", "Host connect() attempts for guest connections.", "queue")
 	descTCPConnFail  = desc("tcp_connect_failures_total", "Host connect() attempts refused, unreachable or timed out.", "queue")
@@ -91,6 +101,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descFrames, descBytes, descBatches, descDrops, descNotify,
 		descSuppressed, descKicks, descBadChains, descRXWaited, descTXEther, descService,
 		descRXWasted, descWakeups, descLoopStarts, descMemFaults, descFlowsOpen, descFlowsClose, descFlowsEvict,
+		descUDPFlows, descICMPFlows, descUDPDatagrams, descUDPBytes, descUDPDrops, descEchoReq, descEchoRep,
+		descLeases, descNDPSent,
 		descTCPConns, descTCPConnects, descTCPConnFail, descTCPTableFull, descTCPAccepted, descTCPStalls,
 		descTCPClamps, descTCPRetrans, descTCPRSTSent, descTCPRSTRecv, descTCPBytes,
 		descMessages, descErrors, descConnected, descSessions, descFeature, descProtoFeat} {
@@ -181,6 +193,25 @@ func collectPair(ch chan<- prometheus.Metric, st *tcpstack.QueueStats, q string)
 	for s := tcpstack.Service(0); s < tcpstack.NumServices; s++ {
 		counter(ch, descService, st.ServiceReplies[s].Load(), q, s.String())
 	}
+	collectProto(ch, &st.Proto, q)
+}
+
+func collectProto(ch chan<- prometheus.Metric, p *tcpstack.ProtoStats, q string) {
+	gauge(ch, descUDPFlows, float64(p.UDPFlows.Load()), q)
+	gauge(ch, descICMPFlows, float64(p.ICMPFlows.Load()), q)
+	for d := tcpstack.FlowDir(0); d < tcpstack.NumFlowDirs; d++ {
+		counter(ch, descUDPDatagrams, p.UDPDatagrams[d].Load(), q, d.String())
+		counter(ch, descUDPBytes, p.UDPBytes[d].Load(), q, d.String())
+		for r := tcpstack.DropReason(0); r < tcpstack.NumDropReasons; r++ {
+			counter(ch, descUDPDrops, p.UDPDrops[d][r].Load(), q, d.String(), r.String())
+		}
+	}
+	counter(ch, descEchoReq, p.ICMPEchoRequests.Load(), q)
+	counter(ch, descEchoRep, p.ICMPEchoReplies.Load(), q)
+	counter(ch, descLeases, p.DHCPLeases.Load(), q, "dhcp")
+	counter(ch, descLeases, p.DHCPv6Leases.Load(), q, "dhcpv6")
+	counter(ch, descNDPSent, p.RouterAdverts.Load(), q, "router_advert")
+	counter(ch, descNDPSent, p.NeighborAdverts.Load(), q, "neighbor_advert")
 }
 
 func eachBit(v uint64, fn func(bit int)) {

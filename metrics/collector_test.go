@@ -49,6 +49,16 @@ func TestCollectorReadsCounters(t *testing.T) {
 	st.RX.Bytes.Add(1500)
 	st.RXWaitedForDescriptors.Add(2)
 	st.MemoryFaults.Add(1)
+	st.Proto.UDPFlows.Add(3)
+	st.Proto.UDPDatagrams[tcpstack.FromGuest].Add(6)
+	st.Proto.UDPBytes[tcpstack.ToGuest].Add(600)
+	st.Proto.UDPDrops[tcpstack.ToGuest][tcpstack.DropNoFit].Add(2)
+	st.Proto.ICMPEchoRequests.Add(4)
+	st.Proto.ICMPEchoReplies.Add(3)
+	st.Proto.DHCPLeases.Add(1)
+	st.Proto.DHCPv6Leases.Add(2)
+	st.Proto.RouterAdverts.Add(5)
+	st.Proto.NeighborAdverts.Add(7)
 
 	reg := NewRegistry(src)
 	want := map[string]string{
@@ -68,6 +78,19 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_tcp_retransmissions_total{cause="timeout",queue="1"}`:                           "1",
 		`vunet_tcp_retransmissions_total{cause="dup_ack",queue="0"}`:                           "0",
 		`vunet_tcp_connections{queue="1",state="` + tcpstack.TCPStateName(4) + `"}`:            "9",
+		`vunet_udp_flows{queue="1"}`:                                                           "3",
+		`vunet_udp_flows{queue="0"}`:                                                           "0",
+		`vunet_icmp_flows{queue="1"}`:                                                          "0",
+		`vunet_udp_datagrams_total{direction="from_guest",queue="1"}`:                          "6",
+		`vunet_udp_payload_bytes_total{direction="to_guest",queue="1"}`:                        "600",
+		`vunet_udp_drops_total{direction="to_guest",queue="1",reason="no_fit"}`:                "2",
+		`vunet_icmp_echo_requests_total{queue="1"}`:                                            "4",
+		`vunet_icmp_echo_replies_total{queue="1"}`:                                             "3",
+		`vunet_dhcp_leases_total{queue="1",service="dhcp"}`:                                    "1",
+		`vunet_dhcp_leases_total{queue="1",service="dhcpv6"}`:                                  "2",
+		`vunet_ndp_messages_sent_total{queue="1",type="router_advert"}`:                        "5",
+		`vunet_ndp_messages_sent_total{queue="1",type="neighbor_advert"}`:                      "7",
+		`vunet_queue_drops_total{direction="tx",queue="1",reason="protocol_disabled"}`:         "0",
 	}
 	srv := httptest.NewServer(Handler(reg))
 	defer srv.Close()

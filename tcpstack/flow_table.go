@@ -3,6 +3,7 @@ package tcpstack
 import (
 	"log/slog"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -200,6 +201,7 @@ func (ft *flowTable) adopt(key *flowKey, fd int) (int32, bool) {
 	ft.byKey[*key] = i
 	ft.live++
 	ft.st.FlowsOpened.Add(1)
+	ft.kindGauge(key.kind).Add(1)
 	if ft.nextSweep.IsZero() {
 		ft.nextSweep = ft.now.Add(ft.sweepInterval())
 	}
@@ -220,6 +222,15 @@ func (ft *flowTable) closeFlow(i int32) {
 	ft.free = append(ft.free, i)
 	ft.live--
 	ft.st.FlowsClosed.Add(1)
+	ft.kindGauge(f.key.kind).Add(-1)
+}
+
+// kindGauge is the live-flow gauge of a flow kind.
+func (ft *flowTable) kindGauge(k flowKind) *atomic.Int64 {
+	if k == flowICMP {
+		return &ft.st.Proto.ICMPFlows
+	}
+	return &ft.st.Proto.UDPFlows
 }
 
 // evictOldest closes the flow used least recently. Only called when the

@@ -359,8 +359,10 @@ func TestICMPEcho(t *testing.T) {
 		if !bytes.Equal(msg[icmpEchoHdrLen:], payload) {
 			t.Errorf("payload %q", msg[icmpEchoHdrLen:])
 		}
-		if st.ServiceReplies[SvcICMPEcho].Load() != 1 {
-			t.Errorf("echo replies %d", st.ServiceReplies[SvcICMPEcho].Load())
+		if st.ServiceReplies[SvcICMPEcho].Load() != 1 || st.Proto.ICMPEchoRequests.Load() != 1 ||
+			st.Proto.ICMPEchoReplies.Load() != 1 || st.Proto.ICMPFlows.Load() != 1 {
+			t.Errorf("echo replies %d, proto stats: requests %d replies %d flows %d", st.ServiceReplies[SvcICMPEcho].Load(),
+				st.Proto.ICMPEchoRequests.Load(), st.Proto.ICMPEchoReplies.Load(), st.Proto.ICMPFlows.Load())
 		}
 	}
 }

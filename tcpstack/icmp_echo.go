@@ -47,6 +47,8 @@ func (l *loop) icmpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) bool {
 	// the identifier and the checksum.
 	if _, err := ft.io.send(ft.flows[i].fd, c.Readable, l.rx.vhLen+ip.l4Off, ip.l4Len); err != nil {
 		l.st.TX.Drops[DropSendError].Add(1)
+	} else {
+		l.st.Proto.ICMPEchoRequests.Add(1)
 	}
 	return true
 }
@@ -120,6 +122,7 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 		binary.BigEndian.PutUint16(cb[:], ^sum)
 		writeIovecs(payload, 2, cb[:])
 		ft.st.ServiceReplies[SvcICMPEcho].Add(1)
+		ft.st.Proto.ICMPEchoReplies.Add(1)
 		w.Commit(n, nil)
 	}
 	return flowBudgetUsed

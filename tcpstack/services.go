@@ -42,6 +42,7 @@ func (l *loop) sendRA() {
 	}
 	if n := l.ndp.RouterAdvert(l.pending.next()); n > 0 {
 		l.st.ServiceReplies[SvcNDP].Add(1)
+		l.st.Proto.RouterAdverts.Add(1)
 		l.queueReply(n)
 	}
 	l.nextRA = time.Now().Add(raInterval)

@@ -147,6 +147,8 @@ type QueueStats struct {
 	FlowsOpened, FlowsClosed atomic.Uint64
 	// FlowsEvicted counts flows closed early to make room in a full table.
 	FlowsEvicted atomic.Uint64
+	// Proto counts UDP, ICMP and link-service events.
+	Proto ProtoStats
 	// MemoryFaults counts event loops stopped by a fault on guest memory
 	// (the front-end shrank or unmapped the file behind a region). The
 	// pair stays inert until the control plane stops and rebuilds it.

@@ -260,6 +260,7 @@ func (l *loop) serve(svc Service, frame []byte) {
 		return
 	}
 	l.st.ServiceReplies[svc].Add(1)
+	l.st.countServiceReply(svc, l.pending.next()[:n])
 	l.queueReply(n)
 }
 

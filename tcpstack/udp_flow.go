@@ -141,30 +141,31 @@ func (l *loop) handleIPv6Flow(c *virtqueue.Chain, head []byte, frameLen int, nex
 func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 	st := l.st
 	if ip.l4Len < udpHdrLen || len(head) < ip.l4Off+udpHdrLen {
-		st.TX.Drops[DropMalformed].Add(1)
+		st.udpDrop(FromGuest, DropMalformed)
 		return
 	}
 	u := head[ip.l4Off:]
 	ulen := int(binary.BigEndian.Uint16(u[4:6]))
 	if ulen < udpHdrLen || ulen > ip.l4Len {
 		if !(ip.v6 && ulen == 0) { // jumbograms are not for us either
-			st.TX.Drops[DropMalformed].Add(1)
+			st.udpDrop(FromGuest, DropMalformed)
 			return
 		}
 	}
 	if !ip.dstUnicast() {
-		st.TX.Drops[DropUnhandledProtocol].Add(1)
+		st.udpDrop(FromGuest, DropUnhandledProtocol)
 		return
 	}
 	ft := l.flows
 	key := flowKey{kind: flowUDP, v6: ip.v6, guestIP: ip.src, remoteIP: ip.dst,
 		guestPort: binary.BigEndian.Uint16(u[0:2]), remotePort: binary.BigEndian.Uint16(u[2:4])}
 	if key.remotePort == 0 {
-		st.TX.Drops[DropMalformed].Add(1)
+		st.udpDrop(FromGuest, DropMalformed)
 		return
 	}
 	i, ok := ft.lookup(&key)
 	if !ok {
+		st.Proto.UDPDrops[FromGuest][DropNoFlow].Add(1) // lookup counted the drop
 		return
 	}
 	fd := ft.flows[i].fd
@@ -177,21 +178,25 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 		if n/seg > maxUSOSegments {
 			// A tiny segment size would turn one frame into thousands of
 			// system calls; no real driver does that.
-			st.TX.Drops[DropMalformed].Add(1)
+			st.udpDrop(FromGuest, DropMalformed)
 			return
 		}
 	}
 	for {
 		m := min(seg, n)
-		if _, err := ft.io.send(fd, c.Readable, off, m); err != nil {
+		_, err := ft.io.send(fd, c.Readable, off, m)
+		if err != nil {
 			if errors.Is(err, unix.ECONNREFUSED) {
 				// An ICMP error for an earlier datagram was queued on the
 				// socket; this one was not sent. Try once more.
 				_, err = ft.io.send(fd, c.Readable, off, m)
 			}
-			if err != nil {
-				st.TX.Drops[DropSendError].Add(1)
-			}
+		}
+		if err != nil {
+			st.udpDrop(FromGuest, DropSendError)
+		} else {
+			st.Proto.UDPDatagrams[FromGuest].Add(1)
+			st.Proto.UDPBytes[FromGuest].Add(uint64(m))
 		}
 		off += m
 		n -= m
@@ -225,7 +230,7 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 		case rxNoFit, rxBroken:
 			// The guest can never take it: consume and count.
 			if n, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
-				ft.st.RX.Drops[DropNoFit].Add(1)
+				ft.st.udpDrop(ToGuest, DropNoFit)
 				continue
 			}
 			return flowDrained
@@ -244,7 +249,7 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 					return flowBlocked
 				}
 				if n, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
-					ft.st.RX.Drops[DropNoFit].Add(1)
+					ft.st.udpDrop(ToGuest, DropNoFit)
 					continue
 				}
 				return flowDrained
@@ -266,12 +271,14 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 		}
 		if mflags&unix.MSG_TRUNC != 0 {
 			w.Abort()
-			ft.st.RX.Drops[DropNoFit].Add(1)
+			ft.st.udpDrop(ToGuest, DropNoFit)
 			continue
 		}
 		f.lastUsed = ft.now
 		vh := ft.buildUDPHeaders(l, rv.hdr, &f.key, w.iov[:niov], n)
 		w.Commit(n, &vh)
+		ft.st.Proto.UDPDatagrams[ToGuest].Add(1)
+		ft.st.Proto.UDPBytes[ToGuest].Add(uint64(n))
 	}
 	return flowBudgetUsed
 }

@@ -166,7 +166,7 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 		case rxOK:
 		case rxNoFit, rxBroken:
 			if _, _, err := ft.io.recv(lis.fd, ft.discardIO[:], 0); err == nil {
-				ft.st.RX.Drops[DropNoFit].Add(1)
+				ft.st.udpDrop(ToGuest, DropNoFit)
 				continue
 			}
 			return flowDrained
@@ -180,7 +180,7 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 					return flowBlocked
 				}
 				if _, _, err := ft.io.recv(lis.fd, ft.discardIO[:], 0); err == nil {
-					ft.st.RX.Drops[DropNoFit].Add(1)
+					ft.st.udpDrop(ToGuest, DropNoFit)
 					continue
 				}
 				return flowDrained
@@ -199,14 +199,16 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 		if mflags&unix.MSG_TRUNC != 0 || !ok || !kok {
 			w.Abort()
 			if mflags&unix.MSG_TRUNC != 0 {
-				ft.st.RX.Drops[DropNoFit].Add(1)
+				ft.st.udpDrop(ToGuest, DropNoFit)
 			} else {
-				ft.st.RX.Drops[DropNoFlow].Add(1)
+				ft.st.udpDrop(ToGuest, DropNoFlow)
 			}
 			continue
 		}
 		vh := ft.buildUDPHeaders(l, rv.hdr, &key, w.iov[:niov], n)
 		w.Commit(n, &vh)
+		ft.st.Proto.UDPDatagrams[ToGuest].Add(1)
+		ft.st.Proto.UDPBytes[ToGuest].Add(uint64(n))
 		ft.forwardFlow(lis, &key, peer)
 	}
 	return flowBudgetUsed

@@ -91,6 +91,10 @@ func TestUDPForward(t *testing.T) {
 				t.Errorf("flows %d no_flow %d send errors %d", st.FlowsOpened.Load(),
 					st.TX.Drops[DropNoFlow].Load(), st.TX.Drops[DropSendError].Load())
 			}
+			if st.Proto.UDPDatagrams[ToGuest].Load() != 2 || st.Proto.UDPDatagrams[FromGuest].Load() != 1 || st.Proto.UDPFlows.Load() != 1 {
+				t.Errorf("udp datagrams to guest %d from guest %d, flows %d", st.Proto.UDPDatagrams[ToGuest].Load(),
+					st.Proto.UDPDatagrams[FromGuest].Load(), st.Proto.UDPFlows.Load())
+			}
 			s.Close()
 			if c2, err := net.ListenUDP(tc.network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(tc.host, port))); err != nil {
 				t.Errorf("port still bound after Close: %v", err)

@@ -69,6 +69,7 @@ var (
 	descEchoReq      = desc("icmp_echo_requests_total", "Guest ICMP/ICMPv6 echo requests sent out of a ping socket.", "queue")
 	descEchoRep      = desc("icmp_echo_replies_total", "ICMP/ICMPv6 echo replies delivered to the guest.", "queue")
 	descLeases       = desc("dhcp_leases_total", "Addresses handed to the guest (service dhcp: DHCPACK with an address; dhcpv6: REPLY with an IA address).", "queue", "service")
+	descFragments    = desc("ip_fragments_total", "IP fragments from the guest, by outcome (received, reassembled datagrams, and the reasons fragments or partial datagrams were given up).", "queue", "outcome")
 	descNDPSent      = desc("ndp_messages_sent_total", "NDP messages sent to the guest, by type (router_advert: solicited and periodic, neighbor_advert).", "queue", "type")
 
 	descTCPConns     = desc("tcp_connections", "Live TCP connections, by state.", "queue", "state")
@@ -102,7 +103,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descSuppressed, descKicks, descBadChains, descRXWaited, descTXEther, descService,
 		descRXWasted, descWakeups, descLoopStarts, descMemFaults, descFlowsOpen, descFlowsClose, descFlowsEvict,
 		descUDPFlows, descICMPFlows, descUDPDatagrams, descUDPBytes, descUDPDrops, descEchoReq, descEchoRep,
-		descLeases, descNDPSent,
+		descLeases, descNDPSent, descFragments,
 		descTCPConns, descTCPConnects, descTCPConnFail, descTCPTableFull, descTCPAccepted, descTCPStalls,
 		descTCPClamps, descTCPRetrans, descTCPRSTSent, descTCPRSTRecv, descTCPBytes,
 		descMessages, descErrors, descConnected, descSessions, descFeature, descProtoFeat} {
@@ -212,6 +213,9 @@ func collectProto(ch chan<- prometheus.Metric, p *tcpstack.ProtoStats, q string)
 	counter(ch, descLeases, p.DHCPv6Leases.Load(), q, "dhcpv6")
 	counter(ch, descNDPSent, p.RouterAdverts.Load(), q, "router_advert")
 	counter(ch, descNDPSent, p.NeighborAdverts.Load(), q, "neighbor_advert")
+	for o := tcpstack.FragOutcome(0); o < tcpstack.NumFragOutcomes; o++ {
+		counter(ch, descFragments, p.Fragments[o].Load(), q, o.String())
+	}
 }
 
 func eachBit(v uint64, fn func(bit int)) {

@@ -59,6 +59,7 @@ func TestCollectorReadsCounters(t *testing.T) {
 	st.Proto.DHCPv6Leases.Add(2)
 	st.Proto.RouterAdverts.Add(5)
 	st.Proto.NeighborAdverts.Add(7)
+	st.Proto.Fragments[tcpstack.FragReassembled].Add(8)
 
 	reg := NewRegistry(src)
 	want := map[string]string{
@@ -91,6 +92,9 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_ndp_messages_sent_total{queue="1",type="router_advert"}`:                        "5",
 		`vunet_ndp_messages_sent_total{queue="1",type="neighbor_advert"}`:                      "7",
 		`vunet_queue_drops_total{direction="tx",queue="1",reason="protocol_disabled"}`:         "0",
+		`vunet_queue_drops_total{direction="tx",queue="1",reason="fragment"}`:                  "0",
+		`vunet_ip_fragments_total{outcome="reassembled",queue="1"}`:                            "8",
+		`vunet_ip_fragments_total{outcome="overlap",queue="0"}`:                                "0",
 	}
 	srv := httptest.NewServer(Handler(reg))
 	defer srv.Close()

@@ -47,6 +47,7 @@ type loop struct {
 	pending   replyRing
 	flows     *flowTable
 	tcp       *tcpTable
+	frag      *fragPool // IP reassembly buffers (ip_reassembly.go)
 	now       time.Time // taken once per iteration
 	mtu       int       // guest MTU the TCP table was last told
 	guestCsum bool      // VIRTIO_NET_F_GUEST_CSUM: frames to the guest may carry partial checksums
@@ -79,6 +80,7 @@ func newLoop(s *Stack, qp QueuePair, ps *pairState) (*loop, error) {
 		txKick:  qp.TX.KickFD(),
 		rxKick:  qp.RX.KickFD(),
 		done:    make(chan struct{}),
+		frag:    new(fragPool),
 	}
 	l.rx.init(qp.RX, st, l.log, qp.Features, qp.RXEnabled)
 	l.rx.setCapture(s.cfg.Capture, qp.Index)

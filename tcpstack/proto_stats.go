@@ -47,6 +47,8 @@ type ProtoStats struct {
 	// RouterAdverts and NeighborAdverts count NDP messages sent (solicited
 	// and unsolicited router advertisements, neighbor advertisements).
 	RouterAdverts, NeighborAdverts atomic.Uint64
+	// Fragments counts IP fragments from the guest by outcome.
+	Fragments [NumFragOutcomes]atomic.Uint64
 }
 
 // udpDrop counts a dropped UDP datagram in both the direction's drops and

@@ -37,6 +37,10 @@ const (
 	// DropProtocolDisabled: guest TCP, UDP or ICMP echo while disabled by
 	// Config.NoTCP, NoUDP or NoICMP.
 	DropProtocolDisabled
+	// DropFragment: an IP fragment (or a partly reassembled datagram)
+	// given up: overlapping, invalid, timed out, evicted, or not
+	// reassembled (TCP); see ProtoStats.Fragments.
+	DropFragment
 
 	// NumDropReasons is the number of drop reasons (array size).
 	NumDropReasons
@@ -56,6 +60,7 @@ var dropReasonNames = [NumDropReasons]string{
 	DropSendError:         "send_error",
 	DropNoFlow:            "no_flow",
 	DropProtocolDisabled:  "protocol_disabled",
+	DropFragment:          "fragment",
 }
 
 // String returns the metric label value for the reason.

@@ -57,6 +57,15 @@ func FuzzTXFrame(f *testing.F) {
 	seed(icmpEchoFrame(testGuest4, testGw4, 1, 1, []byte("x")))
 	seed(icmpEchoFrame(testGuest6, testGw6, 1, 1, []byte("x")))
 	seed(otherFrame(etherTypeIPv6, 60))
+	for _, dst := range []netip.Addr{testGw4, testGw6} {
+		src := testGuest4
+		if dst.Is6() {
+			src = testGuest6
+		}
+		for _, pc := range split(udpDatagram(src, dst, 40000, 9, make([]byte, 40)), 16) {
+			seed(fragFrame(src, dst, ipProtoUDP, 9, pc))
+		}
+	}
 	seed(otherFrame(etherTypeIPv4, 34))
 	f.Add([]byte{1, 2, 3}, 0, 0)
 

@@ -200,6 +200,10 @@ func (l *loop) handleIPv4(c *virtqueue.Chain, head []byte, frameLen int) {
 	}
 	proto := ip[9]
 	fragmented := binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0
+	if fragmented {
+		l.reassemble4(c, head, frameLen, ihl)
+		return
+	}
 	if proto == ipProtoUDP && !fragmented && len(ip) >= ihl+8 {
 		dport := binary.BigEndian.Uint16(ip[ihl+2:])
 		if dport == 67 {
@@ -226,6 +230,9 @@ func (l *loop) handleIPv6(c *virtqueue.Chain, head []byte, frameLen int) {
 	next := ip[6]
 	l4 := ip[40:]
 	switch next {
+	case ipProtoFrag:
+		l.reassemble6(c, head, frameLen)
+		return
 	case ipProtoICMPv6:
 		if len(l4) >= 1 && l4[0] >= 133 && l4[0] <= 137 { // RS, RA, NS, NA, redirect
 			if f := l.fullFrame(c, head, frameLen); f != nil {

@@ -1,0 +1,298 @@
+package tcpstack
+
+import (
+	"encoding/binary"
+	"time"
+
+	"vunet/tcpstack/header"
+	"vunet/virtqueue"
+)
+
+// IP reassembly of guest UDP and ICMP datagrams. A guest whose MTU is
+// smaller than a datagram it sends fragments it (Linux does for UDP
+// without DF, and for ping -s 8000 at MTU 1500); the host socket takes
+// the whole datagram, so the fragments are put back together first.
+//
+// Memory is bounded and allocated once per loop: fragPoolSize buffers of
+// one maximal datagram each. Fragments that overlap (a duplicate included,
+// RFC 5722), a datagram longer than 65535 bytes or inconsistent lengths
+// discard the whole datagram; one that does not complete in
+// fragTimeout is discarded when its buffer is next looked at, and a new
+// datagram with the pool full takes the oldest buffer. TCP fragments are
+// not reassembled (the host socket sends its own segments; the guest's
+// PMTU discovery copes) and are dropped, counted. IPv6 fragments are
+// handled only when the Fragment header directly follows the IPv6 header
+// (as Linux sends them); others are dropped, counted.
+
+const (
+	fragPoolSize = 4
+	fragTimeout  = 30 * time.Second
+	// fragMaxPayload bounds the reassembled L4 bytes (IPv4: 65535 minus
+	// the IPv4 header; IPv6: the 16-bit payload length).
+	fragMaxPayload = 65535
+	// fragHeadroom: virtio-net header, Ethernet and the largest IPv4
+	// header go in front of the payload when the datagram is handed on.
+	fragHeadroom = virtqueue.NetHdrLen + ethHdrLen + 60
+	fragBlocks   = (fragMaxPayload + 7) / 8
+	ipProtoFrag  = 44 // IPv6 Fragment header
+)
+
+// FragOutcome classifies IP fragments from the guest for
+// [ProtoStats.Fragments].
+type FragOutcome uint8
+
+// Fragment outcomes.
+const (
+	// FragReceived: a fragment was taken into a reassembly buffer.
+	FragReceived FragOutcome = iota
+	// FragReassembled: a datagram was completed and translated.
+	FragReassembled
+	// FragOverlap: a fragment overlapped (or repeated) one already held;
+	// the datagram was discarded.
+	FragOverlap
+	// FragInvalid: inconsistent lengths, or a datagram over 65535 bytes.
+	FragInvalid
+	// FragTimeout: a datagram not completed within 30 seconds.
+	FragTimeout
+	// FragEvicted: a datagram whose buffer a newer one took (pool full).
+	FragEvicted
+	// FragUnsupported: a TCP fragment, or an IPv6 fragment behind other
+	// extension headers.
+	FragUnsupported
+	// NumFragOutcomes is the number of outcomes (array size).
+	NumFragOutcomes
+)
+
+var fragOutcomeNames = [NumFragOutcomes]string{"received", "reassembled", "overlap", "invalid", "timeout", "evicted", "unsupported"}
+
+// String returns the metric label value for the outcome.
+func (o FragOutcome) String() string {
+	if o < NumFragOutcomes {
+		return fragOutcomeNames[o]
+	}
+	return "unknown"
+}
+
+// fragKey identifies the fragments of one datagram (RFC 791: source,
+// destination, protocol, identification; RFC 8200: source, destination,
+// identification).
+type fragKey struct {
+	v6       bool
+	proto    uint8
+	id       uint32
+	src, dst [16]byte
+}
+
+// fragBuf collects one datagram.
+type fragBuf struct {
+	inUse    bool
+	key      fragKey
+	started  time.Time
+	total    int // L4 length, known once the last fragment arrived; -1 before
+	received int
+	maxEnd   int
+	haveHead bool // the offset-0 fragment supplied the headers
+	ethHdr   [ethHdrLen]byte
+	ipHdr    [60]byte
+	ipHdrLen int
+	blocks   [(fragBlocks + 63) / 64]uint64
+	buf      [fragHeadroom + fragMaxPayload]byte
+}
+
+// fragPool is one loop's reassembly state, allocated with the loop.
+type fragPool struct {
+	bufs  [fragPoolSize]fragBuf
+	chain virtqueue.Chain // the reassembled frame as a chain for the TX handlers
+	iov   [1][]byte
+}
+
+// fragment is what the TX path learned from one fragment's headers.
+type fragment struct {
+	key      fragKey
+	off, n   int  // L4 byte offset and length
+	more     bool // more fragments follow
+	dataOff  int  // where the fragment's data starts in the frame
+	l3HdrLen int  // IPv4 header length; IPv6 base header
+	head     []byte
+	frameLen int
+}
+
+// reassemble4 takes an IPv4 fragment (head: the frame's copied start).
+func (l *loop) reassemble4(c *virtqueue.Chain, head []byte, frameLen, ihl int) {
+	ip := head[ethHdrLen:]
+	total := int(binary.BigEndian.Uint16(ip[2:4]))
+	ff := binary.BigEndian.Uint16(ip[6:8])
+	proto := ip[9]
+	if proto != ipProtoUDP && proto != ipProtoICMP {
+		l.fragDrop(FragUnsupported)
+		return
+	}
+	if total <= ihl || total > frameLen-ethHdrLen {
+		l.fragDrop(FragInvalid)
+		return
+	}
+	fr := fragment{off: int(ff&0x1fff) * 8, n: total - ihl, more: ff&0x2000 != 0,
+		dataOff: ethHdrLen + ihl, l3HdrLen: ihl, head: head, frameLen: frameLen}
+	fr.key = fragKey{proto: proto, id: uint32(binary.BigEndian.Uint16(ip[4:6]))}
+	copy(fr.key.src[:4], ip[12:16])
+	copy(fr.key.dst[:4], ip[16:20])
+	l.addFragment(c, &fr)
+}
+
+// reassemble6 takes an IPv6 frame whose next header is a Fragment header.
+func (l *loop) reassemble6(c *virtqueue.Chain, head []byte, frameLen int) {
+	ip := head[ethHdrLen:]
+	if len(ip) < ipv6HdrLen+8 {
+		l.fragDrop(FragInvalid)
+		return
+	}
+	pl := int(binary.BigEndian.Uint16(ip[4:6]))
+	fh := ip[ipv6HdrLen:]
+	next := fh[0]
+	if next != ipProtoUDP && next != ipProtoICMPv6 {
+		l.fragDrop(FragUnsupported)
+		return
+	}
+	if pl <= 8 || ethHdrLen+ipv6HdrLen+pl > frameLen {
+		l.fragDrop(FragInvalid)
+		return
+	}
+	ofm := binary.BigEndian.Uint16(fh[2:4])
+	fr := fragment{off: int(ofm>>3) * 8, n: pl - 8, more: ofm&1 != 0,
+		dataOff: ethHdrLen + ipv6HdrLen + 8, l3HdrLen: ipv6HdrLen, head: head, frameLen: frameLen}
+	fr.key = fragKey{v6: true, proto: next, id: binary.BigEndian.Uint32(fh[4:8]),
+		src: [16]byte(ip[8:24]), dst: [16]byte(ip[24:40])}
+	l.addFragment(c, &fr)
+}
+
+func (l *loop) fragDrop(o FragOutcome) {
+	l.st.Proto.Fragments[o].Add(1)
+	l.st.TX.Drops[DropFragment].Add(1)
+}
+
+// addFragment puts a fragment into its datagram's buffer and hands the
+// datagram on when it is complete.
+func (l *loop) addFragment(c *virtqueue.Chain, fr *fragment) {
+	limit := fragMaxPayload
+	if !fr.key.v6 {
+		limit -= fr.l3HdrLen // the IPv4 total length counts the header
+	}
+	if fr.more && fr.n%8 != 0 || fr.off+fr.n > limit {
+		l.fragDrop(FragInvalid)
+		return
+	}
+	p := l.frag
+	b := p.find(l, &fr.key)
+	if b.total >= 0 && (fr.off+fr.n > b.total || !fr.more && fr.off+fr.n != b.total) ||
+		!fr.more && fr.off+fr.n < b.maxEnd {
+		b.inUse = false
+		l.fragDrop(FragInvalid)
+		return
+	}
+	first, last := fr.off/8, (fr.off+fr.n+7)/8
+	for i := first; i < last; i++ {
+		if b.blocks[i/64]&(1<<(i%64)) != 0 {
+			b.inUse = false
+			l.fragDrop(FragOverlap)
+			return
+		}
+	}
+	for i := first; i < last; i++ {
+		b.blocks[i/64] |= 1 << (i % 64)
+	}
+	copyFromIovecs(b.buf[fragHeadroom+fr.off:fragHeadroom+fr.off+fr.n], c.Readable, l.rx.vhLen+fr.dataOff)
+	b.received += fr.n
+	b.maxEnd = max(b.maxEnd, fr.off+fr.n)
+	if !fr.more {
+		b.total = fr.off + fr.n
+	}
+	if fr.off == 0 {
+		b.haveHead = true
+		copy(b.ethHdr[:], fr.head[:ethHdrLen])
+		b.ipHdrLen = copy(b.ipHdr[:fr.l3HdrLen], fr.head[ethHdrLen:])
+	}
+	l.st.Proto.Fragments[FragReceived].Add(1)
+	if b.total < 0 || b.received != b.total || !b.haveHead {
+		return
+	}
+	b.inUse = false
+	if !b.key.v6 && b.ipHdrLen+b.total > 65535 {
+		l.fragDrop(FragInvalid) // a longer header on the first fragment
+		return
+	}
+	l.st.Proto.Fragments[FragReassembled].Add(1)
+	l.dispatchReassembled(b)
+}
+
+// find returns the buffer of key's datagram, starting one (in a free,
+// expired or else the oldest buffer) if none holds it.
+func (p *fragPool) find(l *loop, key *fragKey) *fragBuf {
+	var free, oldest *fragBuf
+	for i := range p.bufs {
+		b := &p.bufs[i]
+		if b.inUse && l.now.Sub(b.started) >= fragTimeout {
+			b.inUse = false
+			l.st.Proto.Fragments[FragTimeout].Add(1)
+			l.st.TX.Drops[DropFragment].Add(1)
+		}
+		if !b.inUse {
+			if free == nil {
+				free = b
+			}
+			continue
+		}
+		if b.key == *key {
+			return b
+		}
+		if oldest == nil || b.started.Before(oldest.started) {
+			oldest = b
+		}
+	}
+	if free == nil {
+		free = oldest
+		l.st.Proto.Fragments[FragEvicted].Add(1)
+		l.st.TX.Drops[DropFragment].Add(1)
+	}
+	b := free
+	b.inUse, b.key, b.started = true, *key, l.now
+	b.total, b.received, b.maxEnd, b.haveHead = -1, 0, 0, false
+	b.blocks = [len(b.blocks)]uint64{}
+	return b
+}
+
+// dispatchReassembled rebuilds the headers in front of the payload, as one
+// unfragmented frame behind a zero virtio-net header, and runs it through
+// the TX handlers as a one-buffer chain.
+func (l *loop) dispatchReassembled(b *fragBuf) {
+	vh := l.rx.vhLen
+	l3 := b.ipHdrLen
+	start := fragHeadroom - l3 - ethHdrLen - vh
+	frame := b.buf[start : fragHeadroom+b.total]
+	clear(frame[:vh])
+	copy(frame[vh:], b.ethHdr[:])
+	ip := frame[vh+ethHdrLen : vh+ethHdrLen+l3]
+	copy(ip, b.ipHdr[:l3])
+	if b.key.v6 {
+		ip[6] = b.key.proto // the Fragment header is gone
+		binary.BigEndian.PutUint16(ip[4:6], uint16(b.total))
+	} else {
+		binary.BigEndian.PutUint16(ip[2:4], uint16(l3+b.total))
+		ip[6] &= 0x40 // keep DF, clear MF and the offset
+		ip[7] = 0
+		ip[10], ip[11] = 0, 0
+		binary.BigEndian.PutUint16(ip[10:12], ^header.Checksum(ip, 0))
+	}
+	p := l.frag
+	p.iov[0] = frame
+	p.chain.Readable = p.iov[:]
+	frameLen := len(frame) - vh
+	n := copy(l.tx.head[:vh+min(frameLen, txHeadLen)], frame)
+	l.tx.hdr = virtqueue.NetHdr{} // the fragments' offload fields do not apply
+	head := l.tx.head[vh:n]
+	if b.key.v6 {
+		l.handleIPv6(&p.chain, head, frameLen)
+	} else {
+		l.handleIPv4(&p.chain, head, frameLen)
+	}
+	p.chain.Readable = nil
+}

@@ -16,8 +16,13 @@
 // What the loop translates: ARP, DHCP, DHCPv6 and NDP are answered by link
 // services (svc_*.go) from [AddrConfig]; UDP flows become connected host UDP
 // sockets, ICMP echo becomes ping sockets (udp_flow.go, icmp_echo.go, with
-// the flow table in flow_table.go); TCP segments go to the TCP table
+// the flow table in flow_table.go; fragmented UDP and ICMP datagrams are
+// reassembled first, ip_reassembly.go); TCP segments go to the TCP table
 // (tcp_*.go), which writes its frames through the same RX reservations.
+// Forwarded host ports (passt's -t and -u, [Config.TCPForwards] and
+// [Config.UDPForwards], opened by [Open]) bring host peers' connections and
+// datagrams to the guest (tcp_inbound.go, udp_forward.go). Config.Capture
+// sees every frame both ways (capture.go).
 // Flows and connections belong to the queue pair, not to one loop: they
 // survive the control plane's stop/start cycles and re-register their
 // sockets with each new loop.

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -303,5 +305,66 @@ func BenchmarkReassembleUDP(b *testing.B) {
 	b.StopTimer()
 	if got := l.st.Proto.Fragments[FragReassembled].Load(); got != uint64(b.N) {
 		b.Fatalf("reassembled %d, want %d", got, b.N)
+	}
+}
+
+// TestICMPEchoFragmented: a guest ping larger than its MTU, fragmented,
+// is reassembled into one echo request; the whole reply comes back. It
+// runs in a private network namespace, where ping sockets can be allowed.
+func TestICMPEchoFragmented(t *testing.T) {
+	if os.Getenv("TCPSTACK_NETNS_CHILD") == "" {
+		if os.Getuid() != 0 {
+			t.Skip("needs root for a network namespace")
+		}
+		cmd := exec.Command("unshare", "-n", os.Args[0], "-test.run=^TestICMPEchoFragmented$", "-test.v")
+		cmd.Env = append(os.Environ(), "TCPSTACK_NETNS_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS: TestICMPEchoFragmented")) {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		return
+	}
+	if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
+		t.Fatalf("lo up: %v", err)
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0); err != nil {
+		t.Fatalf("ping_group_range: %v", err)
+	}
+	for _, v6 := range []bool{false, true} {
+		p := newFlowPair(t, featMrg, nil)
+		for i := 0; i < 16; i++ {
+			p.rx.addChain(nil, []uint32{1536})
+		}
+		p.rx.publish()
+		p.start()
+		src, gw, proto := testGuest4, testGw4, uint8(ipProtoICMP)
+		if v6 {
+			src, gw, proto = testGuest6, testGw6, ipProtoICMPv6
+		}
+		payload := make([]byte, 3000)
+		for i := range payload {
+			payload[i] = byte(i)
+		}
+		full := icmpEchoFrame(src, gw, 0x4242, 9, payload)
+		l3 := ipv4HdrLen
+		if v6 {
+			l3 = ipv6HdrLen
+		}
+		msg := full[ethHdrLen+l3:]
+		for _, pc := range split(msg, 1232) {
+			p.addTX(fragFrame(src, gw, proto, 77, pc))
+		}
+		p.tx.send()
+		waitFor(t, "echo reply", 3*time.Second, func() bool { return p.rxFrames(1) == 1 })
+		p.s.StopPair(0)
+		_, frames := p.rxReadIP(t)
+		reply := frames[0][ethHdrLen+l3:]
+		if len(reply) != icmpEchoHdrLen+len(payload) || !bytes.Equal(reply[icmpEchoHdrLen:], payload) ||
+			binary.BigEndian.Uint16(reply[4:6]) != 0x4242 {
+			t.Errorf("v6=%v: reply of %d bytes, id %#x", v6, len(reply), binary.BigEndian.Uint16(reply[4:6]))
+		}
+		if got := p.stats().Proto.Fragments[FragReassembled].Load(); got != 1 {
+			t.Errorf("v6=%v: reassembled %d", v6, got)
+		}
 	}
 }

@@ -204,7 +204,7 @@ func (l *loop) handleIPv4(c *virtqueue.Chain, head []byte, frameLen int) {
 		l.reassemble4(c, head, frameLen, ihl)
 		return
 	}
-	if proto == ipProtoUDP && !fragmented && len(ip) >= ihl+8 {
+	if proto == ipProtoUDP && len(ip) >= ihl+8 {
 		dport := binary.BigEndian.Uint16(ip[ihl+2:])
 		if dport == 67 {
 			if f := l.fullFrame(c, head, frameLen); f != nil {
@@ -213,7 +213,7 @@ func (l *loop) handleIPv4(c *virtqueue.Chain, head []byte, frameLen int) {
 			return
 		}
 	}
-	if l.handleIPv4Flow(c, head, frameLen, ihl, proto, fragmented) {
+	if l.handleIPv4Flow(c, head, frameLen, ihl, proto) {
 		return
 	}
 	l.st.TX.Drops[DropUnhandledProtocol].Add(1)

@@ -79,7 +79,7 @@ func parseL3v6(head []byte, frameLen int, ip *l3Info) bool {
 
 // handleIPv4Flow translates an IPv4 frame to a host socket flow. It reports
 // false when the frame is not (yet) translated; the caller counts the drop.
-func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int, proto uint8, fragmented bool) bool {
+func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int, proto uint8) bool {
 	if proto != ipProtoUDP && proto != ipProtoICMP && proto != ipProtoTCP {
 		return false
 	}
@@ -88,10 +88,6 @@ func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int
 	}
 	if proto == ipProtoTCP && l.s.noHostSockets {
 		return true
-	}
-	if fragmented {
-		// Reassembly is not done here; the guest's PMTU logic copes.
-		return false
 	}
 	var ip l3Info
 	if !parseL3v4(head, frameLen, ihl, &ip) {

@@ -158,7 +158,7 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 
 	group = "Forwarding"
 	add(portsValue{&o.tcpPorts}, "forward host TCP ports to the guest, passt `SPEC`: all, none, auto, 22,80, 8000-8010, 2222:22, ADDR/22, %IF/22, ~EXCL; repeatable", "tcp-ports", "t")
-	add(portsValue{&o.udpPorts}, "forward host UDP ports to the guest, `SPEC` as for --tcp-ports (not yet supported: warned)", "udp-ports", "u")
+	add(portsValue{&o.udpPorts}, "forward host UDP ports to the guest, `SPEC` as for --tcp-ports; replies leave from the forwarded port", "udp-ports", "u")
 	boolean(&o.noTCP, "drop guest TCP", "no-tcp")
 	boolean(&o.noUDP, "drop guest UDP (DHCP and DHCPv6 still answer)", "no-udp")
 	boolean(&o.noICMP, "drop guest ICMP echo", "no-icmp")

@@ -1,0 +1,240 @@
+package ops
+
+import (
+	"context"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"vunet/test/e2e"
+	"vunet/test/guest"
+)
+
+// TestLibvirtDomainOnVunet boots the test guest as a libvirt domain whose
+// network interface, shared memory and TCG workaround come from
+// `vunet libvirt-xml --tcg --domain`: libvirt's QEMU (running as
+// libvirt-qemu, mode='client') connects to vunet's listening socket, the
+// guest takes a DHCP lease from vunet and downloads a blob from a server on
+// the host's loopback through the gateway address. The agent's result lines
+// come from a <serial type='file'> the domain writes.
+func TestLibvirtDomainOnVunet(t *testing.T) {
+	e2e.SkipIfShort(t)
+	e2e.NeedRoot(t, "libvirtd runs as root, and a network namespace for the daemon")
+	e2e.NeedQEMU(t)
+	virsh := needLibvirtd(t)
+	qemuUser, err := user.Lookup("libvirt-qemu")
+	if err != nil {
+		e2e.Unavailable(t, fmt.Errorf("user libvirt-qemu: %w", err), libvirtHint)
+	}
+
+	// A directory libvirt-qemu can traverse: the socket, kernel, initrd and
+	// serial files live here (the test's usual work directory is 0700 and
+	// the image cache sits under root's home).
+	dir := e2e.WorkDir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img := e2e.GuestImage(t)
+	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd.gz")
+	copyFile(t, img.Kernel, kernel)
+	copyFile(t, img.Initrd, initrd)
+	console, results := filepath.Join(dir, "console.log"), filepath.Join(dir, "results.log")
+
+	ns := e2e.NewNetNS(t)
+	page := startPageServer(t, ns, 4<<20)
+	// mode='client': QEMU dials vunet, so vunet listens, and its socket must
+	// be connectable by libvirt-qemu.
+	d := e2e.StartDaemon(t, e2e.DaemonConfig{NetNS: ns, Dir: dir, Args: []string{"--socket-mode", "0666"}})
+
+	name := fmt.Sprintf("vunet-ops-%d", os.Getpid())
+	cmdline := "console=ttyS0 panic=-1 quiet loglevel=4 " + guest.Cmdline(
+		[]string{guest.CheckLink, guest.CheckDHCP, guest.CheckHTTP},
+		map[string]string{
+			guest.ParamHTTP:    fmt.Sprintf("http://%s:%d/blob", ns.Host.Gateway, page.Port),
+			guest.ParamResults: "/dev/ttyS1",
+			guest.ParamTimeout: "40s",
+		})
+	domXML := libvirtDomain(t, name, d.Socket, kernel, initrd, cmdline, console, results)
+	domPath := filepath.Join(dir, "dom.xml")
+	if err := os.WriteFile(domPath, []byte(domXML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if validate, err := exec.LookPath("virt-xml-validate"); err == nil {
+		if out, err := exec.Command(validate, domPath, "domain").CombinedOutput(); err != nil {
+			t.Errorf("virt-xml-validate %s domain: %v\n%s", domPath, err, out)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	started := time.Now()
+	if _, err := virshRun(ctx, virsh, "create", domPath); err != nil {
+		t.Fatalf("%v\ndomain XML:\n%s\nlibvirt's QEMU log:\n%s", err, domXML, tail(qemuLog(name), 20))
+	}
+	t.Cleanup(func() {
+		// Transient domain: destroy removes it; an already gone one is fine.
+		dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer dcancel()
+		if out, err := virshRun(dctx, virsh, "destroy", name); err == nil {
+			t.Logf("virsh destroy %s: %s", name, strings.TrimSpace(out))
+		}
+		if t.Failed() {
+			t.Logf("domain XML (%s):\n%s", domPath, domXML)
+			t.Logf("libvirt's QEMU log (%s):\n%s", qemuLog(name), tail(qemuLog(name), 30))
+			t.Logf("guest console (%s):\n%s", console, tail(console, 40))
+			t.Logf("agent results (%s):\n%s", results, tail(results, 20))
+		}
+	})
+	t.Logf("virsh create %s: domain %s started in %v", domPath, name, time.Since(started).Round(time.Millisecond))
+
+	// The front-end that connected is libvirt's QEMU, running as libvirt-qemu.
+	conn, err := d.Log.Wait(30*time.Second, "front-end connected", e2e.MsgIs("vhost-user front-end connected"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := conn.Attr("uid"); uid != qemuUser.Uid {
+		t.Errorf("front-end connected as uid %s, want libvirt-qemu (%s)", uid, qemuUser.Uid)
+	}
+
+	res, err := waitResults(ctx, results, guest.ResultDone)
+	for _, r := range res {
+		t.Logf("guest: %s", r)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]guest.Result{}
+	for _, r := range res {
+		byName[r.Name] = r
+		if !r.OK {
+			t.Errorf("guest check %s failed: %s", r.Name, r)
+		}
+	}
+	if l := byName[guest.CheckDHCP]; l.Fields["router"] != ns.Host.Gateway.String() || l.Fields["ip"] != ns.Host.Addr.String() {
+		t.Errorf("lease %v: want %s via %s (the namespace's host address and gateway, as vunet hands them out)", l.Fields, ns.Host.Addr, ns.Host.Gateway)
+	}
+	page.checkFetched(t, byName[guest.CheckHTTP].Fields)
+
+	// The guest powered off (ACPI): libvirt ends and forgets the transient
+	// domain.
+	gone := time.Now().Add(20 * time.Second)
+	for {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		state, err := virshRun(sctx, virsh, "domstate", name)
+		scancel()
+		if err != nil && strings.Contains(err.Error(), "failed to get domain") {
+			break
+		}
+		if time.Now().After(gone) {
+			t.Errorf("domain %s still there 20s after the guest powered off: %s %v", name, strings.TrimSpace(state), err)
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("domain %s: created, booted, fetched %d bytes through vunet and shut off in %v", name, page.Size, time.Since(started).Round(time.Millisecond))
+}
+
+// libvirtDomain builds the domain XML: vunet's own (libvirt-xml --tcg
+// --domain: memfd shared memory, the vhost-user interface, the vectors=0
+// override) plus what only this test knows: direct kernel boot, the serial
+// files, no option ROM, and power-off ending the domain.
+func libvirtDomain(t *testing.T, name, socket, kernel, initrd, cmdline, console, results string) string {
+	t.Helper()
+	out, err := exec.Command(e2e.DaemonBinary(t), "libvirt-xml", "--socket", socket, "--tcg", "--mem", "256M",
+		"--guest-mac-addr", e2e.DefaultMAC, "--domain", name).Output()
+	if err != nil {
+		t.Fatalf("vunet libvirt-xml: %v", err)
+	}
+	dom := string(out)
+	for _, want := range []string{"mode='client'", "<source type='memfd'/>", "<access mode='shared'/>", "name='vectors'", "value='0'"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("vunet libvirt-xml --tcg --domain lacks %s:\n%s", want, dom)
+		}
+	}
+	esc := func(s string) string {
+		var b strings.Builder
+		_ = xml.EscapeText(&b, []byte(s))
+		return b.String()
+	}
+	insert := func(anchor, text string, before bool) {
+		i := strings.Index(dom, anchor)
+		if i < 0 {
+			t.Fatalf("vunet libvirt-xml output has no %q to extend:\n%s", anchor, dom)
+		}
+		if !before {
+			i += len(anchor)
+		}
+		dom = dom[:i] + text + dom[i:]
+	}
+	insert("hvm</type>", fmt.Sprintf("\n    <kernel>%s</kernel>\n    <initrd>%s</initrd>\n    <cmdline>%s</cmdline>",
+		esc(kernel), esc(initrd), esc(cmdline)), false)
+	// ACPI, so that the agent's power-off ends the domain (libvirt starts
+	// QEMU without it unless asked).
+	insert("<devices>", "<features><acpi/></features>\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>destroy</on_reboot>\n  <on_crash>destroy</on_crash>\n  ", true)
+	insert("</interface>", "  <rom enabled='no'/>\n    ", true)
+	insert("</devices>", fmt.Sprintf(`  <serial type='file'>
+      <source path='%s'/>
+      <target port='0'/>
+    </serial>
+    <serial type='file'>
+      <source path='%s'/>
+      <target port='1'/>
+    </serial>
+  `, esc(console), esc(results)), true)
+	return dom
+}
+
+// waitResults reads the agent's result file until result last appears or
+// ctx ends, returning every result seen.
+func waitResults(ctx context.Context, path, last string) ([]guest.Result, error) {
+	for {
+		var res []guest.Result
+		b, _ := os.ReadFile(path)
+		for _, line := range strings.Split(string(b), "\n") {
+			r, err := guest.ParseResult(line)
+			if err != nil {
+				continue // console noise, or a line still being written
+			}
+			res = append(res, r)
+			if r.Name == last {
+				return res, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("no %q result in %s: %w", last, path, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// qemuLog is where libvirt keeps a domain's QEMU command line and stderr.
+func qemuLog(name string) string { return "/var/log/libvirt/qemu/" + name + ".log" }
+
+// copyFile copies src to dst, readable by everyone.
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

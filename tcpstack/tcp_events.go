@@ -44,7 +44,9 @@ func (t *tcpTable) HandleSocketEvent(now time.Time, token uint64, events uint32)
 	}
 	if events&unix.EPOLLOUT != 0 {
 		// Send space freed up: the window to the guest may have reopened
-		// (the output pass decides whether that is worth an update).
+		// (the output pass decides whether that is worth an update). The
+		// wake-up cleared SOCK_NOSPACE: the next full spell polls again.
+		f.flags &^= flOutArmed
 		t.markDirty(f)
 	}
 	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP) != 0 {

@@ -30,11 +30,12 @@ const (
 	flRstDue                       // RST to the guest due (socket already closed)
 	flDirty                        // in the table's output list
 	flLocal                        // peer on this host: ACK the guest on write
-	flWantOut                      // EPOLLOUT wanted: a write was short, or the window to the guest is closed
+	flWantOut                      // EPOLLOUT wanted: the send buffer is full (a write was short, or the kernel would call it not writable)
 	flConnected                    // host connect() completed
 	flWndStall                     // the stall is the guest's window (as opposed to no new socket data)
 	flRxBlocked                    // waiting for guest RX buffers with data to send
 	flSynDue                       // SYN to the guest (forwarded connection) not sent yet
+	flOutArmed                     // the kernel was polled while its send buffer was full: it wakes us with EPOLLOUT
 )
 
 // tcpFlow is one translated connection. Sequence numbers follow passt's
@@ -71,11 +72,13 @@ type tcpFlow struct {
 	ackBase          uint32 // sequence that tcpi_bytes_acked == 0 stands for
 	sndBuf           int    // SO_SNDBUF as last read
 	sndBufAt         time.Time
+	sndRatio         uint16 // payload bytes per tcpSndRatioOne bytes of send-buffer memory, as last seen; 0: unknown
 	seqFromGuest     uint32 // next byte expected from the guest (all before it written to the socket)
 	seqAckToGuest    uint32 // ACK number in our frames
 	ackSent          uint32 // ACK number in the last frame sent
 	wndToGuest       uint32 // window we advertise, bytes
 	wndSent          uint32 // window in the last frame sent, bytes
+	maxWndSent       uint32 // largest window ever sent: the guest's MSS is at most half of it
 	wsToGuest        uint8  // our window scale towards the guest
 	dupAckSeq        uint32 // seqFromGuest the last duplicate ACKs announced
 	dupAckSent       bool

@@ -479,7 +479,9 @@ func (t *tcpTable) guestData(now time.Time, f *tcpFlow, sg *tcpSegment, frame []
 			if n < l-int(off) {
 				// The socket is full: the guest retransmits the rest; we
 				// tell it when space frees up (EPOLLOUT → window update).
-				f.flags |= flWantOut
+				// The refused write set SOCK_NOSPACE, so the kernel wakes
+				// us without a poll.
+				f.flags |= flWantOut | flOutArmed
 				t.updateEpoll(f)
 			}
 			f.flags |= flAckDue

@@ -147,6 +147,7 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 	}
 	haveInfo := t.sys.tcpInfo(f.fd)
 	local := f.flags&flLocal != 0 && !t.cfg.AckOnPeerAck
+	peerAcks := false
 	switch {
 	case !haveInfo || t.cfg.AckOnWrite || local || f.has(evGuestFin):
 		// Written to the socket is good enough: the local peer's kernel
@@ -155,6 +156,7 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 	default:
 		// Remote peer: ACK what it acknowledged, so the guest feels the
 		// end-to-end backpressure.
+		peerAcks = true
 		a := f.ackBase + uint32(t.sys.info.Bytes_acked)
 		if tcpSeqGT(a, f.seqFromGuest) {
 			a = f.seqFromGuest
@@ -166,12 +168,13 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 			f.ackDueAt = now.Add(t.cfg.AckInterval)
 		}
 	}
-	wnd := uint32(tcpMaxWindow)
+	handshake := f.state == tcpSynAckSent || f.state == tcpSynSent
+	peerWnd := uint32(tcpMaxWindow)
 	queued := 0
 	if haveInfo {
-		wnd = t.sys.info.Snd_wnd
-		if (f.state == tcpSynAckSent || f.state == tcpSynSent) && wnd == 0 {
-			wnd = 65535
+		peerWnd = t.sys.info.Snd_wnd
+		if handshake && peerWnd == 0 {
+			peerWnd = 65535
 		}
 		// Bytes in our send queue, unsent or unacknowledged (SIOCOUTQ,
 		// without the system call): written minus acknowledged.
@@ -179,36 +182,124 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 	} else {
 		queued = tcpSendQueueBytes(f.fd)
 	}
-	// SO_SNDBUF only changes with auto-tuning: re-read it now and then, and
-	// whenever it looks like the limit.
-	if f.sndBuf == 0 || now.Sub(f.sndBufAt) >= tcpSndBufRefresh || f.sndBuf/2-queued < f.mssToGuest {
-		if sb, e := tcpGetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_SNDBUF); e == 0 {
-			f.sndBuf, f.sndBufAt = sb, now
-		}
+	space, full := t.sendSpace(now, f, queued)
+	wnd := min(uint32(space), uint32(0xffff)<<f.wsToGuest, tcpMaxWindow)
+	if handshake || peerAcks {
+		// Mirror the peer's window where ACKs follow the peer (and in the
+		// handshake, before anything was written). Where ACKs follow our
+		// writes the send buffer alone decides: the kernel queues what the
+		// peer cannot take yet, and a window held down by tcpi_snd_wnd
+		// would have no wake-up when the peer reopens it.
+		wnd = min(wnd, peerWnd)
 	}
-	// sk_sndbuf counts overhead too: half of it is the usable payload.
-	space := tcpMaxWindow
-	if f.sndBuf > 0 {
-		space = max(f.sndBuf/2-queued, 0)
-	}
-	wnd = min(wnd, uint32(space), uint32(0xffff)<<f.wsToGuest, tcpMaxWindow)
 	f.wndToGuest = wnd
-	if f.state == tcpSynAckSent || f.state == tcpSynSent {
+	if handshake {
 		return
 	}
-	// A closed window needs a trigger to be reopened: EPOLLOUT when our
-	// send buffer is the limit, and a short poll in any case. EPOLLOUT
-	// alone is not enough: the kernel only signals new send space after a
-	// write failed for lack of it (or a poll found none), and its idea of
-	// "writable" is not our window estimate, so it may have fired already.
-	wantOut := space < f.mssToGuest
-	if wantOut != (f.flags&flWantOut != 0) {
-		f.flags ^= flWantOut
+	// A window that is not worth the guest's while needs a trigger to
+	// reopen it. When the send buffer is full by the kernel's own measure,
+	// that trigger is EPOLLOUT: polling the socket now (epoll_ctl) sets
+	// SOCK_NOSPACE, and the ACK that frees a third of the buffer wakes
+	// us (DESIGN invariant 7: window updates go out as soon as space
+	// opens, through the ordered output). The kernel signals nothing for
+	// a socket that never looked full to it, hence the exact test.
+	if full {
+		if f.flags&flOutArmed == 0 {
+			t.armOut(f)
+		}
+	} else if f.flags&flWantOut != 0 {
+		f.flags &^= flWantOut | flOutArmed
 		t.updateEpoll(f)
 	}
-	if wnd < uint32(f.mssToGuest) && f.ackDueAt.IsZero() {
+	// Otherwise the window is at least a third of the buffer (see
+	// sendSpace's cap), which the guest can fill, unless something else
+	// held it down (the peer's window): look again shortly.
+	if !full && wnd < f.guestMSS() && f.ackDueAt.IsZero() {
 		f.ackDueAt = now.Add(t.cfg.AckInterval)
 	}
+}
+
+// tcpSndRatioOne is 1.0 in tcpFlow.sndRatio's fixed point.
+const tcpSndRatioOne = 1024
+
+// tcpSndRatioMinQueued is how much send-buffer memory must be in use for
+// its payload share to be measured (below it, one skb's overhead would
+// dominate the estimate).
+const tcpSndRatioMinQueued = 8192
+
+// sendSpace returns how many payload bytes f's host socket accepts now
+// without a short write: the window the guest may fill. full reports that
+// the kernel considers the socket not writable (tcp_poll: free space below
+// half the memory queued), so that a poll now arms its EPOLLOUT wake-up.
+//
+// The kernel accounts the send buffer in memory (skb truesize), payload
+// plus per-skb overhead: a buffer of sk_sndbuf bytes holds anywhere from
+// half (small segments) to nearly all (64 KiB segments on loopback) of it
+// in payload. So the free memory (SO_MEMINFO) is turned into payload with
+// the ratio the queue itself shows (queued payload / queued memory), half
+// until it has been measured. The kernel accepts a write while any memory
+// is free, so the estimate errs on the safe side (DESIGN invariant 5).
+func (t *tcpTable) sendSpace(now time.Time, f *tcpFlow, queued int) (space int, full bool) {
+	sndbuf, wq, ok := tcpSndMem(f.fd)
+	if !ok {
+		// No SO_MEMINFO (before Linux 4.6): half of SO_SNDBUF, re-read now
+		// and then (it only changes with auto-tuning) and whenever it
+		// looks like the limit.
+		if f.sndBuf == 0 || now.Sub(f.sndBufAt) >= tcpSndBufRefresh || f.sndBuf/2-queued < f.mssToGuest {
+			if sb, e := tcpGetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_SNDBUF); e == 0 {
+				f.sndBuf, f.sndBufAt = sb, now
+			}
+		}
+		if f.sndBuf <= 0 {
+			return tcpMaxWindow, false
+		}
+		space = max(f.sndBuf/2-queued, 0)
+		return space, space < f.mssToGuest
+	}
+	f.sndBuf, f.sndBufAt = sndbuf, now
+	if queued > 0 && wq >= tcpSndRatioMinQueued {
+		f.sndRatio = uint16(min(max(queued*tcpSndRatioOne/wq, tcpSndRatioOne/4), tcpSndRatioOne))
+	}
+	r := int(f.sndRatio)
+	if r == 0 {
+		r = tcpSndRatioOne / 2
+	}
+	// sk_stream_wspace < sk_stream_min_wspace, as tcp_poll computes it:
+	// exactly, or a poll could report writable while we think not, and
+	// EPOLLOUT would never stop.
+	full = sndbuf-wq < wq>>1
+	space = max(sndbuf-wq, 0) * r / tcpSndRatioOne
+	// The kernel wakes a full socket once a third of its buffer is free,
+	// and a Linux guest sends nothing into a window smaller than its MSS,
+	// which it bounds by half the largest window it was ever offered
+	// (tcp_bound_to_half_wnd). Keeping every window at or below 5/8 of the
+	// buffer keeps that MSS below the window the wake-up reopens; without
+	// the cap the guest could sit on a third-of-the-buffer window, waiting
+	// for more, with nothing left to announce it.
+	if lim := sndbuf * r / tcpSndRatioOne * 5 / 8; f.mssToGuest > lim/2 {
+		space = min(space, lim)
+	}
+	return space, full
+}
+
+// armOut asks the kernel to tell f's loop, with EPOLLOUT, when its full
+// send buffer has room again. Registering EPOLLOUT (or re-registering it:
+// epoll_ctl polls the socket) sets SOCK_NOSPACE on a socket that is not
+// writable; the wake-up that follows clears it, so every new full spell
+// needs a poll of its own (flOutArmed tracks that).
+func (t *tcpTable) armOut(f *tcpFlow) {
+	f.flags |= flWantOut | flOutArmed
+	if f.inEpoll && f.epollEvents&unix.EPOLLOUT != 0 {
+		f.epollEvents = 0 // same mask: force the epoll_ctl all the same
+	}
+	t.updateEpoll(f)
+}
+
+// guestMSS is the largest segment the guest sends into our window: its MSS,
+// bounded (by Linux, tcp_bound_to_half_wnd) by half the largest window it
+// has seen from us.
+func (f *tcpFlow) guestMSS() uint32 {
+	return max(min(uint32(f.mssToGuest), f.maxWndSent/2), 1)
 }
 
 // sendData peeks socket data into guest buffers, frame by frame, and
@@ -473,6 +564,11 @@ func (t *tcpTable) buildHeaders(f *tcpFlow, hdr []byte, fl header.TCPFlags, seq 
 			f.wndSent = 0
 		}
 	}
+	sent := min(wnd, 0xffff)
+	if !fl.Has(header.TCPFlagSYN) {
+		sent <<= f.wsToGuest
+	}
+	f.maxWndSent = max(f.maxWndSent, sent)
 	psum := header.PseudoHeaderChecksum(header.IPProtocolTCP, f.remoteAddr, f.guestAddr, uint32(tcpLen+n))
 	vh := &t.vh
 	*vh = virtqueue.NetHdr{}

@@ -135,8 +135,15 @@ func TestTCPTableFull(t *testing.T) {
 	if h.tab.Len() != 1 || h.stats.TableFull.Load() != 1 {
 		t.Fatalf("len %d tableFull %d", h.tab.Len(), h.stats.TableFull.Load())
 	}
-	got := h.flush()
-	if len(got) != 1 || got[0].flags != header.TCPFlagRST|header.TCPFlagACK || got[0].ack != h.isn+1 || got[0].dst != h.guest {
+	// The established flow may announce its grown window in the same pass;
+	// the refused port gets exactly one RST.
+	var got []tcpSeg
+	for _, s := range h.flush() {
+		if s.dst == h.guest {
+			got = append(got, s)
+		}
+	}
+	if len(got) != 1 || got[0].flags != header.TCPFlagRST|header.TCPFlagACK || got[0].ack != h.isn+1 {
 		t.Fatalf("refused SYN not reset: %+v", got)
 	}
 }

@@ -118,6 +118,20 @@ func tcpSetsockoptInt(fd, level, opt, val int) unix.Errno {
 	return e
 }
 
+// tcpSndMem reads SO_MEMINFO: the send buffer limit (sk_sndbuf) and the
+// memory the send and retransmit queues take (sk_wmem_queued), both in the
+// kernel's truesize accounting, the units its write checks use.
+func tcpSndMem(fd int) (sndbuf, queued int, ok bool) {
+	var m [unix.SK_MEMINFO_VARS]uint32
+	l := uint32(unsafe.Sizeof(m))
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
+		uintptr(unsafe.Pointer(&m)), uintptr(unsafe.Pointer(&l)), 0)
+	if e != 0 || l <= unix.SK_MEMINFO_WMEM_QUEUED*4 {
+		return 0, 0, false
+	}
+	return int(m[unix.SK_MEMINFO_SNDBUF]), int(m[unix.SK_MEMINFO_WMEM_QUEUED]), true
+}
+
 // tcpSendQueueBytes is SIOCOUTQ: bytes in the send queue, unsent or unacked.
 func tcpSendQueueBytes(fd int) int {
 	var v int32

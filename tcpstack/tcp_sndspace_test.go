@@ -1,0 +1,166 @@
+package tcpstack
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"vunet/tcpstack/header"
+)
+
+// TestTCPUploadWindowByEPOLLOUT runs in a network namespace whose
+// tcp_wmem/tcp_rmem top out at 64 KiB (the rig's small-buffer scenario):
+// the send buffer of the host socket is always smaller than the guest's
+// MSS. The guest uploads to a loopback peer and the clock never moves, so
+// no timer can reopen the window: every window update must come from the
+// output after a write or from the socket's EPOLLOUT. Before the send
+// space was taken from SO_MEMINFO, the window closed at half the buffer
+// while the kernel still called the socket writable, EPOLLOUT never came,
+// and the upload stopped until the 10 ms ACK timer.
+func TestTCPUploadWindowByEPOLLOUT(t *testing.T) {
+	tcpInSmallBufferNetns(t, "TestTCPUploadWindowByEPOLLOUT", "4096 16384 65536", func(t *testing.T) {
+		tcpRunUploadNoTimers(t, 64<<20, 20*time.Second)
+	})
+}
+
+// tcpInSmallBufferNetns re-runs test name in a child process in a new
+// network namespace with tcp_rmem and tcp_wmem set to mem, where it calls
+// body.
+func tcpInSmallBufferNetns(t *testing.T, name, mem string, body func(t *testing.T)) {
+	if os.Getenv("TCPSTACK_NETNS_CHILD") == "" {
+		if os.Getuid() != 0 {
+			t.Skip("needs root for a network namespace")
+		}
+		cmd := exec.Command("unshare", "-n", os.Args[0], "-test.run=^"+name+"$", "-test.v")
+		cmd.Env = append(os.Environ(), "TCPSTACK_NETNS_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		if !bytes.Contains(out, []byte("--- PASS: "+name)) {
+			t.Fatalf("child did not pass:\n%s", out)
+		}
+		t.Logf("child:\n%s", out)
+		return
+	}
+	if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
+		t.Fatalf("lo up: %v", err)
+	}
+	for _, f := range []string{"tcp_rmem", "tcp_wmem"} {
+		if err := os.WriteFile("/proc/sys/net/ipv4/"+f, []byte(mem), 0); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	body(t)
+}
+
+// tcpRunUploadNoTimers uploads n bytes from a simulated Linux guest (64 KiB
+// MSS, as with the default MTU) to a loopback peer that reads as fast as it
+// can. The guest sends only inside the advertised window and, like Linux
+// (tcp_snd_wnd_test with tcp_bound_to_half_wnd), only a segment of its full
+// MSS — the smaller of its MSS and half the largest window it has seen —
+// unless less data is left. Timers never run. It fails when the upload
+// makes no progress for a second, when the socket refuses a byte inside
+// the window (a short write: in-flight data beyond what we can write), or
+// when the ACK passes what was written.
+func tcpRunUploadNoTimers(t *testing.T, n int, limit time.Duration) {
+	h := tcpNewHarness(t, TCPConfig{})
+	ln := h.listen()
+	h.sendSYN(header.TCPOptions{HasMSS: true, MSS: 65480, HasWindowScale: true, WindowScale: 7})
+	synack := h.collect("SYN-ACK", func(s []tcpSeg) bool { return len(s) > 0 })
+	if synack[0].flags != header.TCPFlagSYN|header.TCPFlagACK {
+		t.Fatalf("want a SYN-ACK, got %+v", synack[0])
+	}
+	h.ack, h.ws = synack[0].seq+1, 7
+	h.sendAck(nil)
+	peer, err := ln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	f := h.flow()
+	data := tcpPattern(n)
+	recv := make(chan []byte, 1)
+	go func() {
+		got := make([]byte, 0, n)
+		buf := make([]byte, 256<<10)
+		peer.SetReadDeadline(time.Now().Add(limit + 5*time.Second))
+		for len(got) < n {
+			k, err := peer.Read(buf)
+			if err != nil {
+				break
+			}
+			got = append(got, buf[:k]...)
+		}
+		recv <- got
+	}()
+	base := h.seq
+	una, wnd := base, uint32(synack[0].wnd) // a SYN's window is not scaled
+	maxWnd := wnd
+	for _, s := range h.flush() {
+		una, wnd = s.ack, uint32(s.wnd)<<tcpWsToGuest
+	}
+	maxWnd = max(maxWnd, wnd)
+	start := time.Now()
+	lastProgress := start
+	segs, waits, idle := 0, 0, 0
+	var waited time.Duration
+	for h.seq != base+uint32(n) {
+		if time.Since(lastProgress) > time.Second {
+			t.Fatalf("upload stalled at %d of %d bytes: window %d (una %d, written %d); only a timer would reopen it",
+				h.seq-base, n, wnd, una-base, f.seqFromGuest-base)
+		}
+		if time.Since(start) > limit {
+			t.Fatalf("upload too slow: %d of %d bytes in %v", h.seq-base, n, limit)
+		}
+		mss := min(uint32(65480), maxWnd/2)
+		for {
+			left := uint32(n) - (h.seq - base)
+			room := int32(una + wnd - h.seq)
+			seg := min(mss, left)
+			if left == 0 || room < int32(seg) || seg == 0 {
+				break
+			}
+			off := int(h.seq - base)
+			h.inject(h.frame(header.TCPFlagACK, h.seq, h.ack, h.wnd, nil, data[off:off+int(seg)]))
+			if f.seqFromGuest != h.seq+seg {
+				t.Fatalf("socket took %d of a %d-byte segment inside the advertised window (right edge %d, at %d)",
+					f.seqFromGuest-h.seq, seg, una+wnd-base, h.seq-base)
+			}
+			h.seq += seg
+			segs++
+			lastProgress = time.Now()
+		}
+		// The ACKs of what was just written first (the loop's output pass
+		// of the same iteration), then socket events.
+		out := h.flush()
+		if len(out) == 0 {
+			t0 := time.Now()
+			out = h.pump(5 * time.Millisecond)
+			waits++
+			waited += time.Since(t0)
+			if len(out) == 0 {
+				idle++
+			}
+		}
+		for _, s := range out {
+			if tcpSeqGT(s.ack, f.seqFromGuest) {
+				t.Fatalf("ACK %d beyond what was written (%d)", s.ack-base, f.seqFromGuest-base)
+			}
+			if tcpSeqGT(s.ack, una) {
+				una = s.ack
+			}
+			wnd = uint32(s.wnd) << tcpWsToGuest
+			maxWnd = max(maxWnd, wnd)
+		}
+	}
+	got := <-recv
+	if !bytes.Equal(got, data) {
+		t.Fatalf("peer got %d bytes, corrupted or short", len(got))
+	}
+	el := time.Since(start)
+	t.Logf("%d bytes in %d segments, %v (%.0f MB/s), largest window %d; %d waits for the socket (%v), %d without a frame",
+		n, segs, el, float64(n)/el.Seconds()/1e6, maxWnd, waits, waited, idle)
+}

@@ -1,0 +1,30 @@
+// Command bench is `make bench`: one run measures a vhost-user back-end
+// (vunet, and optionally a peer such as passt) on the netns/TAP rig
+// (vunet/test/rig) against the kernel's own ceiling, prints a table and
+// writes the numbers as JSON.
+//
+//	go run ./test/bench [-out bench-results.json] [-t 3s] [-micro=false]
+//	VUNET_BENCH_PEER='/tmp/passt/passt --vhost-user -f -1 -s {socket}' go run ./test/bench
+//
+// What it measures, per back-end, with the kernel (a veth pair between two
+// namespaces, the same tools) run first in the same run as the ceiling:
+//
+//   - TCP throughput (iperf3) guest→host and host→guest, 1 and 4 streams, at
+//     guest MTU 1500 and 65520, with the back-end's CPU seconds per GB moved
+//     (utime+stime of /proc/<pid>/stat around each transfer);
+//   - UDP throughput with 1472-byte payloads (iperf3 -u), received rate and
+//     loss, both directions, at MTU 1500;
+//   - TCP request/response latency (1-byte ping-pong, p50 and p99) and TCP
+//     connection setup rate (connect, 1-byte exchange, close), by Go code
+//     running on a thread inside the guest namespace;
+//   - the back-end's peak RSS (VmHWM) and its RSS with N (10,000) idle TCP
+//     connections open through it;
+//   - Go micro-benchmarks of the hot paths (virtqueue, tcpstack,
+//     tcpstack/header) with allocs/op.
+//
+// With VUNET_BENCH_PEER set, every test runs on the peer right after vunet
+// and the table gains the ratio vunet/peer per row.
+//
+// It needs root, iproute2 and iperf3. It is test code: it may import
+// anything, and nothing in vunet may import it.
+package main

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// mtuRound brings up the kernel path and one rig per back-end at one guest
+// MTU, runs every test on each in turn (kernel, vunet, peer), and tears
+// them down. UDP runs in the first round, the latency, connection-rate and
+// idle tests in the last.
+func (r *runner) mtuRound(ctx context.Context, mtu int, first, last bool) (err error) {
+	fmt.Fprintf(os.Stderr, "== MTU %d\n", mtu)
+	var ts []*target
+	defer func() {
+		for _, t := range ts {
+			if cerr := t.close(); cerr != nil {
+				r.note("MTU %d %s teardown: %v", mtu, t.backend, cerr)
+			}
+		}
+	}()
+	k, err := newVethTarget(mtu)
+	if err != nil {
+		return fmt.Errorf("kernel veth pair: %w", err)
+	}
+	ts = append(ts, k)
+	backends := []struct{ name, tmpl string }{{"vunet", r.s.vunet}}
+	if r.s.peer != "" {
+		backends = append(backends, struct{ name, tmpl string }{r.s.peerName, r.s.peer})
+	}
+	for _, b := range backends {
+		t, err := newRigTarget(ctx, b.name, strings.Fields(b.tmpl), mtu, r.logger)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, t)
+		if got := t.rig.MTU(); got != mtu {
+			r.note("%s rig: guest MTU is %d, not %d", b.name, got, mtu)
+		}
+	}
+	for _, t := range ts {
+		if err := t.startHost("iperf3", "iperf3", "-s", "-p", strconv.Itoa(iperfPort)); err != nil {
+			return err
+		}
+	}
+	for _, t := range ts {
+		if err := t.waitListen(ctx, iperfPort); err != nil {
+			return err
+		}
+	}
+
+	for _, dir := range []struct {
+		name, arrow string
+		reverse     bool
+	}{{"guest_to_host", "guest→host", false}, {"host_to_guest", "host→guest", true}} {
+		for _, streams := range []int{1, 4} {
+			label := fmt.Sprintf("TCP %s P%d MTU %d", dir.arrow, streams, mtu)
+			for _, t := range ts {
+				r.iperf(ctx, t, "tcp_throughput", label, dir.name, iperfSpec{seconds: r.s.seconds, streams: streams, reverse: dir.reverse})
+			}
+		}
+	}
+	if first {
+		for _, dir := range []struct {
+			name, arrow string
+			reverse     bool
+		}{{"guest_to_host", "guest→host", false}, {"host_to_guest", "host→guest", true}} {
+			label := fmt.Sprintf("UDP %s %dB MTU %d", dir.arrow, udpLen, mtu)
+			for _, t := range ts {
+				r.iperf(ctx, t, "udp_throughput", label, dir.name, iperfSpec{seconds: r.s.seconds, streams: 1,
+					reverse: dir.reverse, udp: true, udpRate: r.s.udpRate})
+			}
+		}
+	}
+	if last {
+		r.latencyAndRate(ctx, ts, mtu)
+	}
+	for _, t := range ts[1:] {
+		r.peakRSS(t, fmt.Sprintf("peak RSS (VmHWM) after MTU %d tests", mtu))
+	}
+	if last && r.s.idle > 0 {
+		for _, t := range ts[1:] {
+			r.idle(ctx, t)
+		}
+	}
+	return nil
+}
+
+// iperf runs one iperf3 test on t and records its row.
+func (r *runner) iperf(ctx context.Context, t *target, test, label, dir string, spec iperfSpec) {
+	row := Result{Test: test, Label: label, Backend: t.backend, Direction: dir, MTU: t.mtu,
+		Streams: spec.streams, Unit: "Gbit/s", HigherIsBetter: true}
+	res, err := runIperf(ctx, t, spec)
+	if err != nil {
+		row.Error = err.Error()
+		r.add(row)
+		return
+	}
+	row.Value, row.Bytes = res.gbits, res.bytes
+	if t.pid() > 0 && res.bytes > 0 {
+		row.CPUSecPerGB = ptr(res.cpu / (float64(res.bytes) / 1e9))
+	}
+	if spec.udp {
+		row.LossPercent = ptr(res.lossPercent)
+		row.Note = fmt.Sprintf("sent %s Gbit/s, loss %.1f%%", num(res.sentGbits), res.lossPercent)
+	}
+	r.add(row)
+}
+
+// latencyAndRate runs the ping-pong and connection-rate tests on every
+// target with an echo server in each host namespace.
+func (r *runner) latencyAndRate(ctx context.Context, ts []*target, mtu int) {
+	servers := make([]*echoServer, len(ts))
+	for i, t := range ts {
+		s, err := startEcho(t)
+		if err != nil {
+			r.note("%s: %v", t.backend, err)
+			continue
+		}
+		servers[i] = s
+		defer s.close()
+	}
+	l50 := fmt.Sprintf("TCP RR 1B latency p50 MTU %d", mtu)
+	l99 := fmt.Sprintf("TCP RR 1B latency p99 MTU %d", mtu)
+	var p99rows []Result
+	for i, t := range ts {
+		if servers[i] == nil {
+			continue
+		}
+		p50, p99, n, err := pingPong(ctx, t, r.s.rrTime)
+		a := Result{Test: "tcp_rr_latency_p50", Label: l50, Backend: t.backend, MTU: mtu, Value: p50, Unit: "µs"}
+		b := Result{Test: "tcp_rr_latency_p99", Label: l99, Backend: t.backend, MTU: mtu, Value: p99, Unit: "µs"}
+		if err != nil {
+			a.Error, b.Error = err.Error(), err.Error()
+		} else {
+			a.Note = fmt.Sprintf("%d round trips", n)
+		}
+		r.add(a)
+		p99rows = append(p99rows, b)
+	}
+	for _, b := range p99rows {
+		r.add(b)
+	}
+	label := fmt.Sprintf("TCP connect/1B/close rate MTU %d", mtu)
+	for i, t := range ts {
+		if servers[i] == nil {
+			continue
+		}
+		rate, n, err := connectRate(ctx, t, r.s.rrTime)
+		row := Result{Test: "tcp_crr_rate", Label: label, Backend: t.backend, MTU: mtu, Value: rate,
+			Unit: "conn/s", HigherIsBetter: true, Note: fmt.Sprintf("%d connections", n)}
+		if err != nil {
+			row.Error = err.Error()
+		}
+		r.add(row)
+	}
+}
+
+// peakRSS records the back-end's VmHWM so far.
+func (r *runner) peakRSS(t *target, label string) {
+	row := Result{Test: "peak_rss", Label: label, Backend: t.backend, MTU: t.mtu, Unit: "MiB"}
+	kib, err := statusKiB(t.pid(), "VmHWM")
+	if err != nil {
+		row.Error = err.Error()
+	}
+	row.Value = float64(kib) / 1024
+	r.add(row)
+}
+
+// idle opens the idle connections through t's back-end and records its RSS.
+func (r *runner) idle(ctx context.Context, t *target) {
+	pid := t.pid()
+	if lim, err := openFilesLimit(pid); err != nil {
+		r.note("%s: %v", t.backend, err)
+	} else if lim < int64(r.s.idle)+64 {
+		r.note("%s: open-files limit %d is below the %d idle connections (+64): expect failures", t.backend, lim, r.s.idle)
+	} else {
+		r.note("%s: back-end open-files limit %d (enough for %d connections)", t.backend, lim, r.s.idle)
+	}
+	label := fmt.Sprintf("RSS with %d idle TCP conns", r.s.idle)
+	row := Result{Test: "idle_rss", Label: label, Backend: t.backend, MTU: t.mtu, Unit: "MiB"}
+	res, err := idleConns(ctx, t, r.s.idle)
+	if err != nil {
+		row.Error = err.Error()
+		r.add(row)
+		return
+	}
+	row.Value = float64(res.rssKiB) / 1024
+	perConn := float64(res.rssKiB-res.baseKiB) * 1024 / float64(res.opened)
+	row.Note = fmt.Sprintf("before %s MiB, +%s B/conn, VmHWM %s MiB", num(float64(res.baseKiB)/1024), num(perConn), num(float64(res.hwmKiB)/1024))
+	r.add(row)
+}

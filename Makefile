@@ -38,7 +38,19 @@ test-unit:
 test-system:
 	$(GO) test -count=1 -timeout 25m -p 1 ./test/...
 
+# The benchmark suite on the netns/TAP rig (root, iproute2, iperf3): vunet
+# next to the kernel's own ceiling (a veth pair) and, when
+# VUNET_BENCH_PEER='CMD ... {socket} ...' is set, next to that back-end; then
+# the hot-path micro-benchmarks. Table on stdout, JSON in $(BENCH_OUT);
+# BENCH_FLAGS passes options (go run ./test/bench -h), e.g. BENCH_FLAGS='-t 5'.
+BENCH_OUT   ?= bench-results.json
+BENCH_FLAGS ?=
 bench:
+	$(GO) run ./test/bench -out $(BENCH_OUT) $(BENCH_FLAGS)
+
+# The Go micro-benchmarks alone (no root): allocs/op of the hot paths.
+.PHONY: bench-micro
+bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./virtqueue/... ./vhostuser/... ./tcpstack/...
 
 # Runs every fuzz target for $(FUZZTIME) each; the seed corpora live in each

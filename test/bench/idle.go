@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // idleResult is the back-end's memory with many idle connections open.
@@ -18,47 +22,30 @@ type idleResult struct {
 }
 
 // idleConns opens n TCP connections from the guest to a host listener
-// through t, waits until the host side accepted them all, reads the
+// through t, waits until all are established on the host side, reads the
 // back-end's RSS, and closes everything.
 func idleConns(ctx context.Context, t *target, n int) (idleResult, error) {
 	var res idleResult
 	pid := t.pid()
-	var l net.Listener
-	err := t.inHost(func() (err error) {
-		l, err = net.Listen("tcp4", net.JoinHostPort(t.listenIP, strconv.Itoa(idlePort)))
-		return err
+	// The host side never accepts: the connections stay fully established
+	// in the listener's accept queue, so they cost this process no file
+	// descriptors (the hard open-files limit may not be raisable without
+	// CAP_SYS_RESOURCE) while the back-end holds its socket for each.
+	var lfd int
+	err := t.inHost(func() error {
+		var err error
+		if lfd, err = backlogListener(t.listenIP, idlePort, n+128); err != nil {
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return res, fmt.Errorf("idle listener: %w", err)
 	}
-	var (
-		mu       sync.Mutex
-		accepted []net.Conn
-		count    atomic.Int64
-		wg       sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			accepted = append(accepted, c)
-			mu.Unlock()
-			count.Add(1)
-		}
-	}()
+	defer unix.Close(lfd)
 	var guest []net.Conn
 	defer func() {
 		for _, c := range guest {
-			c.Close()
-		}
-		l.Close()
-		wg.Wait()
-		for _, c := range accepted {
 			c.Close()
 		}
 	}()
@@ -103,11 +90,18 @@ func idleConns(ctx context.Context, t *target, n int) (idleResult, error) {
 		}
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for count.Load() < int64(n) {
-		if time.Now().After(deadline) {
-			return res, fmt.Errorf("host side accepted %d of %d connections", count.Load(), n)
+	for {
+		q, err := acceptQueue(ctx, t, idlePort)
+		if err != nil {
+			return res, err
 		}
-		time.Sleep(50 * time.Millisecond)
+		if q >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("host side has %d of %d connections established", q, n)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // idle: let any per-connection work settle
 	if pid > 0 {
@@ -119,4 +113,43 @@ func idleConns(ctx context.Context, t *target, n int) (idleResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// backlogListener listens on ip:port with the given backlog (Go's
+// net.Listen caps it at the somaxconn it read at start-up, outside this
+// namespace).
+func backlogListener(ip string, port, backlog int) (int, error) {
+	a, err := netip.ParseAddr(ip)
+	if err != nil || !a.Is4() {
+		return -1, fmt.Errorf("listen address %q: not IPv4", ip)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: a.As4()}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("bind %s:%d: %w", ip, port, err)
+	}
+	if err := unix.Listen(fd, backlog); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("listen %s:%d: %w", ip, port, err)
+	}
+	return fd, nil
+}
+
+// acceptQueue is the number of established connections waiting in the
+// accept queue of the listener on port in t's host namespace (Recv-Q of a
+// listening socket in ss).
+func acceptQueue(ctx context.Context, t *target, port int) (int, error) {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", t.hostNS, "ss", "-Hltn", "sport = :"+strconv.Itoa(port)).Output()
+	if err != nil {
+		return 0, fmt.Errorf("ss in %s: %w", t.hostNS, err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("ss in %s: no listener on port %d", t.hostNS, port)
+	}
+	return strconv.Atoi(f[1])
 }

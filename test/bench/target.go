@@ -25,10 +25,12 @@ const (
 
 // benchSysctls let the connection-rate and idle-connection tests open tens
 // of thousands of connections in a few seconds on both sides: a wide
-// ephemeral range and TIME_WAIT reuse for outgoing connections.
+// ephemeral range and TIME_WAIT reuse for outgoing connections, and an
+// accept queue deep enough to hold every idle connection.
 var benchSysctls = map[string]string{
 	"net.ipv4.ip_local_port_range": "1024 65535",
 	"net.ipv4.tcp_tw_reuse":        "1",
+	"net.core.somaxconn":           "65535",
 }
 
 // target is one path between a "guest" namespace (clients) and a "host"

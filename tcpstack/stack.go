@@ -249,7 +249,7 @@ func (s *Stack) Close() {
 }
 
 // EndSession closes every flow and connection of every pair, with an RST to
-// TCP host peers, and forgets the guest's MAC address; forwarded-port
+// TCP host peers, and forgets a learned guest MAC address; forwarded-port
 // listeners stay. The control plane calls it when the front-end leaves or
 // resets the device: the guest side of those flows no longer exists, and a
 // peer that waited for its own timeout would hang for minutes.
@@ -269,7 +269,8 @@ func (s *Stack) EndSession() {
 		ps.flows.closeAll()
 		ps.tcp.ResetConnections()
 	}
-	s.guestMAC.Store(0)
+	// The next guest may have another MAC; a configured one stays.
+	s.guestMAC.Store(macToU64(s.cfg.Addr.GuestMAC))
 }
 
 // PairTCPStats returns the TCP translation counters of pair index, or nil

@@ -52,6 +52,7 @@ type loop struct {
 	mtu       int       // guest MTU the TCP table was last told
 	guestCsum bool      // VIRTIO_NET_F_GUEST_CSUM: frames to the guest may carry partial checksums
 	rxWaiting bool      // producers wait for RX descriptors: RX kicks are enabled
+	tcpRXWait bool      // the TCP output is blocked on RX descriptors (counted once per wait)
 	again     bool      // work is left: poll epoll without sleeping
 
 	timerArmed time.Time // deadline the timerfd is set to; zero: disarmed

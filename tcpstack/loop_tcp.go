@@ -31,14 +31,34 @@ func (l *loop) tcpFromGuest(c *virtqueue.Chain, head []byte, frameLen int) {
 }
 
 // tcpOutput runs the TCP output pass into the RX ring. A pass blocked on
-// descriptors has already marked the writer starved, so the refill kick
-// brings the loop back.
+// descriptors has already marked the writer starved (iterate then enables
+// RX kicks), and the blocked flows stay queued in the table: the guest's
+// refill kick brings the loop back and its next pass serves them first,
+// with no timer in between (DESIGN invariant 1).
+//
+// A blocked pass is counted in RXWaitedForDescriptors once per wait, not
+// per retry: when it starts the wait (the previous pass was not blocked),
+// or when it used buffers the guest posted and ran out again. A pass that
+// found the ring already drained by an earlier producer in this iteration
+// (a pending reply, counted there) adds nothing.
 func (l *loop) tcpOutput() {
 	if m := l.s.MTU(); m != l.mtu {
 		l.mtu = m
 		l.tcp.SetMTU(m)
 	}
-	l.tcp.Flush(l.now, &l.rx)
+	starved := l.rx.starved
+	frames := l.st.RX.Frames.Load()
+	if !l.tcp.Flush(l.now, &l.rx) {
+		l.tcpRXWait = false
+		return
+	}
+	if !l.rx.starved {
+		return // our own reservation limit, not the guest's ring: iterate comes back at once
+	}
+	if !starved && (!l.tcpRXWait || l.st.RX.Frames.Load() != frames) {
+		l.st.RXWaitedForDescriptors.Add(1)
+	}
+	l.tcpRXWait = true
 }
 
 // tcpDeadline is the TCP table's next timer, zero for none.

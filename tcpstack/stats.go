@@ -135,8 +135,10 @@ type QueueStats struct {
 	RX DirStats
 	// TXByEtherType counts TX frames by ethertype class.
 	TXByEtherType [NumEtherClasses]atomic.Uint64
-	// RXWaitedForDescriptors counts frames that found the guest's RX ring empty
-	// and had to wait for a refill (each frame counted once).
+	// RXWaitedForDescriptors counts waits for a refill of the guest's RX
+	// ring: each link-service reply that found it empty (once per reply),
+	// and each TCP output pass that ran out of descriptors with frames due
+	// (once per wait, however often it is retried before buffers come).
 	RXWaitedForDescriptors atomic.Uint64
 	// RXChainsWasted counts RX chains returned to the guest empty because
 	// they could be neither used nor rewound (a reservation committed short

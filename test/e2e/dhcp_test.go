@@ -51,14 +51,15 @@ func firstField(s string) string {
 // from a daemon started without addressing flags: the lease must carry the
 // "host's" own address, prefix and gateway (the namespace's, NetNSHost),
 // its resolver and search list, and the default MTU; then the gateway
-// answers ARP for the leased address.
+// answers ARP for the leased address, and DHCPv6 assigns the host's IPv6
+// address.
 func TestQEMUGuestDHCP(t *testing.T) {
 	NeedQEMU(t)
 	ns := NewNetNS(t)
 	d := netDaemon(t, ns)
 	vm := StartVM(t, VMConfig{
 		Socket: d.Socket,
-		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckARP},
+		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckARP, guest.CheckIPv6, guest.CheckDHCPv6},
 	})
 	h := ns.Host
 	checkLease(t, vm.RequireResult(t, guest.CheckDHCP, 60*time.Second), lease{
@@ -69,12 +70,27 @@ func TestQEMUGuestDHCP(t *testing.T) {
 	if arp.Fields["target"] != h.Gateway.String() || arp.Fields["from"] != h.Addr.String() {
 		t.Errorf("ARP check resolved %s from %s, want the gateway %s from %s", arp.Fields["target"], arp.Fields["from"], h.Gateway, h.Addr)
 	}
+	checkDHCPv6(t, vm, addrOf(h.Addr6))
 	vm.Finish(t)
+}
+
+// checkDHCPv6 asserts the DHCPv6 server assigned want (after the ipv6
+// check, which the caller runs before).
+func checkDHCPv6(t *testing.T, vm *VM, want netip.Addr) {
+	t.Helper()
+	vm.RequireResult(t, guest.CheckIPv6, 60*time.Second)
+	r := vm.RequireResult(t, guest.CheckDHCPv6, 30*time.Second)
+	if r.Fields["addr"] != want.String() {
+		t.Errorf("DHCPv6 assigned %q, want %s (%s)", r.Fields["addr"], want, r.Format())
+	}
+	if ip, err := netip.ParseAddr(r.Fields["server"]); err != nil || !ip.IsLinkLocalUnicast() {
+		t.Errorf("DHCPv6 reply from %q, want the router's link-local address", r.Fields["server"])
+	}
 }
 
 // TestQEMUGuestDHCPFlags configures the guest's addresses, gateway,
 // resolver and MTU with passt's flags (-a -n -g -D -m, and -a/-g again for
-// IPv6) and checks the guest got exactly those by DHCP and SLAAC, then
+// IPv6) and checks the guest got exactly those by DHCP, SLAAC and DHCPv6, then
 // downloads from the host through the configured gateway.
 func TestQEMUGuestDHCPFlags(t *testing.T) {
 	NeedQEMU(t)
@@ -94,7 +110,7 @@ func TestQEMUGuestDHCPFlags(t *testing.T) {
 		"-a", addr6.String(), "-g", gw6.String())
 	vm := StartVM(t, VMConfig{
 		Socket: d.Socket,
-		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckIPv6, guest.XferCheck("down")},
+		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckIPv6, guest.CheckDHCPv6, guest.XferCheck("down")},
 		Params: map[string]string{guest.XferParam("down"): guest.XferSpec(guest.XferDown, srv.target(guest.TargetGW4), 10<<20)},
 	})
 	checkLease(t, vm.RequireResult(t, guest.CheckDHCP, 60*time.Second), want)
@@ -109,6 +125,7 @@ func TestQEMUGuestDHCPFlags(t *testing.T) {
 	if !ok {
 		t.Errorf("guest IPv6 addresses %q: none in the configured prefix %s", r.Fields["addrs"], prefix)
 	}
+	checkDHCPv6(t, vm, addr6)
 	// TCP segments sized for the configured MTU, through the configured gateway.
 	srv.CheckXfer(t, vm.RequireResult(t, guest.XferCheck("down"), 60*time.Second), guest.XferDown, 10<<20)
 	vm.Finish(t)

@@ -9,30 +9,64 @@
 //	go test -short ./...                    # unit tests only: e2e tests skip
 //
 // Each test builds nothing twice: cmd/vunet is built once per test binary
-// (or taken from VUNET_E2E_BIN), the guest image once per binary and cached
-// across runs under $XDG_CACHE_HOME/vunet-e2e (keyed by a hash of every
-// input; delete the directory to force a rebuild). A guest boots in about
-// 5–6 s under TCG; a test takes 10–30 s.
+// (or taken from VUNET_E2E_BIN), the guest image (with the agent) once per
+// binary and cached across runs under $XDG_CACHE_HOME/vunet-e2e (keyed by a
+// hash of every input; delete the directory to force a rebuild). A guest
+// boots in about 3 s under TCG; a test takes 5–45 s, the whole package
+// about 4¼ minutes on two cores. Tests run one at a time: TCG needs a core
+// per guest, and two at a time (measured: 3m24s instead of 4m14s) made each
+// transfer half again as slow and puts the restart tests' 5 s deadlines at
+// the mercy of the neighbour's load.
 //
 // # Tests
 //
 //   - TestQEMUGuestLinkUp: handshake, eth0 up, probe frames completed by
 //     vunet and seen in its debug log, ARP answered, --one-off exit.
-//   - TestQEMUHotplugNIC: NIC hot-plugged through QMP after boot.
+//   - TestQEMUGuestDHCP, TestQEMUGuestDHCPFlags: the lease equals the
+//     namespace's "host" configuration (address, prefix, gateway, DNS,
+//     search list, MTU 65520), respectively what -a/-n/-g/-D/-m set;
+//     SLAAC in the IPv6 prefix and the DHCPv6 address (the agent's own
+//     Rapid Commit client) equal the host's, respectively the configured.
+//   - TestQEMUGuestIPv6: SLAAC from router advertisements, then 100 MB
+//     down and 100 MB up through the link-local router and through the
+//     global router address, byte-exact.
+//   - TestQEMUGuestTCPTransfer: 100 MB down and up over IPv4 through the
+//     gateway (mapped to the host's loopback), SHA-256 on both ends.
+//   - TestQEMUGuestUDPEcho: 20 datagrams from 1 to 65000 bytes, all echoed.
+//   - TestQEMUGuestPing: ICMP echo to the gateway through a ping socket.
+//   - TestQEMUGuestTCPConnections: 500 TCP connections open at once, one
+//     byte echoed on each.
+//   - TestQEMUGuestInboundForward: -t HOST:GUEST, 20 MB from the host to a
+//     guest listener, byte-exact.
+//   - TestQEMUGuestHTTPDownload: a 32 MB HTTP download through the gateway.
+//   - TestQEMUHotplugNIC: a NIC hot-plugged over QMP after boot, used (DHCP,
+//     20 MB), unplugged, and a second one plugged into the same daemon.
 //   - TestQEMUBackendRestart, TestQEMUDaemonConnects: vunet killed and
-//     restarted under a running guest, in server mode (QEMU reconnect=1) and
-//     in client mode (--connect, QEMU server=on).
+//     restarted under a running guest, in server mode (QEMU reconnect=1)
+//     and in client mode (--connect, QEMU server=on); the guest's TCP round
+//     trips must resume within 5 s of the new daemon, then DHCP and a
+//     transfer work.
+//   - TestQEMUFrontendRestart: QEMU killed in the middle of a 100 MB
+//     download; the dead guest's host connection must end, and a new guest
+//     on the same socket gets DHCP and byte-exact transfers.
 //   - TestQEMUGuestARPFlood: 5000 ARP round trips, rings wrapping many
-//     times; exact counts on both sides.
+//     times; exact counts on both sides (plus one gratuitous ARP and one RA
+//     per queue-pair start).
 //   - TestQEMUStopCont: QMP stop/cont twice under traffic; the rings resume
 //     from the indices vunet returned.
 //   - TestQEMUGuestMultiQueue: two queue pairs, two vCPUs; both pairs run.
-//   - TestQEMUGuestDHCP, TestQEMUGuestIPv6, TestQEMUGuestPing,
-//     TestQEMUGuestHTTPDownload: the guest configures itself by DHCP and by
-//     SLAAC from router advertisements, pings the gateway, downloads a blob
-//     from the host's loopback through the gateway address. They fail until
-//     the daemon has DHCP, NDP, ICMP and TCP translation; run them against the
-//     reference back-end with VUNET_E2E_PASST to check the harness itself.
+//
+// The traffic tests run the daemon and the host-side servers
+// (TrafficServer: bulk DOWN/UP with digests, TCP echo, UDP echo) in a
+// private network namespace (NewNetNS) that holds a known "host"
+// configuration on a veth pair: the results do not depend on the
+// machine's own network, ping sockets are allowed there without touching
+// the host's net.ipv4.ping_group_range, and forwarded ports cannot
+// collide. Those tests need root.
+//
+// QMP goes through github.com/digitalocean/go-qemu's SocketMonitor (QMP in
+// qmp.go wraps it with timeouts, an event drain and a reply gate; see
+// there why each is needed).
 //
 // # What the host needs
 //
@@ -43,12 +77,11 @@
 //     (apt-get install linux-image-amd64), readable by the test user.
 //   - busybox-static as /bin/busybox (apt-get install busybox-static).
 //   - the go tool (the agent and the daemon are built at test time).
+//   - root and ip(8) (iproute2) for the tests that use a network namespace.
 //
-// No root is needed for the QEMU tests, except TestQEMUGuestPing when
-// net.ipv4.ping_group_range excludes the test's group (it widens the range
-// for its duration as root). When a prerequisite is missing the
-// test is skipped with an install hint, or fails with the same hint when the
-// CI environment variable is set, so CI cannot go green by skipping.
+// When a prerequisite is missing the test is skipped with an install hint,
+// or fails with the same hint when the CI environment variable is set, so
+// CI cannot go green by skipping.
 //
 // # Environment
 //

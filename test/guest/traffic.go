@@ -38,6 +38,10 @@ const (
 	CheckTCPServe = "tcpserve"
 	// CheckGone waits for eth0 to disappear (hot-unplug).
 	CheckGone = "gone"
+	// CheckDHCPv6 sends a Rapid Commit SOLICIT and reports the REPLY's
+	// address (addr), resolvers (dns) and server; run it after the ipv6
+	// check, when the link-local address is usable.
+	CheckDHCPv6 = "dhcpv6"
 )
 
 // Parameters of the traffic checks.

@@ -120,6 +120,8 @@ func (a *agent) runCheck(ctx context.Context, name string) guest.Result {
 		return a.checkTCPServe(ctx)
 	case guest.CheckGone:
 		return a.checkGone(ctx)
+	case guest.CheckDHCPv6:
+		return a.checkDHCPv6(ctx)
 	}
 	return fail("unknown check %q", name)
 }

@@ -265,11 +265,12 @@ func (d *demo) startVunet(ctx context.Context) error {
 	d.rep.Gateway = started.Attr("gateway4")
 	d.detail("vhost-user socket %s", socket)
 	d.detail("metrics at http://%s/metrics", d.metrics)
-	d.detail("guest will get %s (network %s) with gateway %s, copied from this host's default route",
-		started.Attr("guest4"), started.Attr("ipv4"), d.rep.Gateway)
+	source := "copied from this host's default route"
 	if n := started.Attr("notes"); n != "" {
-		d.detail("note: %s", n)
+		source = "vunet's note: " + n
 	}
+	d.detail("guest will get %s (network %s) with gateway %s (%s)",
+		started.Attr("guest4"), started.Attr("ipv4"), d.rep.Gateway, source)
 	d.detail("connections to the gateway go to this host's loopback (127.0.0.1)")
 	return nil
 }

@@ -27,6 +27,15 @@ type pageServer struct {
 // startPageServer serves size random bytes at every path; t.Cleanup stops it.
 func startPageServer(t *testing.T, ns *e2e.NetNS, size int) *pageServer {
 	t.Helper()
+	return startPacedPageServer(t, ns, size, 1, 0)
+}
+
+// startPacedPageServer is startPageServer writing each response in chunks
+// pieces with pause between them, so a transfer lasts at least
+// (chunks-1)*pause however fast the guest is: long enough for a scraper
+// to see it in progress.
+func startPacedPageServer(t *testing.T, ns *e2e.NetNS, size, chunks int, pause time.Duration) *pageServer {
+	t.Helper()
 	blob := make([]byte, size)
 	if _, err := rand.Read(blob); err != nil {
 		t.Fatal(err)
@@ -49,7 +58,19 @@ func startPageServer(t *testing.T, ns *e2e.NetNS, size int) *pageServer {
 	p := &pageServer{Port: ln.Addr().(*net.TCPAddr).Port, Size: size, SHA256: hex.EncodeToString(sum[:])}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(size))
-		if n, err := w.Write(blob); err == nil && n == size {
+		sent := 0
+		for i := 0; i < chunks; i++ {
+			if i > 0 {
+				w.(http.Flusher).Flush()
+				time.Sleep(pause)
+			}
+			n, err := w.Write(blob[i*size/chunks : (i+1)*size/chunks])
+			sent += n
+			if err != nil {
+				return
+			}
+		}
+		if sent == size {
 			p.served.Add(1)
 		}
 	}), ReadHeaderTimeout: 10 * time.Second}

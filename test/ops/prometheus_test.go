@@ -28,7 +28,9 @@ const prometheusHint = "apt-get install prometheus"
 // and downloads a blob through vunet, then asks Prometheus (its HTTP query
 // API, as a dashboard would) whether vunet_queue_frames_total and
 // vunet_queue_bytes_total rose in both directions by at least what was
-// transferred. It also lints one scrape with `promtool check metrics`.
+// transferred, and whether it sampled the download while it was in
+// progress (the server paces it over about 5 s). It also lints one scrape
+// with `promtool check metrics`.
 func TestPrometheusScrapesVunet(t *testing.T) {
 	e2e.SkipIfShort(t)
 	e2e.NeedRoot(t, "network namespace for the daemon, its servers and Prometheus")
@@ -38,7 +40,8 @@ func TestPrometheusScrapesVunet(t *testing.T) {
 
 	ns := e2e.NewNetNS(t)
 	const size = 32 << 20
-	page := startPageServer(t, ns, size)
+	// 8 chunks 700 ms apart: the download lasts about 5 s, five scrapes.
+	page := startPacedPageServer(t, ns, size, 8, 700*time.Millisecond)
 	d := e2e.StartDaemon(t, e2e.DaemonConfig{NetNS: ns, Metrics: true})
 	client := &http.Client{Transport: &http.Transport{DialContext: ns.DialContext}, Timeout: 5 * time.Second}
 
@@ -131,14 +134,23 @@ func TestPrometheusScrapesVunet(t *testing.T) {
 	if inc[""] < size {
 		t.Errorf(`increase(vunet_queue_bytes_total{direction="rx"}[5m]) = %v, want >= %d`, inc[""], size)
 	}
-	samples, err := prom.query(ctx, client, `sum(count_over_time(vunet_queue_bytes_total{direction="rx"}[5m]))`, time.Now())
+	// Scraped during the transfer, not just before and after it: raw
+	// samples strictly between the start and the end of the download.
+	samples, err := prom.samples(ctx, client, `vunet_queue_bytes_total{direction="rx"}[5m]`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if samples[""] < 3 {
-		t.Errorf("prometheus holds %v samples of rx bytes, want >= 3 (one per second of the run)", samples[""])
+	base, final := before["vunet_queue_bytes_total"]["rx"], after["vunet_queue_bytes_total"]["rx"]
+	var during []float64
+	for _, v := range samples {
+		if v > base+size/16 && v < final-size/16 {
+			during = append(during, v)
+		}
 	}
-	t.Logf("prometheus: increase of rx bytes %v over %v samples", inc[""], samples[""])
+	if len(during) < 2 {
+		t.Errorf("prometheus scraped the transfer in progress %d times (rx bytes %v), want >= 2: samples %v", len(during), during, samples)
+	}
+	t.Logf("prometheus: increase of rx bytes %v; %d samples, %d of them mid-transfer: %v", inc[""], len(samples), len(during), during)
 }
 
 // prometheus is a running Prometheus server inside a test namespace.
@@ -246,6 +258,47 @@ func (p *prometheus) query(ctx context.Context, c *http.Client, q string, at tim
 			return nil, fmt.Errorf("query %s: value %v: %w", q, r.Value, err)
 		}
 		out[r.Metric["direction"]] = v
+	}
+	return out, nil
+}
+
+// samples runs a range-vector selector as an instant query and returns the
+// raw sample values of its one series, oldest first.
+func (p *prometheus) samples(ctx context.Context, c *http.Client, selector string) ([]float64, error) {
+	u := p.base + "/api/v1/query?" + url.Values{"query": {selector}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("query %s: %w", selector, err)
+	}
+	defer resp.Body.Close()
+	var ans struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			ResultType string `json:"resultType"`
+			Result     []struct {
+				Values [][2]any `json:"values"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&ans); err != nil {
+		return nil, fmt.Errorf("query %s: %w", selector, err)
+	}
+	if ans.Status != "success" || ans.Data.ResultType != "matrix" || len(ans.Data.Result) != 1 {
+		return nil, fmt.Errorf("query %s: status %s, type %s, %d series: %s", selector, ans.Status, ans.Data.ResultType, len(ans.Data.Result), ans.Error)
+	}
+	var out []float64
+	for _, sv := range ans.Data.Result[0].Values {
+		s, _ := sv[1].(string)
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: value %v: %w", selector, sv, err)
+		}
+		out = append(out, v)
 	}
 	return out, nil
 }

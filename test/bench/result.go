@@ -21,9 +21,12 @@ type Result struct {
 	// CPURatioToPeer is CPUSecPerGB over the peer's (vunet rows only).
 	CPURatioToPeer *float64 `json:"cpu_ratio_to_peer,omitempty"`
 	Bytes          int64    `json:"bytes,omitempty"`
-	LossPercent    *float64 `json:"loss_percent,omitempty"`
-	Note           string   `json:"note,omitempty"`
-	Error          string   `json:"error,omitempty"`
+	// Count is what the value was measured over: round trips, connections
+	// made, or idle connections actually held open.
+	Count       int      `json:"count,omitempty"`
+	LossPercent *float64 `json:"loss_percent,omitempty"`
+	Note        string   `json:"note,omitempty"`
+	Error       string   `json:"error,omitempty"`
 }
 
 // MicroResult is one Go benchmark line.

@@ -137,6 +137,7 @@ func (r *runner) latencyAndRate(ctx context.Context, ts []*target, mtu int) {
 			a.Error, b.Error = err.Error(), err.Error()
 		} else {
 			a.Note = fmt.Sprintf("%d round trips", n)
+			a.Count, b.Count = n, n
 		}
 		r.add(a)
 		p99rows = append(p99rows, b)
@@ -151,7 +152,7 @@ func (r *runner) latencyAndRate(ctx context.Context, ts []*target, mtu int) {
 		}
 		rate, n, err := connectRate(ctx, t, r.s.rrTime)
 		row := Result{Test: "tcp_crr_rate", Label: label, Backend: t.backend, MTU: mtu, Value: rate,
-			Unit: "conn/s", HigherIsBetter: true, Note: fmt.Sprintf("%d connections", n)}
+			Unit: "conn/s", HigherIsBetter: true, Count: n, Note: fmt.Sprintf("%d connections", n)}
 		if err != nil {
 			row.Error = err.Error()
 		}
@@ -188,8 +189,11 @@ func (r *runner) idle(ctx context.Context, t *target) {
 		r.add(row)
 		return
 	}
-	row.Value = float64(res.rssKiB) / 1024
+	row.Value, row.Count = float64(res.rssKiB)/1024, res.opened
 	perConn := float64(res.rssKiB-res.baseKiB) * 1024 / float64(res.opened)
 	row.Note = fmt.Sprintf("before %s MiB, +%s B/conn, VmHWM %s MiB", num(float64(res.baseKiB)/1024), num(perConn), num(float64(res.hwmKiB)/1024))
+	if res.firstErr != nil {
+		row.Note = fmt.Sprintf("ONLY %d of %d opened (%v); %s", res.opened, r.s.idle, res.firstErr, row.Note)
+	}
 	r.add(row)
 }

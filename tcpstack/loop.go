@@ -289,13 +289,13 @@ func (l *loop) deliverPending() {
 		}
 		switch l.rx.writeFrame(p.buf[:p.n], 0) {
 		case rxOK:
-			l.pending.pop()
+			l.popPending(p)
 		case rxNoFit:
 			l.st.RX.Drops[DropNoFit].Add(1)
-			l.pending.pop()
+			l.popPending(p)
 		case rxBroken:
 			l.st.RX.Drops[DropQueueBroken].Add(1)
-			l.pending.pop()
+			l.popPending(p)
 		case rxNoDesc:
 			if !p.waited {
 				p.waited = true
@@ -306,6 +306,19 @@ func (l *loop) deliverPending() {
 			return
 		}
 	}
+}
+
+// popPending removes p, the front pending reply, once it went out or was
+// dropped. An announcement counts as its service's reply only now (see
+// queueAnnouncement).
+func (l *loop) popPending(p *pendingReply) {
+	if p.announce {
+		l.st.ServiceReplies[p.svc].Add(1)
+		if p.svc == SvcNDP {
+			l.st.Proto.RouterAdverts.Add(1)
+		}
+	}
+	l.pending.pop()
 }
 
 // armTimer sets the timerfd to the earliest deadline of the flows (polling
@@ -362,12 +375,14 @@ func (l *loop) onSocket(tok uint64, events uint32) {
 // shutdown leaves the rings consistent for GET_VRING_BASE and a restart
 // (used.idx catches up with LastAvail): every TX chain was pushed in its
 // batch and is flushed; RX reservations are rewound and
-// pushed chains published. Pending replies are dropped with the loop.
+// pushed chains published. Pending replies are dropped with the loop
+// (counted, announcements excepted).
 func (l *loop) shutdown() {
 	if !l.faulted {
 		l.leaveRings()
 	}
-	if n := l.pending.len(); n > 0 {
+	// Announcements are made again at the next start: not drops.
+	if n := l.pending.replies(); n > 0 {
 		l.st.RX.Drops[DropRingDisabled].Add(uint64(n))
 	}
 	l.flows.detach()

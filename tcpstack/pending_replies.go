@@ -13,7 +13,12 @@ const (
 type pendingReply struct {
 	n      int
 	waited bool // already counted in RXWaitedForDescriptors
-	buf    [pendingReplySize]byte
+	// announce: a link announcement (gratuitous ARP, unsolicited RA) of
+	// service svc, made again at every pair start: counted as a service
+	// reply when delivered, and not a drop when discarded at stop.
+	announce bool
+	svc      Service
+	buf      [pendingReplySize]byte
 }
 
 // replyRing is a preallocated FIFO of reply frames. It has one more slot than
@@ -38,6 +43,7 @@ func (r *replyRing) commit(n int) (droppedOldest bool) {
 	s := &r.slots[(r.head+r.count)%len(r.slots)]
 	s.n = n
 	s.waited = false
+	s.announce = false
 	if r.count == pendingReplies {
 		r.head = (r.head + 1) % len(r.slots)
 		droppedOldest = true
@@ -48,6 +54,26 @@ func (r *replyRing) commit(n int) (droppedOldest bool) {
 }
 
 func (r *replyRing) len() int { return r.count }
+
+// markLastAnnouncement marks the newest pending reply as a link
+// announcement of service svc.
+func (r *replyRing) markLastAnnouncement(svc Service) {
+	if r.count > 0 {
+		s := &r.slots[(r.head+r.count-1)%len(r.slots)]
+		s.announce, s.svc = true, svc
+	}
+}
+
+// replies counts the pending replies that are not announcements.
+func (r *replyRing) replies() int {
+	n := 0
+	for i := 0; i < r.count; i++ {
+		if !r.slots[(r.head+i)%len(r.slots)].announce {
+			n++
+		}
+	}
+	return n
+}
 
 // front returns the oldest pending reply; only valid when len() > 0.
 func (r *replyRing) front() *pendingReply { return &r.slots[r.head] }

@@ -22,15 +22,32 @@ const raInterval = 10 * time.Minute
 // announceLink queues what a guest that may have missed our earlier answers
 // needs after a (re)start of the pair: a gratuitous ARP for the gateway, so
 // a stale neighbour entry is replaced, and a Router Advertisement.
+//
+// With the RX ring disabled nothing is queued (it would only be counted as
+// a ring_disabled drop): the control plane restarts the pair when the
+// guest enables the ring, and that start announces. An announcement still
+// pending when the pair stops (the guest had posted no RX buffer yet) is
+// discarded without counting either: the next start queues a fresh one.
 func (l *loop) announceLink() {
+	if !l.qp.RXEnabled {
+		return
+	}
 	cfg := &l.s.cfg.Addr
 	if cfg.IPv4.Gateway.Is4() && !cfg.Disable4 {
 		if n := l.arp.GratuitousARP(l.pending.next()); n > 0 {
-			l.st.ServiceReplies[SvcARP].Add(1)
-			l.queueReply(n)
+			l.queueAnnouncement(n, SvcARP)
 		}
 	}
 	l.sendRA()
+}
+
+// queueAnnouncement makes the announcement of service svc just built in
+// l.pending.next() pending, marked as one (see announceLink). It is
+// counted as the service's reply when it reaches the guest
+// (deliverPending), so every counted reply is delivered or dropped.
+func (l *loop) queueAnnouncement(n int, svc Service) {
+	l.queueReply(n)
+	l.pending.markLastAnnouncement(svc)
 }
 
 // sendRA queues an unsolicited Router Advertisement when the guest has an
@@ -41,9 +58,7 @@ func (l *loop) sendRA() {
 		return
 	}
 	if n := l.ndp.RouterAdvert(l.pending.next()); n > 0 {
-		l.st.ServiceReplies[SvcNDP].Add(1)
-		l.st.Proto.RouterAdverts.Add(1)
-		l.queueReply(n)
+		l.queueAnnouncement(n, SvcNDP)
 	}
 	l.nextRA = time.Now().Add(raInterval)
 }

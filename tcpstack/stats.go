@@ -144,7 +144,10 @@ type QueueStats struct {
 	// they could be neither used nor rewound (a reservation committed short
 	// with another one behind it, or chains popped before a bad chain).
 	RXChainsWasted atomic.Uint64
-	// ServiceReplies counts frames produced by each link service.
+	// ServiceReplies counts frames produced by each link service. The link
+	// announcements of a pair start count when they reach the guest (or
+	// are dropped), not when queued: one discarded with a pair stopped
+	// before the guest posted RX buffers is made again at the next start.
 	ServiceReplies [NumServices]atomic.Uint64
 	// Wakeups counts event-loop returns from epoll_wait.
 	Wakeups atomic.Uint64

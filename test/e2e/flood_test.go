@@ -49,15 +49,16 @@ func TestQEMUGuestARPFlood(t *testing.T) {
 	disabled := m.Sum("vunet_queue_drops_total", "direction", "rx", "reason", "ring_disabled")
 	// Every start of the queue pair announces the link: one gratuitous ARP
 	// (counted as an ARP service reply) and one router advertisement. QEMU
-	// starts the pair twice in a row at DRIVER_OK; what the first start
-	// queued is dropped with it (ring_disabled).
+	// starts the pair twice in a row at DRIVER_OK; the first start may be
+	// stopped before it announces, or after, and then what it queued is
+	// dropped with it (ring_disabled).
 	starts := float64(len(d.Log.Match(func(l LogLine) bool { return l.Msg == "queue pair started" && l.Level == "INFO" })))
 	t.Logf("vunet: %v ARP requests, %v ARP replies, %v NDP frames, %v RX frames, %v pair starts, %v announcements dropped with a stopped pair; notifications %v sent, %v suppressed; %v kicks",
 		arps, replies, ndp, rx, starts, disabled, m.Sum("vunet_queue_notifications_total"), m.Sum("vunet_queue_notifications_suppressed_total"),
 		m.Sum("vunet_queue_kicks_total"))
-	if arps != n || replies != n+starts || rx != replies+ndp-disabled {
-		t.Errorf("vunet counted %v ARP requests, %v ARP replies, %v RX frames; want %d requests, %v replies (one gratuitous ARP per pair start) and RX frames = ARP + NDP replies - dropped announcements (%v)",
-			arps, replies, rx, n, n+starts, replies+ndp-disabled)
+	if arps != n || replies < n+1 || replies > n+starts || rx != replies+ndp-disabled {
+		t.Errorf("vunet counted %v ARP requests, %v ARP replies, %v RX frames; want %d requests, %d plus 1..%v replies (a gratuitous ARP per pair start that got to run) and RX frames = ARP + NDP replies - dropped announcements (%v)",
+			arps, replies, rx, n, n, starts, replies+ndp-disabled)
 	}
 	// TX drops are expected (the link check's probes, the guest's IPv6
 	// chatter); any other RX drop would be a lost ARP answer.

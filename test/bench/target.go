@@ -25,10 +25,12 @@ const (
 
 // benchSysctls let the connection-rate and idle-connection tests open tens
 // of thousands of connections in a few seconds on both sides: a wide
-// ephemeral range and TIME_WAIT reuse for outgoing connections, and an
-// accept queue deep enough to hold every idle connection.
+// ephemeral range (starting above the servers' ports: a back-end's
+// TIME_WAIT socket on a server port would block the next listener) and
+// TIME_WAIT reuse for outgoing connections, and an accept queue deep enough
+// to hold every idle connection.
 var benchSysctls = map[string]string{
-	"net.ipv4.ip_local_port_range": "1024 65535",
+	"net.ipv4.ip_local_port_range": "10000 65535",
 	"net.ipv4.tcp_tw_reuse":        "1",
 	"net.core.somaxconn":           "65535",
 }

@@ -91,7 +91,8 @@ func checkDHCPv6(t *testing.T, vm *VM, want netip.Addr) {
 // TestQEMUGuestDHCPFlags configures the guest's addresses, gateway,
 // resolver and MTU with passt's flags (-a -n -g -D -m, and -a/-g again for
 // IPv6) and checks the guest got exactly those by DHCP, SLAAC and DHCPv6, then
-// downloads from the host through the configured gateway.
+// downloads from the host through the configured gateway and echoes UDP
+// datagrams up to 65000 bytes, which the guest fragments at MTU 9000.
 func TestQEMUGuestDHCPFlags(t *testing.T) {
 	NeedQEMU(t)
 	for _, f := range []string{"--address", "--netmask", "--gateway", "--dns", "--mtu"} {
@@ -110,8 +111,11 @@ func TestQEMUGuestDHCPFlags(t *testing.T) {
 		"-a", addr6.String(), "-g", gw6.String())
 	vm := StartVM(t, VMConfig{
 		Socket: d.Socket,
-		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckIPv6, guest.CheckDHCPv6, guest.XferCheck("down")},
-		Params: map[string]string{guest.XferParam("down"): guest.XferSpec(guest.XferDown, srv.target(guest.TargetGW4), 10<<20)},
+		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckIPv6, guest.CheckDHCPv6, guest.XferCheck("down"), guest.CheckUDPEcho},
+		Params: map[string]string{
+			guest.XferParam("down"): guest.XferSpec(guest.XferDown, srv.target(guest.TargetGW4), 10<<20),
+			guest.ParamUDPEcho:      srv.target(guest.TargetGW4),
+		},
 	})
 	checkLease(t, vm.RequireResult(t, guest.CheckDHCP, 60*time.Second), want)
 	r := vm.RequireResult(t, guest.CheckIPv6, 60*time.Second)
@@ -128,6 +132,11 @@ func TestQEMUGuestDHCPFlags(t *testing.T) {
 	checkDHCPv6(t, vm, addr6)
 	// TCP segments sized for the configured MTU, through the configured gateway.
 	srv.CheckXfer(t, vm.RequireResult(t, guest.XferCheck("down"), 60*time.Second), guest.XferDown, 10<<20)
+	// With MTU 9000 the guest fragments the larger datagrams; the daemon
+	// reassembles them before they go out whole.
+	if r := vm.RequireResult(t, guest.CheckUDPEcho, 60*time.Second); r.Fields["echoed"] != strconv.Itoa(len(guest.UDPEchoSizes)) || r.Fields["mismatched"] != "0" {
+		t.Errorf("udp echo at MTU %d: %s", want.mtu, r.Format())
+	}
 	vm.Finish(t)
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,16 +15,18 @@ import (
 // itself from vunet's router advertisements (SLAAC) with an address in the
 // "host's" prefix (NetNSHost) and a default route via a link-local router,
 // and the guest's own DAD and router solicitation cause no trouble. Then
-// 100 MB go down and up, byte-exact, to the host's ::1 through the router's
-// link-local address and through the host's global router address.
+// UDP datagrams of 20 sizes are echoed through the router's link-local
+// address, and 100 MB go down and up, byte-exact, to the host's ::1
+// through the router's link-local address and through the host's global
+// router address.
 func TestQEMUGuestIPv6(t *testing.T) {
 	NeedQEMU(t)
 	ns := NewNetNS(t)
 	srv := StartTrafficServer(t, ns)
 	d := netDaemon(t, ns)
-	params := map[string]string{guest.ParamTimeout: xferCheckTimeout}
+	params := map[string]string{guest.ParamTimeout: xferCheckTimeout, guest.ParamUDPEcho: srv.target(guest.TargetGW6)}
 	gw6 := NetNSGateway6.String()
-	checks := append([]string{guest.CheckLink, guest.CheckIPv6}, xferParams(params, srv,
+	checks := append([]string{guest.CheckLink, guest.CheckIPv6, guest.CheckUDPEcho}, xferParams(params, srv,
 		[2]string{"down6ll", guest.XferDown + "@" + guest.TargetGW6},
 		[2]string{"up6ll", guest.XferUp + "@" + guest.TargetGW6},
 		[2]string{"down6g", guest.XferDown + "@" + gw6},
@@ -43,6 +46,9 @@ func TestQEMUGuestIPv6(t *testing.T) {
 	}
 	if ip := net.ParseIP(r.Fields["router"]); ip == nil || !ip.IsLinkLocalUnicast() {
 		t.Errorf("guest default IPv6 router %q, want a link-local address", r.Fields["router"])
+	}
+	if u := vm.RequireResult(t, guest.CheckUDPEcho, 60*time.Second); u.Fields["echoed"] != strconv.Itoa(len(guest.UDPEchoSizes)) || u.Fields["mismatched"] != "0" {
+		t.Errorf("udp echo over IPv6: %s", u.Format())
 	}
 	for _, x := range []struct{ label, dir string }{{"down6ll", guest.XferDown}, {"up6ll", guest.XferUp}, {"down6g", guest.XferDown}, {"up6g", guest.XferUp}} {
 		res, err := vm.WaitResult(guest.XferCheck(x.label), 150*time.Second)

@@ -26,10 +26,11 @@
 //     namespace's "host" configuration (address, prefix, gateway, DNS,
 //     search list, MTU 65520), respectively what -a/-n/-g/-D/-m set;
 //     SLAAC in the IPv6 prefix and the DHCPv6 address (the agent's own
-//     Rapid Commit client) equal the host's, respectively the configured.
-//   - TestQEMUGuestIPv6: SLAAC from router advertisements, then 100 MB
-//     down and 100 MB up through the link-local router and through the
-//     global router address, byte-exact.
+//     Rapid Commit client) equal the host's, respectively the configured;
+//     at MTU 9000, UDP datagrams the guest fragments are echoed whole.
+//   - TestQEMUGuestIPv6: SLAAC from router advertisements, UDP echo through
+//     the link-local router, then 100 MB down and 100 MB up through the
+//     link-local router and through the global router address, byte-exact.
 //   - TestQEMUGuestTCPTransfer: 100 MB down and up over IPv4 through the
 //     gateway (mapped to the host's loopback), SHA-256 on both ends.
 //   - TestQEMUGuestUDPEcho: 20 datagrams from 1 to 65000 bytes, all echoed.

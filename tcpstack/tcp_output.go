@@ -182,7 +182,11 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 	} else {
 		queued = tcpSendQueueBytes(f.fd)
 	}
-	space, full := t.sendSpace(now, f, queued)
+	sndMSS := 0
+	if haveInfo {
+		sndMSS = int(t.sys.info.Snd_mss)
+	}
+	space, full := t.sendSpace(now, f, queued, sndMSS)
 	wnd := min(uint32(space), uint32(0xffff)<<f.wsToGuest, tcpMaxWindow)
 	if handshake || peerAcks {
 		// Mirror the peer's window where ACKs follow the peer (and in the
@@ -222,6 +226,11 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 // tcpSndRatioOne is 1.0 in tcpFlow.sndRatio's fixed point.
 const tcpSndRatioOne = 1024
 
+// tcpSkbOverhead bounds the memory the kernel charges per skb of the send
+// queue on top of its payload (sk_buff, shared info, header room: 832
+// bytes on Linux 6.x x86-64).
+const tcpSkbOverhead = 1024
+
 // tcpSndRatioMinQueued is how much send-buffer memory must be in use for
 // its payload share to be measured (below it, one skb's overhead would
 // dominate the estimate).
@@ -237,9 +246,14 @@ const tcpSndRatioMinQueued = 8192
 // half (small segments) to nearly all (64 KiB segments on loopback) of it
 // in payload. So the free memory (SO_MEMINFO) is turned into payload with
 // the ratio the queue itself shows (queued payload / queued memory), half
-// until it has been measured. The kernel accepts a write while any memory
-// is free, so the estimate errs on the safe side (DESIGN invariant 5).
-func (t *tcpTable) sendSpace(now time.Time, f *tcpFlow, queued int) (space int, full bool) {
+// until it has been measured. The queue's ratio can be better than what
+// comes next (data coalesced into large skbs while the peer's window held
+// it, then MSS-sized writes that go out one skb each), so it is capped by
+// the ratio of one skb per guest segment (sndMSS, the socket's tcpi_snd_mss,
+// bounds how much one skb carries). The kernel accepts a write while any
+// memory is free, so the estimate errs on the safe side (DESIGN invariant
+// 5): the guest never has more in flight than the socket takes.
+func (t *tcpTable) sendSpace(now time.Time, f *tcpFlow, queued, sndMSS int) (space int, full bool) {
 	sndbuf, wq, ok := tcpSndMem(f.fd)
 	if !ok {
 		// No SO_MEMINFO (before Linux 4.6): half of SO_SNDBUF, re-read now
@@ -264,6 +278,11 @@ func (t *tcpTable) sendSpace(now time.Time, f *tcpFlow, queued int) (space int, 
 	if r == 0 {
 		r = tcpSndRatioOne / 2
 	}
+	seg := f.mssToGuest
+	if sndMSS > 0 {
+		seg = min(seg, sndMSS)
+	}
+	r = min(r, seg*tcpSndRatioOne/(seg+tcpSkbOverhead))
 	// sk_stream_wspace < sk_stream_min_wspace, as tcp_poll computes it:
 	// exactly, or a poll could report writable while we think not, and
 	// EPOLLOUT would never stop.

@@ -21,7 +21,11 @@ import (
 // and the upload stopped until the 10 ms ACK timer.
 func TestTCPUploadWindowByEPOLLOUT(t *testing.T) {
 	tcpInSmallBufferNetns(t, "TestTCPUploadWindowByEPOLLOUT", "4096 16384 65536", func(t *testing.T) {
-		tcpRunUploadNoTimers(t, 64<<20, 20*time.Second)
+		// 64 KiB segments (default MTU), and MTU-1500 segments, each one
+		// skb with its overhead on the host socket: the window must count
+		// that overhead, or the socket refuses data inside it.
+		t.Run("mss65480", func(t *testing.T) { tcpRunUploadNoTimers(t, 64<<20, 20*time.Second, 65480) })
+		t.Run("mss1460", func(t *testing.T) { tcpRunUploadNoTimers(t, 8<<20, 20*time.Second, 1460) })
 	})
 }
 
@@ -56,8 +60,8 @@ func tcpInSmallBufferNetns(t *testing.T, name, mem string, body func(t *testing.
 	body(t)
 }
 
-// tcpRunUploadNoTimers uploads n bytes from a simulated Linux guest (64 KiB
-// MSS, as with the default MTU) to a loopback peer that reads as fast as it
+// tcpRunUploadNoTimers uploads n bytes from a simulated Linux guest with
+// MSS guestMSS to a loopback peer that reads as fast as it
 // can. The guest sends only inside the advertised window and, like Linux
 // (tcp_snd_wnd_test with tcp_bound_to_half_wnd), only a segment of its full
 // MSS — the smaller of its MSS and half the largest window it has seen —
@@ -65,10 +69,10 @@ func tcpInSmallBufferNetns(t *testing.T, name, mem string, body func(t *testing.
 // makes no progress for a second, when the socket refuses a byte inside
 // the window (a short write: in-flight data beyond what we can write), or
 // when the ACK passes what was written.
-func tcpRunUploadNoTimers(t *testing.T, n int, limit time.Duration) {
+func tcpRunUploadNoTimers(t *testing.T, n int, limit time.Duration, guestMSS uint16) {
 	h := tcpNewHarness(t, TCPConfig{})
 	ln := h.listen()
-	h.sendSYN(header.TCPOptions{HasMSS: true, MSS: 65480, HasWindowScale: true, WindowScale: 7})
+	h.sendSYN(header.TCPOptions{HasMSS: true, MSS: guestMSS, HasWindowScale: true, WindowScale: 7})
 	synack := h.collect("SYN-ACK", func(s []tcpSeg) bool { return len(s) > 0 })
 	if synack[0].flags != header.TCPFlagSYN|header.TCPFlagACK {
 		t.Fatalf("want a SYN-ACK, got %+v", synack[0])
@@ -115,7 +119,7 @@ func tcpRunUploadNoTimers(t *testing.T, n int, limit time.Duration) {
 		if time.Since(start) > limit {
 			t.Fatalf("upload too slow: %d of %d bytes in %v", h.seq-base, n, limit)
 		}
-		mss := min(uint32(65480), maxWnd/2)
+		mss := min(uint32(guestMSS), maxWnd/2)
 		for {
 			left := uint32(n) - (h.seq - base)
 			room := int32(una + wnd - h.seq)

@@ -61,6 +61,7 @@ func main() {
 		}
 		s.mtus = append(s.mtus, m)
 	}
+	s.peer = strings.TrimSpace(s.peer)
 	if s.peer != "" && s.peerName == "" {
 		s.peerName = strings.Fields(s.peer)[0]
 		if i := strings.LastIndexByte(s.peerName, '/'); i >= 0 {

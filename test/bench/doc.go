@@ -4,7 +4,7 @@
 // writes the numbers as JSON.
 //
 //	go run ./test/bench [-out bench-results.json] [-t 3s] [-micro=false]
-//	VUNET_BENCH_PEER='/tmp/passt/passt --vhost-user -f -1 -s {socket}' go run ./test/bench
+//	VUNET_BENCH_PEER='passt --vhost-user -f -1 --pcap /dev/null -s {socket}' go run ./test/bench
 //
 // What it measures, per back-end, with the kernel (a veth pair between two
 // namespaces, the same tools) run first in the same run as the ceiling:
@@ -23,7 +23,12 @@
 //     tcpstack/header) with allocs/op.
 //
 // With VUNET_BENCH_PEER set, every test runs on the peer right after vunet
-// and the table gains the ratio vunet/peer per row.
+// and the table gains the ratio vunet/peer per row. The template is split on
+// spaces (no quoting); the back-end's CPU and memory are read from the pid
+// the rig starts, so the command must exec the back-end, not fork it (passt
+// needs -f). passt marks frames to the guest DATA_VALID and leaves their TCP
+// checksum out unless it captures; the rig's TAP checks checksums, so give
+// passt --pcap /dev/null on the rig.
 //
 // It needs root, iproute2 and iperf3. It is test code: it may import
 // anything, and nothing in vunet may import it.

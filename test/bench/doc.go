@@ -3,7 +3,7 @@
 // (vunet/test/rig) against the kernel's own ceiling, prints a table and
 // writes the numbers as JSON.
 //
-//	go run ./test/bench [-out bench-results.json] [-t 3s] [-micro=false]
+//	go run ./test/bench [-out bench-results.json] [-t 3] [-micro=false]
 //	VUNET_BENCH_PEER='passt --vhost-user -f -1 --pcap /dev/null -s {socket}' go run ./test/bench
 //
 // What it measures, per back-end, with the kernel (a veth pair between two

@@ -39,6 +39,19 @@ func (d dataPlane) Announce(mac [6]byte) { d.stack.Announce(mac) }
 // SetMTU forwards NET_SET_MTU (QEMU's host_mtu property).
 func (d dataPlane) SetMTU(mtu int) { d.stack.SetMTU(mtu) }
 
+// EndSession forwards the end of a front-end session (disconnect, device
+// reset): the stack resets the departed guest's TCP connections (RST to the
+// host peers) and closes its flows.
+func (d dataPlane) EndSession() { d.stack.EndSession() }
+
+// The control plane finds these optional interfaces by type assertion: a
+// method lost from the adapter would silently switch a feature off.
+var (
+	_ vhostuser.Announcer    = dataPlane{}
+	_ vhostuser.MTUSetter    = dataPlane{}
+	_ vhostuser.SessionEnder = dataPlane{}
+)
+
 // shutdownGrace bounds the time from SIGTERM to exit: supervisors (systemd,
 // libvirt, KubeVirt) expect a back-end to be gone promptly, and a stuck
 // front-end must not keep the socket and pid file around.

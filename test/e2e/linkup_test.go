@@ -98,14 +98,15 @@ func TestQEMUGuestLinkUp(t *testing.T) {
 		t.Error("no guest memory region mapped according to the daemon log")
 	}
 	// vunet logs dropped frames at debug level, rate-limited to one line a
-	// second per queue pair: at least one must be our probe ethertype from
-	// the guest's MAC.
-	probes := d.Log.Match(func(l LogLine) bool {
-		return l.Msg == "frame dropped" && l.Attr("ethertype") == strconv.Itoa(guest.ProbeEtherType) &&
-			strings.EqualFold(l.Attr("src"), vm.MAC)
+	// second per queue pair: the line may show the guest's IPv6 chatter
+	// (sent as eth0 comes up, with the probes) instead of a probe, so any
+	// drop line from the guest's MAC will do; the metrics above counted the
+	// probes exactly.
+	drops := d.Log.Match(func(l LogLine) bool {
+		return l.Msg == "frame dropped" && strings.EqualFold(l.Attr("src"), vm.MAC)
 	})
-	if len(probes) == 0 {
-		t.Errorf("no %q line for ethertype %#x from %s in the daemon log", "frame dropped", guest.ProbeEtherType, vm.MAC)
+	if len(drops) == 0 {
+		t.Errorf("no %q line from %s in the daemon log", "frame dropped", vm.MAC)
 	}
 	// --one-off: the daemon leaves when QEMU does, cleanly.
 	if err := d.WaitExit(10 * time.Second); err != nil {

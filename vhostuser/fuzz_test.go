@@ -89,7 +89,10 @@ func FuzzDecodeMessage(f *testing.F) {
 			}
 			rest = next
 			m := Message{Header: h, Payload: payload}
-			ackable := h.Flags&FlagNeedReply != 0 && !hasOwnReply(h.Request)
+			// Requests with a reply format of their own get that reply (or
+			// its failure encoding, or a closed connection where the spec
+			// has none), never a REPLY_ACK u64.
+			ackable := h.Flags&FlagNeedReply != 0 && !expectsReply(h.Request)
 			reply, send, err := d.process(&m)
 			// Replies are one u64 or a vring state (8 bytes), except the
 			// spec's failure encoding of GET_CONFIG: an empty payload.

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"vunet/test/rig"
+	rig "vunet/test/rig/lib"
 )
 
 // defaultVunet is vunet as the rig runs it, with the TCP flow table raised

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"vunet/test/rig"
+	rig "vunet/test/rig/lib"
 )
 
 // Ports the host peers listen on, in the host namespace.

@@ -2,10 +2,10 @@
 // vunet/test/rig): a kernel TCP/IP stack in a namespace of its own plays the
 // guest of a vhost-user back-end.
 //
-//	go run ./test/rig/cmd/rig up [flags]        # until Ctrl-C / rig down
-//	go run ./test/rig/cmd/rig exec -- CMD...    # in the guest namespace
-//	go run ./test/rig/cmd/rig exec --host -- CMD...
-//	go run ./test/rig/cmd/rig down              # tear every rig down
+//	go run ./test/rig up [flags]        # until Ctrl-C / rig down
+//	go run ./test/rig exec -- CMD...    # in the guest namespace
+//	go run ./test/rig exec --host -- CMD...
+//	go run ./test/rig down              # tear every rig down
 //
 // It must be run as root.
 package main
@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"vunet/test/rig"
+	rig "vunet/test/rig/lib"
 )
 
 func usage() {

@@ -36,8 +36,21 @@ esac
 exit 0
 `
 
+// tapQueueLen is the guest TAP's queue, in frames: more than a guest TCP
+// sender keeps in flight at MTU 1500 with default buffers.
+const tapQueueLen = 20000
+
 func (r *Rig) configureGuest(ctx context.Context) error {
 	o := r.opts
+	// A virtio NIC never drops what the guest transmits: a full TX ring
+	// stops the guest's queue. A TAP instead drops once its queue
+	// (txqueuelen frames) is full while the bridge waits for TX
+	// descriptors, and a guest TCP sender then recovers by retransmission
+	// timeouts. A queue deeper than anything in flight keeps the rig as
+	// lossless as the device it stands for.
+	if err := ip("-n", r.guestNS, "link", "set", tapName, "txqueuelen", strconv.Itoa(tapQueueLen)); err != nil {
+		return err
+	}
 	if o.MTU > 0 {
 		if err := ip("-n", r.guestNS, "link", "set", tapName, "mtu", strconv.Itoa(o.MTU)); err != nil {
 			return err

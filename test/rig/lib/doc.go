@@ -39,11 +39,11 @@
 //
 // # Command line
 //
-//	go run ./test/rig/cmd/rig up [-ring N] [-rx-ring N] [-slow-rx 1ms] [-mtu N] [-static]
+//	go run ./test/rig up [-ring N] [-rx-ring N] [-slow-rx 1ms] [-mtu N] [-static]
 //	    [-host-sysctl k=v]... [-guest-sysctl k=v]... [-backend 'CMD {socket} ...']
-//	go run ./test/rig/cmd/rig exec [--host] -- CMD ARGS...   # in the guest (or back-end) netns
-//	go run ./test/rig/cmd/rig status
-//	go run ./test/rig/cmd/rig down                            # every rig, plus stale leftovers
+//	go run ./test/rig exec [--host] -- CMD ARGS...   # in the guest (or back-end) netns
+//	go run ./test/rig status
+//	go run ./test/rig down                            # every rig, plus stale leftovers
 //
 // "up" stays in the foreground and prints the namespaces; Ctrl-C, SIGTERM or
 // "rig down" tears everything down.

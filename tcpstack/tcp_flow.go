@@ -92,14 +92,12 @@ type tcpFlow struct {
 	created      time.Time
 	lastActivity time.Time // any segment from the guest or socket event
 	lastAckProg  time.Time // guest ACK progress or data first sent after idle: ACK-timeout base
-	finAt        time.Time // both FINs forwarded or our FIN sent: FIN-timeout base
 	ackDueAt     time.Time // zero: no delayed ACK check pending
 
 	nextOut int32 // output list link
 }
 
 func tcpSeqLT(a, b uint32) bool { return int32(a-b) < 0 }
-func tcpSeqLE(a, b uint32) bool { return int32(a-b) <= 0 }
 func tcpSeqGT(a, b uint32) bool { return int32(a-b) > 0 }
 
 func tcpSeqMax(a, b uint32) uint32 {

@@ -13,9 +13,6 @@ import (
 // tcpSndBufRefresh is how often a connection's SO_SNDBUF is re-read.
 const tcpSndBufRefresh = 100 * time.Millisecond
 
-// tcpMaxHdrLen is Ethernet + IPv6 + TCP with the SYN options we send.
-const tcpMaxHdrLen = header.EthernetMinimumSize + header.IPv6MinimumSize + header.TCPMinimumSize + 8
-
 // Flush runs the output pass: every connection with something due (data
 // from its socket, SYN-ACK, ACK, window update, FIN, RST) writes it through
 // w, in that order per connection (DESIGN invariant 2: one ordered output,

@@ -49,14 +49,13 @@ type tcpTable struct {
 	// dial opens the host socket; tests and fuzzing replace it.
 	dial func(dst netip.AddrPort, sndBuf, rcvBuf int) (fd int, inProgress bool, err error)
 
-	sys   tcpSysBufs
-	seg   tcpSegment
-	rsts  [tcpRSTQueueLen]tcpPendingRST
-	nrst  int
-	vh    virtqueue.NetHdr // fields of the frame being committed
-	frm   [tcpMaxFramesPerPass]tcpFrame
-	bufs  [][]byte // payload iovecs of the reserved frames, in order
-	hdrSc [tcpMaxHdrLen]byte
+	sys  tcpSysBufs
+	seg  tcpSegment
+	rsts [tcpRSTQueueLen]tcpPendingRST
+	nrst int
+	vh   virtqueue.NetHdr // fields of the frame being committed
+	frm  [tcpMaxFramesPerPass]tcpFrame
+	bufs [][]byte // payload iovecs of the reserved frames, in order
 }
 
 // tcpFrame is one reserved frame during an output pass.

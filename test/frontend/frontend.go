@@ -79,15 +79,6 @@ func (f *Frontend) Has(bit int) bool { return f.Features&Bit(bit) != 0 }
 // HasProtocol reports whether protocol feature bit was acked.
 func (f *Frontend) HasProtocol(bit int) bool { return f.Protocol&Bit(bit) != 0 }
 
-// ring returns the ring with vhost-user index i.
-func (f *Frontend) ring(i int) *Ring {
-	p := f.Pairs[i/2]
-	if i%2 == 0 {
-		return p.RX
-	}
-	return p.TX
-}
-
 // Rings returns every ring in vring-index order.
 func (f *Frontend) Rings() []*Ring {
 	var out []*Ring

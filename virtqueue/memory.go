@@ -166,37 +166,30 @@ var (
 	ErrRangeWraps  = errors.New("address range wraps around")
 )
 
-// findGuest returns the region containing gpa, or nil.
-func (m *Memory) findGuest(gpa uint64) *Region {
-	rs := m.byGuest
-	// Last region starting at or below gpa. Tables are small (a handful of
-	// regions, at most a few hundred with memory slots): binary search
-	// without a closure keeps this allocation- and call-free.
-	lo, hi := 0, len(rs)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if rs[mid].spec.GuestAddr <= gpa {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
+// findGuest returns the region containing guest-physical address gpa, or nil.
+func (m *Memory) findGuest(gpa uint64) *Region { return findRegion(m.byGuest, gpa, false) }
+
+// findUser returns the region containing front-end address uva, or nil.
+func (m *Memory) findUser(uva uint64) *Region { return findRegion(m.byUser, uva, true) }
+
+// regionStart is where r starts in the front-end's address space (user) or
+// the guest's.
+func regionStart(r *Region, user bool) uint64 {
+	if user {
+		return r.spec.UserAddr
 	}
-	if lo == 0 {
-		return nil
-	}
-	r := rs[lo-1]
-	if gpa-r.spec.GuestAddr >= r.spec.Size {
-		return nil
-	}
-	return r
+	return r.spec.GuestAddr
 }
 
-func (m *Memory) findUser(uva uint64) *Region {
-	rs := m.byUser
+// findRegion returns the region of rs (sorted by the start that user
+// selects) containing addr, or nil. Tables are small (a handful of regions,
+// at most a few hundred with memory slots): binary search without a closure
+// keeps this allocation- and call-free.
+func findRegion(rs []*Region, addr uint64, user bool) *Region {
 	lo, hi := 0, len(rs)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if rs[mid].spec.UserAddr <= uva {
+		if regionStart(rs[mid], user) <= addr {
 			lo = mid + 1
 		} else {
 			hi = mid
@@ -206,7 +199,7 @@ func (m *Memory) findUser(uva uint64) *Region {
 		return nil
 	}
 	r := rs[lo-1]
-	if uva-r.spec.UserAddr >= r.spec.Size {
+	if addr-regionStart(r, user) >= r.spec.Size {
 		return nil
 	}
 	return r

@@ -255,6 +255,11 @@ func TestBridgeEchoMergedBuffers(t *testing.T) {
 	frames := testFrames(3000)
 	h.roundTrip(t, frames)
 	s := &h.stats
+	// The bridge counts a frame after writing it, so the peer can read the
+	// last one a moment before the counter moves.
+	for deadline := time.Now().Add(2 * time.Second); s.RXFrames.Load() < 3000 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if s.TXFrames.Load() != 3000 || s.RXFrames.Load() != 3000 || s.DeviceErrors.Load() != 0 || s.RXWriteErrors.Load() != 0 {
 		t.Fatalf("counters: tx %d rx %d device errors %d write errors %d", s.TXFrames.Load(), s.RXFrames.Load(), s.DeviceErrors.Load(), s.RXWriteErrors.Load())
 	}

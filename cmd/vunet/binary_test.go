@@ -573,6 +573,11 @@ func TestStartupLineLinkLocalFallback(t *testing.T) {
 		!strings.Contains(notes, "no default route") || !strings.Contains(notes, "link-local") {
 		t.Fatalf("start-up line %v", l)
 	}
+	// A fresh namespace refuses ping sockets ("1 0"): said once at start.
+	w := d.waitMsg(t, "guest ICMP echo will go unanswered", 5*time.Second)
+	if w["family"] != "ipv4" || !strings.Contains(fmt.Sprint(w["err"]), "ping_group_range") {
+		t.Fatalf("ping warning %v", w)
+	}
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	if code, _ := d.exitCode(t, 3*time.Second); code != 0 {
 		t.Fatalf("exit %d", code)

@@ -121,6 +121,9 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		logger.Warn("vunet option not enforced", "warning", w)
 	}
 	logger.Info("vunet starting", startupAttrs(o, sc, dev)...)
+	if !sc.cfg.NoICMP {
+		warnPingRefused(logger)
+	}
 
 	// Past the grace period after a signal, leave even if a session is
 	// stuck, but clean up what the orderly path would have.
@@ -414,4 +417,19 @@ func featureNames(f uint64) string {
 		}
 	}
 	return strings.Join(out, ",")
+}
+
+// warnPingRefused says once, at start-up, that guest pings will go
+// unanswered because the host refuses ping sockets; vunet keeps running.
+func warnPingRefused(logger *slog.Logger) {
+	v4, v6 := tcpstack.ProbePingSockets()
+	for _, r := range []struct {
+		family string
+		err    error
+	}{{"ipv4", v4}, {"ipv6", v6}} {
+		if r.err != nil {
+			logger.Warn("guest ICMP echo will go unanswered", "family", r.family, "err", r.err,
+				"fix", `sysctl -w net.ipv4.ping_group_range="0 2147483647"`)
+		}
+	}
 }

@@ -84,17 +84,10 @@ func (t *tcpTable) Listen(fw TCPForward) (uint16, error) {
 		unix.Close(fd)
 		return 0, fmt.Errorf("forward listen: %w", err)
 	}
-	sa, err := unix.Getsockname(fd)
+	_, port, err := boundPort(fd)
 	if err != nil {
 		unix.Close(fd)
-		return 0, fmt.Errorf("forward getsockname: %w", err)
-	}
-	var port uint16
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		port = uint16(a.Port)
-	case *unix.SockaddrInet6:
-		port = uint16(a.Port)
+		return 0, err
 	}
 	gp := fw.GuestPort
 	if gp == 0 {

@@ -45,17 +45,10 @@ func (ft *flowTable) listenUDP(fw Forward) (uint16, error) {
 		unix.Close(fd)
 		return 0, fmt.Errorf("forward bind %v: %w", netip.AddrPortFrom(addr, fw.HostPort), err)
 	}
-	local, err := unix.Getsockname(fd)
+	local, port, err := boundPort(fd)
 	if err != nil {
 		unix.Close(fd)
-		return 0, fmt.Errorf("forward getsockname: %w", err)
-	}
-	var port uint16
-	switch a := local.(type) {
-	case *unix.SockaddrInet4:
-		port = uint16(a.Port)
-	case *unix.SockaddrInet6:
-		port = uint16(a.Port)
+		return 0, err
 	}
 	gp := fw.GuestPort
 	if gp == 0 {
@@ -276,6 +269,22 @@ func (ft *flowTable) forwardFlow(lis *udpListener, key *flowKey, peer netip.Addr
 }
 
 // sockaddrOf converts ap for bind/connect (IPv4 addresses as AF_INET).
+// boundPort returns the address a forwarded port's socket is bound to and
+// its port: the kernel's choice when the forward asked for port 0.
+func boundPort(fd int) (unix.Sockaddr, uint16, error) {
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return nil, 0, fmt.Errorf("forward getsockname: %w", err)
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return sa, uint16(a.Port), nil
+	case *unix.SockaddrInet6:
+		return sa, uint16(a.Port), nil
+	}
+	return sa, 0, nil
+}
+
 func sockaddrOf(ap netip.AddrPort) unix.Sockaddr {
 	if a := ap.Addr(); a.Is4() {
 		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}

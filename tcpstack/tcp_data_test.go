@@ -278,3 +278,42 @@ func TestTCPFallbackChunkedBuffers(t *testing.T) {
 		t.Fatalf("data corrupted")
 	}
 }
+
+// TestTCPTinyBuffersFinAfterAllData: guest RX buffers split into 12-byte
+// iovecs make one pass want more iovecs than one recvmsg takes. With the
+// peer's FIN already seen, the short peek that follows must not be taken
+// for the end of the data: the guest gets every byte, then the FIN.
+func TestTCPTinyBuffersFinAfterAllData(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h.w.chunk = 12
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	data := tcpPattern(100000)
+	if _, err := peer.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	peer.Close()
+	time.Sleep(50 * time.Millisecond) // data and FIN queued before the first pass
+	var got []byte
+	fin := false
+	deadline := time.Now().Add(5 * time.Second)
+	for !fin {
+		if time.Now().After(deadline) {
+			t.Fatalf("no FIN; got %d of %d bytes", len(got), len(data))
+		}
+		for _, s := range h.pump(10 * time.Millisecond) {
+			if fin && len(s.payload) > 0 {
+				t.Fatalf("data after FIN")
+			}
+			got = append(got, s.payload...)
+			if s.flags.Has(header.TCPFlagFIN) {
+				fin = true
+			}
+			h.ack = s.seq + uint32(len(s.payload))
+		}
+		h.sendAck(nil)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("guest got %d bytes before FIN, want %d (equal %v)", len(got), len(data), bytes.Equal(got, data[:min(len(got), len(data))]))
+	}
+}

@@ -348,7 +348,7 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 			t.bufs = append(t.bufs, t.discard[:already])
 		}
 		nfr, reserved, blocked := 0, 0, false
-		for fill > 0 && nfr < len(t.frm) && len(t.bufs) < tcpIovMax-64 {
+		for fill > 0 && nfr < len(t.frm) && len(t.bufs) < tcpIovMax {
 			hdr, pay, ok := w.Reserve(hdrLen, min(fill, frameMax))
 			if !ok {
 				blocked = true
@@ -357,6 +357,13 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 			fr := &t.frm[nfr]
 			fr.hdr, fr.first, fr.capLen = hdr, len(t.bufs), 0
 			for _, b := range pay {
+				if len(t.bufs) == tcpIovMax {
+					// One recvmsg takes no more iovecs: the frame carries
+					// less than reserved, and reserved counts only what the
+					// peek can fill, so a short read is never mistaken for
+					// the end of the data.
+					break
+				}
 				if len(b) > fill-fr.capLen {
 					b = b[:fill-fr.capLen]
 				}
@@ -391,10 +398,11 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 			if !t.peekOff {
 				got -= int(already)
 			}
-			// r == 0 is EOF at the peek offset. With the peer's FIN already
-			// seen, a short read also ends at EOF: a non-blocking peek
-			// returns everything queued up to the length asked for.
-			eof = r == 0 || (f.has(evSockRdHup) && got < reserved)
+			// r == 0 is EOF at the peek offset. Without SO_PEEK_OFF, a read
+			// that brings nothing past the bytes in flight is EOF once the
+			// peer's FIN was seen. A short read that brought data is not:
+			// the next pass finds out, and the FIN waits for every byte.
+			eof = r == 0 || (f.has(evSockRdHup) && got <= 0)
 			got = max(got, 0)
 		case unix.EAGAIN:
 		default:
@@ -434,6 +442,14 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 		case got == 0 && !eof && already > 0:
 			t.stall(f, false) // everything readable is in flight
 			return true
+		case got < reserved && got > 0 && !eof && f.has(evSockRdHup):
+			// Short, but the peer's FIN is queued behind this data: peek
+			// again, to reach it (EOF) in this pass.
+			if f.flags&flStalled != 0 {
+				f.flags &^= flStalled | flWndStall
+				t.updateEpoll(f)
+			}
+			continue
 		case got < reserved:
 			// The socket had less than we had room for: done for now.
 			t.rxBlocked(f, false)

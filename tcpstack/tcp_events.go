@@ -143,8 +143,10 @@ func (t *tcpTable) fire(now time.Time, f *tcpFlow) {
 		return
 	}
 	if !f.ackDueAt.IsZero() && !f.ackDueAt.After(now) {
+		// Only a look: an ACK that repeats the last one is a duplicate
+		// ACK to the guest, and a guest without SACK retransmits on it.
 		f.ackDueAt = time.Time{}
-		f.flags |= flAckDue
+		f.flags |= flAckCheck
 		t.markDirty(f)
 	}
 	if f.inFlight() > 0 && !f.lastAckProg.Add(t.ackTimeout(f)).After(now) {

@@ -36,6 +36,7 @@ const (
 	flRxBlocked                    // waiting for guest RX buffers with data to send
 	flSynDue                       // SYN to the guest (forwarded connection) not sent yet
 	flOutArmed                     // the kernel was polled while its send buffer was full: it wakes us with EPOLLOUT
+	flAckCheck                     // the delayed-ACK timer fired: send an ACK only if the ACK number or window moved
 )
 
 // tcpFlow is one translated connection. Sequence numbers follow passt's
@@ -90,9 +91,10 @@ type tcpFlow struct {
 	clamp       int // last TCP_WINDOW_CLAMP applied (0: never)
 
 	created      time.Time
-	lastActivity time.Time // any segment from the guest or socket event
-	lastAckProg  time.Time // guest ACK progress or data first sent after idle: ACK-timeout base
-	ackDueAt     time.Time // zero: no delayed ACK check pending
+	lastActivity time.Time     // any segment from the guest or socket event
+	lastAckProg  time.Time     // guest ACK progress or data first sent after idle: ACK-timeout base
+	ackDueAt     time.Time     // zero: no delayed ACK check pending
+	ackCheckIvl  time.Duration // delay of the next delayed-ACK check (backed off while nothing changes); 0: AckInterval
 
 	nextOut int32 // output list link
 }

@@ -108,10 +108,17 @@ func (t *tcpTable) output(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 		t.setState(f, tcpClosing)
 		t.updateEpoll(f)
 	}
+	check := f.flags&flAckCheck != 0
+	f.flags &^= flAckCheck
 	if f.flags&flAckDue != 0 || f.seqAckToGuest != f.ackSent || t.windowUpdateDue(f) {
 		if !t.sendFlags(f, w, header.TCPFlagACK, f.seqToGuest) {
 			return false
 		}
+		f.ackCheckIvl = 0
+	} else if check && !f.ackDueAt.IsZero() {
+		// The check found nothing new: look again, less and less often.
+		f.ackCheckIvl = min(2*max(f.ackCheckIvl, t.cfg.AckInterval), max(tcpAckCheckMax, t.cfg.AckInterval))
+		f.ackDueAt = now.Add(f.ackCheckIvl)
 	}
 	for ; f.dupAcksDue > 0; f.dupAcksDue-- {
 		if !t.sendFlags(f, w, header.TCPFlagACK, f.seqToGuest) {
@@ -162,7 +169,7 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 			f.seqAckToGuest = a
 		}
 		if f.seqAckToGuest != f.seqFromGuest && f.ackDueAt.IsZero() {
-			f.ackDueAt = now.Add(t.cfg.AckInterval)
+			f.ackDueAt = now.Add(t.ackCheckInterval(f))
 		}
 	}
 	handshake := f.state == tcpSynAckSent || f.state == tcpSynSent
@@ -216,8 +223,20 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 	// sendSpace's cap), which the guest can fill, unless something else
 	// held it down (the peer's window): look again shortly.
 	if !full && wnd < f.guestMSS() && f.ackDueAt.IsZero() {
-		f.ackDueAt = now.Add(t.cfg.AckInterval)
+		f.ackDueAt = now.Add(t.ackCheckInterval(f))
 	}
+}
+
+// tcpAckCheckMax caps the backed-off delay between delayed-ACK checks that
+// find nothing new to tell the guest.
+const tcpAckCheckMax = 200 * time.Millisecond
+
+// ackCheckInterval is how soon f's next delayed-ACK check runs.
+func (t *tcpTable) ackCheckInterval(f *tcpFlow) time.Duration {
+	if f.ackCheckIvl > 0 {
+		return f.ackCheckIvl
+	}
+	return t.cfg.AckInterval
 }
 
 // tcpSndRatioOne is 1.0 in tcpFlow.sndRatio's fixed point.

@@ -291,3 +291,51 @@ func tcpRunUpload(t *testing.T, peerRcvBuf int) {
 	}
 	t.Logf("window closed %d times", closed)
 }
+
+// TestTCPDelayedAckCheckSendsNoDuplicates: with AckOnPeerAck and a host peer
+// that does not read, the ACK to the guest lags what was written, so the
+// delayed-ACK timer keeps looking. A look that finds the same ACK number and
+// window sends nothing (that frame would be a duplicate ACK to the guest),
+// and the looks back off.
+func TestTCPDelayedAckCheckSendsNoDuplicates(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{AckOnPeerAck: true})
+	ln := h.listen()
+	h.setRcvBuf(ln, 4096)
+	h.establish(ln, tcpMss1400ws7)
+	f := h.flow()
+	h.flush()
+	chunk := tcpPattern(16384)
+	for i := 0; i < 16; i++ {
+		h.inject(h.frame(header.TCPFlagACK, f.seqFromGuest, h.ack, h.wnd, nil, chunk))
+	}
+	time.Sleep(50 * time.Millisecond)
+	h.flush()
+	if !tcpSeqLT(f.seqAckToGuest, f.seqFromGuest) {
+		t.Fatalf("peer acknowledged everything: nothing to test")
+	}
+	type aw struct {
+		ack uint32
+		wnd uint16
+	}
+	seen := map[aw]int{}
+	fired := 0
+	for i := 0; i < 100; i++ {
+		h.now = h.now.Add(10 * time.Millisecond)
+		if d := h.tab.Timers(h.now); !d.IsZero() && !d.After(h.now.Add(200*time.Millisecond)) {
+			fired++
+		}
+		for _, s := range h.pump(0) {
+			if len(s.payload) == 0 && s.flags == header.TCPFlagACK {
+				seen[aw{s.ack, s.wnd}]++
+			}
+		}
+	}
+	for k, n := range seen {
+		if n > 2 {
+			t.Fatalf("%d identical ACKs (ack %d wnd %d) in 1s", n, k.ack-h.isn, k.wnd)
+		}
+	}
+	if fired == 0 {
+		t.Fatalf("no delayed-ACK check scheduled")
+	}
+}

@@ -233,15 +233,17 @@ func TestTCPIdleTimeout(t *testing.T) {
 	}
 }
 
-// TestTCPFinTimeout: once a FIN went either way, the connection must finish
-// within FinTimeout.
+// TestTCPFinTimeout: once FINs went both ways, the connection must finish
+// within FinTimeout (here the guest never acknowledges ours).
 func TestTCPFinTimeout(t *testing.T) {
 	h := tcpNewHarness(t, TCPConfig{FinTimeout: time.Minute})
 	ln := h.listen()
-	h.establish(ln, tcpMss1400ws7)
+	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()
 	h.sendFin()
 	h.flush()
+	peer.CloseWrite()
+	h.collect("FIN", func(s []tcpSeg) bool { return hasFlag(s, header.TCPFlagFIN) })
 	h.tab.Timers(h.now.Add(59 * time.Second))
 	if h.flow() == nil {
 		t.Fatalf("reset before the FIN timeout")
@@ -314,5 +316,37 @@ func TestTCPAckAfterRewind(t *testing.T) {
 	got := h.collect("next", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) > 0 })
 	if got[0].seq != start+2800 || string(tcpPayloadOf(got)) != "next" {
 		t.Fatalf("after ACK: seq %d %q", got[0].seq-start, tcpPayloadOf(got))
+	}
+}
+
+// TestTCPHalfClosedQuietNotReset: a guest FIN half-closes the connection;
+// the host peer, still open, may stay quiet for longer than FinTimeout and
+// answer later. Only the idle timeout applies until FINs went both ways.
+func TestTCPHalfClosedQuietNotReset(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{FinTimeout: time.Minute, IdleTimeout: time.Hour})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	h.sendFin()
+	h.flush()
+	h.tab.Timers(h.now.Add(61 * time.Second))
+	if got := h.flush(); hasFlag(got, header.TCPFlagRST) || h.flow() == nil {
+		t.Fatalf("half-closed connection reset after 61 s of quiet: %+v", got)
+	}
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := peer.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("peer read: %v, want EOF (half-closed, not reset)", err)
+	}
+	if _, err := peer.Write([]byte("late")); err != nil {
+		t.Fatalf("peer write: %v", err)
+	}
+	h.now = h.now.Add(62 * time.Second)
+	got := h.collect("late answer", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= 4 })
+	if string(tcpPayloadOf(got)) != "late" || hasFlag(got, header.TCPFlagRST) {
+		t.Fatalf("guest got %q", tcpPayloadOf(got))
+	}
+	h.tab.Timers(h.now.Add(61 * time.Minute))
+	if got := h.flush(); !hasFlag(got, header.TCPFlagRST) || h.flow() != nil {
+		t.Fatalf("idle half-closed connection not reset after IdleTimeout: %+v", got)
 	}
 }

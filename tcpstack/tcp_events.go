@@ -73,15 +73,26 @@ func (t *tcpTable) deadline(f *tcpFlow) time.Time {
 		// Waiting for an RX buffer for the RST; give up eventually.
 		return f.lastActivity.Add(t.cfg.FinTimeout)
 	}
-	idle := t.cfg.IdleTimeout
-	if f.state == tcpClosing {
-		idle = t.cfg.FinTimeout
-	}
-	d := f.lastActivity.Add(idle)
+	d := f.lastActivity.Add(t.quietTimeout(f))
 	if f.inFlight() > 0 {
 		d = tcpEarliest(d, f.lastAckProg.Add(t.ackTimeout(f)))
 	}
 	return tcpEarliest(d, f.ackDueAt)
+}
+
+// quietTimeout is how long f may go without activity before it is reset.
+// A half-closed connection is still a connection (one side may keep
+// sending, or both may wait): it gets the idle timeout. The FIN timeout is
+// for the end of a close: both FINs exchanged, or our FIN waiting for the
+// guest's ACK.
+func (t *tcpTable) quietTimeout(f *tcpFlow) time.Duration {
+	// evGuestFinSent is cleared by a rewind (the FIN goes again): a
+	// sequence past the EOF is what says our FIN went out.
+	finSent := f.has(evSockFin) && tcpSeqGT(f.sndMax, f.eofSeq)
+	if f.state == tcpClosing && finSent && (f.has(evGuestFin) || !f.has(evGuestFinAck)) {
+		return t.cfg.FinTimeout
+	}
+	return t.cfg.IdleTimeout
 }
 
 func tcpEarliest(a, b time.Time) time.Time {
@@ -159,11 +170,7 @@ func (t *tcpTable) fire(now time.Time, f *tcpFlow) {
 		f.lastAckProg = now
 		t.rewind(f, TCPRetransTimeout)
 	}
-	idle := t.cfg.IdleTimeout
-	if f.state == tcpClosing {
-		idle = t.cfg.FinTimeout
-	}
-	if !f.lastActivity.Add(idle).After(now) {
+	if !f.lastActivity.Add(t.quietTimeout(f)).After(now) {
 		t.log.Debug("tcp idle timeout", "remote", f.remoteAddr, "port", f.remotePort, "closing", f.state == tcpClosing)
 		t.resetFlow(f, now)
 	}

@@ -274,10 +274,14 @@ func (t *tcpTable) guestSegment(now time.Time, f *tcpFlow, sg *tcpSegment, frame
 		if !sg.flags.Has(header.TCPFlagACK) {
 			return
 		}
-		if sg.ack != f.iss+1 || f.flags&flSynAckDue != 0 {
+		// The SYN-ACK went out once (seqToGuest moved past iss): an ACK of
+		// it is good even if a retransmitted SYN, in the same batch, asked
+		// for it again; that repeat is then moot.
+		if sg.ack != f.iss+1 || f.seqToGuest != f.iss+1 {
 			t.resetFlow(f, now)
 			return
 		}
+		f.flags &^= flSynAckDue
 		t.establish(now, f)
 		if f.state != tcpEstablished {
 			return

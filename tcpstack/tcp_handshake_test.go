@@ -191,3 +191,38 @@ func TestTCPSurvivesPairRestart(t *testing.T) {
 		t.Fatalf("got %q", tcpPayloadOf(got))
 	}
 }
+
+// TestTCPSynRetransmitAndAckInOneBatch: a retransmitted SYN and the guest's
+// ACK of our first SYN-ACK arrive in the same TX batch. The ACK completes
+// the handshake; neither is a reason for a reset.
+func TestTCPSynRetransmitAndAckInOneBatch(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	ln := h.listen()
+	var ob [40]byte
+	opts := ob[:header.EncodeTCPOptions(ob[:], &tcpMss1400ws7)]
+	h.sendSYN(tcpMss1400ws7)
+	first := h.collect("SYN-ACK", func(s []tcpSeg) bool { return len(s) > 0 })
+	if len(first) != 1 || first[0].flags != header.TCPFlagSYN|header.TCPFlagACK {
+		t.Fatalf("want one SYN-ACK, got %+v", first)
+	}
+	h.ack = first[0].seq + 1
+	h.inject(h.frame(header.TCPFlagSYN, h.isn, 0, h.wnd, opts, nil))
+	h.sendAck(nil)
+	got := h.flush()
+	if hasFlag(got, header.TCPFlagRST) || hasFlag(got, header.TCPFlagSYN) {
+		t.Fatalf("handshake disturbed: %+v", got)
+	}
+	f := h.flow()
+	if f == nil || f.state != tcpEstablished || h.stats.RSTSent.Load() != 0 {
+		t.Fatalf("not established (flow %v, RSTs %d)", f != nil, h.stats.RSTSent.Load())
+	}
+	peer, err := ln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	h.sendAck([]byte("hi"))
+	if b := tcpReadN(t, peer, 2); string(b) != "hi" {
+		t.Fatalf("peer got %q", b)
+	}
+}

@@ -317,3 +317,32 @@ func TestTCPTinyBuffersFinAfterAllData(t *testing.T) {
 		t.Fatalf("guest got %d bytes before FIN, want %d (equal %v)", len(got), len(data), bytes.Equal(got, data[:min(len(got), len(data))]))
 	}
 }
+
+// TestTCPRxRefillThenNewHostData: a pass runs out of RX buffers exactly at
+// a frame boundary (all socket data placed). After the refill everything
+// readable is in flight, and data the host sends next must still reach
+// the guest without waiting for a guest ACK.
+func TestTCPRxRefillThenNewHostData(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	first := tcpPattern(2 * 1400)
+	peer.Write(first)
+	h.waitQueued(len(first))
+	h.w.free = 2
+	got := h.pump(100 * time.Millisecond)
+	if !bytes.Equal(tcpPayloadOf(got), first) || !h.blocked {
+		t.Fatalf("want both frames and a blocked pass, got %d bytes, blocked %v", len(tcpPayloadOf(got)), h.blocked)
+	}
+	h.w.free = 100
+	if got := h.flush(); len(tcpPayloadOf(got)) != 0 {
+		t.Fatalf("data sent twice")
+	}
+	second := []byte("more from the host")
+	peer.Write(second)
+	more := h.collect("new host data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(second) })
+	if string(tcpPayloadOf(more)) != string(second) {
+		t.Fatalf("guest got %q", tcpPayloadOf(more))
+	}
+}

@@ -400,6 +400,9 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 			reserved += fr.capLen
 			fill -= fr.capLen
 		}
+		if nfr > 0 && !blocked {
+			t.rxBlocked(f, false) // buffers came: whatever stops this pass, it is not them
+		}
 		if nfr == 0 {
 			t.bufs = t.bufs[:0]
 			if blocked {
@@ -459,7 +462,10 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 		}
 		switch {
 		case got == 0 && !eof && already > 0:
-			t.stall(f, false) // everything readable is in flight
+			// Everything readable is in flight. Buffers were there: a wait
+			// for them is over, and new host data must wake us (EPOLLIN).
+			t.rxBlocked(f, false)
+			t.stall(f, false)
 			return true
 		case got < reserved && got > 0 && !eof && f.has(evSockRdHup):
 			// Short, but the peer's FIN is queued behind this data: peek
@@ -558,6 +564,7 @@ func (t *tcpTable) sendFlags(f *tcpFlow, w tcpFrameWriter, fl header.TCPFlags, s
 	t.buildHeaders(f, hdr, fl, seq, opts, nil, 0)
 	w.Commit(0, &t.vh)
 	f.flags &^= flAckDue
+	t.rxBlocked(f, false)
 	return true
 }
 

@@ -350,3 +350,34 @@ func TestTCPHalfClosedQuietNotReset(t *testing.T) {
 		t.Fatalf("idle half-closed connection not reset after IdleTimeout: %+v", got)
 	}
 }
+
+// TestTCPResettingFlowReleasedDespiteGuestTraffic: a reset waits for an RX
+// buffer for its RST. A guest that keeps sending but never refills RX does
+// not keep the slot: it is released FinTimeout after the reset.
+func TestTCPResettingFlowReleasedDespiteGuestTraffic(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{FinTimeout: time.Minute, IdleTimeout: time.Hour})
+	ln := h.listen()
+	h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	h.w.free = 0
+	h.now = h.now.Add(time.Hour)
+	h.tab.Timers(h.now) // idle timeout: reset
+	if got := h.flush(); len(got) != 0 || !h.blocked {
+		t.Fatalf("RST went out without a buffer: %+v", got)
+	}
+	f := h.flow()
+	if f == nil || f.state != tcpResetting {
+		t.Fatalf("not resetting")
+	}
+	for i := 1; i <= 7; i++ {
+		h.now = h.now.Add(10 * time.Second)
+		if h.flow() != nil {
+			h.sendAck([]byte("x"))
+		}
+		h.tab.Timers(h.now)
+		h.flush()
+	}
+	if h.flow() != nil || h.tab.Len() != 0 {
+		t.Fatalf("resetting flow kept its slot 70 s after the reset")
+	}
+}

@@ -70,7 +70,8 @@ func (t *tcpTable) deadline(f *tcpFlow) time.Time {
 		// Our SYN is repeated every AckTimeout until the handshake times out.
 		return tcpEarliest(f.created.Add(t.cfg.HandshakeTimeout), f.lastAckProg.Add(t.cfg.AckTimeout))
 	case tcpResetting:
-		// Waiting for an RX buffer for the RST; give up eventually.
+		// Waiting for an RX buffer for the RST since the reset
+		// (lastActivity, no longer moved); give up eventually.
 		return f.lastActivity.Add(t.cfg.FinTimeout)
 	}
 	d := f.lastActivity.Add(t.quietTimeout(f))

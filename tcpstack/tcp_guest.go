@@ -246,7 +246,11 @@ func (t *tcpTable) establish(now time.Time, f *tcpFlow) {
 
 // guestSegment handles a segment for an existing connection.
 func (t *tcpTable) guestSegment(now time.Time, f *tcpFlow, sg *tcpSegment, frame [][]byte, skip int) {
-	f.lastActivity = now
+	if f.state != tcpResetting {
+		// A resetting flow's deadline runs from the reset: a guest that
+		// keeps sending but never refills RX must not keep its slot.
+		f.lastActivity = now
+	}
 	if sg.flags.Has(header.TCPFlagRST) {
 		t.stats.RSTReceived.Add(1)
 		t.dropFlow(f, true)

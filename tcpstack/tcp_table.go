@@ -254,6 +254,7 @@ func (t *tcpTable) closeSocket(f *tcpFlow, reset bool) {
 func (t *tcpTable) resetFlow(f *tcpFlow, now time.Time) {
 	t.closeSocket(f, true)
 	f.flags |= flRstDue
+	f.lastActivity = now // the deadline for getting the RST out runs from here
 	t.setState(f, tcpResetting)
 	t.markDirty(f)
 }

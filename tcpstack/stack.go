@@ -228,8 +228,9 @@ func (s *Stack) EachPairStats(fn func(index int, st *QueueStats)) {
 	}
 }
 
-// Close stops every running pair and closes every flow's host socket.
-func (s *Stack) Close() {
+// stopAllPairs stops every running pair's loop. StopPair takes s.mu, so
+// the indices are collected first.
+func (s *Stack) stopAllPairs() {
 	s.mu.Lock()
 	idx := make([]int, 0, len(s.loops))
 	for i := range s.loops {
@@ -239,6 +240,11 @@ func (s *Stack) Close() {
 	for _, i := range idx {
 		s.StopPair(i)
 	}
+}
+
+// Close stops every running pair and closes every flow's host socket.
+func (s *Stack) Close() {
+	s.stopAllPairs()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ps := range s.pairs {
@@ -254,15 +260,7 @@ func (s *Stack) Close() {
 // resets the device: the guest side of those flows no longer exists, and a
 // peer that waited for its own timeout would hang for minutes.
 func (s *Stack) EndSession() {
-	s.mu.Lock()
-	idx := make([]int, 0, len(s.loops))
-	for i := range s.loops {
-		idx = append(idx, i)
-	}
-	s.mu.Unlock()
-	for _, i := range idx {
-		s.StopPair(i)
-	}
+	s.stopAllPairs()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ps := range s.pairs {

@@ -35,8 +35,14 @@ var (
 
 const namespace = "vunet"
 
+// allDescs is every descriptor desc made, in declaration order: Describe
+// sends them all, so a new metric cannot be left out of it by hand.
+var allDescs []*prometheus.Desc
+
 func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
+	d := prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
+	allDescs = append(allDescs, d)
+	return d
 }
 
 var (
@@ -99,14 +105,7 @@ type collector struct{ src Sources }
 func NewCollector(src Sources) prometheus.Collector { return &collector{src: src} }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFrames, descBytes, descBatches, descDrops, descNotify,
-		descSuppressed, descKicks, descBadChains, descRXWaited, descTXEther, descService,
-		descRXWasted, descWakeups, descLoopStarts, descMemFaults, descFlowsOpen, descFlowsClose, descFlowsEvict,
-		descUDPFlows, descICMPFlows, descUDPDatagrams, descUDPBytes, descUDPDrops, descEchoReq, descEchoRep,
-		descLeases, descNDPSent, descFragments,
-		descTCPConns, descTCPConnects, descTCPConnFail, descTCPTableFull, descTCPAccepted, descTCPStalls,
-		descTCPClamps, descTCPRetrans, descTCPRSTSent, descTCPRSTRecv, descTCPBytes,
-		descMessages, descErrors, descConnected, descSessions, descFeature, descProtoFeat} {
+	for _, d := range allDescs {
 		ch <- d
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -294,26 +292,8 @@ func icmpEchoFrame(src, dst netip.Addr, id, seq uint16, payload []byte) []byte {
 // TestICMPEcho runs in a private network namespace, where ping sockets can
 // be allowed without touching the host's sysctl.
 func TestICMPEcho(t *testing.T) {
-	if os.Getenv("TCPSTACK_NETNS_CHILD") == "" {
-		if os.Getuid() != 0 {
-			t.Skip("needs root for a network namespace")
-		}
-		cmd := exec.Command("unshare", "-n", os.Args[0], "-test.run=^TestICMPEcho$", "-test.v")
-		cmd.Env = append(os.Environ(), "TCPSTACK_NETNS_CHILD=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
-		if !bytes.Contains(out, []byte("--- PASS: TestICMPEcho")) {
-			t.Fatalf("child did not pass:\n%s", out)
-		}
+	if !inPrivateNetns(t, pingAllowed) {
 		return
-	}
-	if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
-		t.Fatalf("lo up: %v", err)
-	}
-	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0); err != nil {
-		t.Fatalf("ping_group_range: %v", err)
 	}
 	for _, v6 := range []bool{false, true} {
 		p := newFlowPair(t, featModern, nil)

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -315,23 +313,8 @@ func BenchmarkReassembleUDP(b *testing.B) {
 // is reassembled into one echo request; the whole reply comes back. It
 // runs in a private network namespace, where ping sockets can be allowed.
 func TestICMPEchoFragmented(t *testing.T) {
-	if os.Getenv("TCPSTACK_NETNS_CHILD") == "" {
-		if os.Getuid() != 0 {
-			t.Skip("needs root for a network namespace")
-		}
-		cmd := exec.Command("unshare", "-n", os.Args[0], "-test.run=^TestICMPEchoFragmented$", "-test.v")
-		cmd.Env = append(os.Environ(), "TCPSTACK_NETNS_CHILD=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil || !bytes.Contains(out, []byte("--- PASS: TestICMPEchoFragmented")) {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
+	if !inPrivateNetns(t, pingAllowed) {
 		return
-	}
-	if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
-		t.Fatalf("lo up: %v", err)
-	}
-	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0); err != nil {
-		t.Fatalf("ping_group_range: %v", err)
 	}
 	for _, v6 := range []bool{false, true} {
 		p := newFlowPair(t, featMrg, nil)

@@ -2,8 +2,6 @@ package tcpstack
 
 import (
 	"bytes"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -20,44 +18,14 @@ import (
 // while the kernel still called the socket writable, EPOLLOUT never came,
 // and the upload stopped until the 10 ms ACK timer.
 func TestTCPUploadWindowByEPOLLOUT(t *testing.T) {
-	tcpInSmallBufferNetns(t, "TestTCPUploadWindowByEPOLLOUT", "4096 16384 65536", func(t *testing.T) {
-		// 64 KiB segments (default MTU), and MTU-1500 segments, each one
-		// skb with its overhead on the host socket: the window must count
-		// that overhead, or the socket refuses data inside it.
-		t.Run("mss65480", func(t *testing.T) { tcpRunUploadNoTimers(t, 64<<20, 20*time.Second, 65480) })
-		t.Run("mss1460", func(t *testing.T) { tcpRunUploadNoTimers(t, 8<<20, 20*time.Second, 1460) })
-	})
-}
-
-// tcpInSmallBufferNetns re-runs test name in a child process in a new
-// network namespace with tcp_rmem and tcp_wmem set to mem, where it calls
-// body.
-func tcpInSmallBufferNetns(t *testing.T, name, mem string, body func(t *testing.T)) {
-	if os.Getenv("TCPSTACK_NETNS_CHILD") == "" {
-		if os.Getuid() != 0 {
-			t.Skip("needs root for a network namespace")
-		}
-		cmd := exec.Command("unshare", "-n", os.Args[0], "-test.run=^"+name+"$", "-test.v")
-		cmd.Env = append(os.Environ(), "TCPSTACK_NETNS_CHILD=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
-		if !bytes.Contains(out, []byte("--- PASS: "+name)) {
-			t.Fatalf("child did not pass:\n%s", out)
-		}
-		t.Logf("child:\n%s", out)
+	if !inPrivateNetns(t, map[string]string{"tcp_rmem": "4096 16384 65536", "tcp_wmem": "4096 16384 65536"}) {
 		return
 	}
-	if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
-		t.Fatalf("lo up: %v", err)
-	}
-	for _, f := range []string{"tcp_rmem", "tcp_wmem"} {
-		if err := os.WriteFile("/proc/sys/net/ipv4/"+f, []byte(mem), 0); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-	}
-	body(t)
+	// 64 KiB segments (default MTU), and MTU-1500 segments, each one skb
+	// with its overhead on the host socket: the window must count that
+	// overhead, or the socket refuses data inside it.
+	t.Run("mss65480", func(t *testing.T) { tcpRunUploadNoTimers(t, 64<<20, 20*time.Second, 65480) })
+	t.Run("mss1460", func(t *testing.T) { tcpRunUploadNoTimers(t, 8<<20, 20*time.Second, 1460) })
 }
 
 // tcpRunUploadNoTimers uploads n bytes from a simulated Linux guest with

@@ -58,20 +58,22 @@ func (p *testPair) rxFrames(starts int) uint64 {
 
 // udpFrame builds a guest UDP frame from the guest to dst.
 func udpFrame(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	return guestIPFrame(src, dst, header.IPProtocolUDP, udpDatagram(src, dst, sport, dport, payload))
+}
+
+// guestIPFrame wraps an L4 message in the IPv4 or IPv6 header that dst's
+// family calls for and an Ethernet header from the guest to us.
+func guestIPFrame(src, dst netip.Addr, proto header.IPProtocol, l4 []byte) []byte {
 	var ipb []byte
-	l4 := make([]byte, udpHdrLen+len(payload))
-	header.EncodeUDP(l4, sport, dport, uint16(len(l4)))
-	copy(l4[udpHdrLen:], payload)
-	header.UDP(l4).SetChecksum(src, dst)
 	et := header.EtherTypeIPv4
 	if dst.Is4() {
 		ipb = make([]byte, ipv4HdrLen)
 		header.EncodeIPv4(ipb, &header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + len(l4)), TTL: 64,
-			Protocol: header.IPProtocolUDP, Source: src, Destination: dst})
+			Protocol: proto, Source: src, Destination: dst})
 	} else {
 		et = header.EtherTypeIPv6
 		ipb = make([]byte, ipv6HdrLen)
-		header.EncodeIPv6(ipb, &header.IPv6Fields{PayloadLength: uint16(len(l4)), NextHeader: header.IPProtocolUDP,
+		header.EncodeIPv6(ipb, &header.IPv6Fields{PayloadLength: uint16(len(l4)), NextHeader: proto,
 			HopLimit: 64, Source: src, Destination: dst})
 	}
 	f := make([]byte, ethHdrLen)
@@ -267,26 +269,14 @@ func TestUDPToMulticastDropped(t *testing.T) {
 func icmpEchoFrame(src, dst netip.Addr, id, seq uint16, payload []byte) []byte {
 	m := make([]byte, icmpEchoHdrLen+len(payload))
 	copy(m[icmpEchoHdrLen:], payload)
-	var ipb []byte
-	et := header.EtherTypeIPv4
 	if dst.Is4() {
 		header.EncodeICMPv4Echo(m, header.ICMPv4EchoRequest, id, seq)
 		header.ICMPv4(m).SetChecksum()
-		ipb = make([]byte, ipv4HdrLen)
-		header.EncodeIPv4(ipb, &header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + len(m)), TTL: 64,
-			Protocol: header.IPProtocolICMPv4, Source: src, Destination: dst})
-	} else {
-		et = header.EtherTypeIPv6
-		header.EncodeICMPv6Echo(m, header.ICMPv6EchoRequest, id, seq)
-		header.ICMPv6(m).SetChecksum(src, dst)
-		ipb = make([]byte, ipv6HdrLen)
-		header.EncodeIPv6(ipb, &header.IPv6Fields{PayloadLength: uint16(len(m)), NextHeader: header.IPProtocolICMPv6,
-			HopLimit: 64, Source: src, Destination: dst})
+		return guestIPFrame(src, dst, header.IPProtocolICMPv4, m)
 	}
-	f := make([]byte, ethHdrLen)
-	header.EncodeEthernet(f, header.MAC(DefaultOurMAC), header.MAC(testGuestMAC), et)
-	f = append(f, ipb...)
-	return append(f, m...)
+	header.EncodeICMPv6Echo(m, header.ICMPv6EchoRequest, id, seq)
+	header.ICMPv6(m).SetChecksum(src, dst)
+	return guestIPFrame(src, dst, header.IPProtocolICMPv6, m)
 }
 
 // TestICMPEcho runs in a private network namespace, where ping sockets can

@@ -20,22 +20,7 @@ func tcpGuestFrame(src, dst netip.Addr, sport, dport uint16, seq, ack uint32, fl
 		Flags: flags, WindowSize: 65535})
 	copy(l4[header.TCPMinimumSize:], payload)
 	header.TCP(l4).SetChecksum(src, dst)
-	et := header.EtherTypeIPv4
-	var ipb []byte
-	if dst.Is4() {
-		ipb = make([]byte, ipv4HdrLen)
-		header.EncodeIPv4(ipb, &header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + len(l4)), TTL: 64,
-			Protocol: header.IPProtocolTCP, Source: src, Destination: dst})
-	} else {
-		et = header.EtherTypeIPv6
-		ipb = make([]byte, ipv6HdrLen)
-		header.EncodeIPv6(ipb, &header.IPv6Fields{PayloadLength: uint16(len(l4)), NextHeader: header.IPProtocolTCP,
-			HopLimit: 64, Source: src, Destination: dst})
-	}
-	f := make([]byte, ethHdrLen)
-	header.EncodeEthernet(f, header.MAC(DefaultOurMAC), header.MAC(testGuestMAC), et)
-	f = append(f, ipb...)
-	return append(f, l4...)
+	return guestIPFrame(src, dst, header.IPProtocolTCP, l4)
 }
 
 // guestTCP parses a frame to the guest as TCP and checks its checksum.

@@ -121,9 +121,18 @@ func TestChecksumUpdateBytesNAT(t *testing.T) {
 }
 
 func TestPseudoHeaderChecksumMixedFamiliesNoPanic(t *testing.T) {
-	// A misconfigured v4/v6 pair must not panic (builders rely on this).
-	_ = PseudoHeaderChecksum(IPProtocolUDP, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("::1"), 8)
-	_ = PseudoHeaderChecksum(IPProtocolUDP, netip.Addr{}, netip.Addr{}, 8)
+	// A misconfigured v4/v6 pair must not panic (builders rely on this):
+	// the source's family decides, an address of the other family counts
+	// as all zeros.
+	v4 := netip.MustParseAddr("10.0.0.1")
+	if got, want := PseudoHeaderChecksum(IPProtocolUDP, v4, netip.MustParseAddr("::1"), 8),
+		PseudoHeaderChecksum(IPProtocolUDP, v4, netip.IPv4Unspecified(), 8); got != want {
+		t.Errorf("v4 source, v6 destination: %#04x, want %#04x (destination as 0.0.0.0)", got, want)
+	}
+	if got, want := PseudoHeaderChecksum(IPProtocolUDP, netip.Addr{}, netip.Addr{}, 8),
+		PseudoHeaderChecksum(IPProtocolUDP, netip.IPv6Unspecified(), netip.IPv6Unspecified(), 8); got != want {
+		t.Errorf("zero addresses: %#04x, want %#04x (as ::)", got, want)
+	}
 }
 
 func BenchmarkChecksum(b *testing.B) {

@@ -11,7 +11,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # under the race detector.
 UNIT_PKGS = ./virtqueue/... ./vhostuser/... ./tcpstack/... ./metrics/... ./cmd/... ./test/frontend/...
 
-.PHONY: all build run demo test test-unit test-system bench fuzz lint clean
+.PHONY: all build run demo test test-unit test-system bench fuzz lint clean setup-demo setup-test
 
 all: build
 
@@ -24,10 +24,20 @@ run: build
 # Builds vunet and a tiny guest, boots it under QEMU on vunet, and shows it
 # getting an address by DHCP and fetching a page from this host's loopback;
 # prints vunet's counters and cleans up (test/demo; needs QEMU, no root).
-demo:
+demo: setup-demo
 	$(GO) run ./test/demo
 
-test: test-unit test-system
+# The prerequisites, checked up front (Go first, then Debian packages): as
+# root the missing packages are installed, otherwise the one apt-get line
+# to run is printed and make stops (test/setup/setup.sh).
+setup-demo:
+	@GO=$(GO) test/setup/setup.sh demo
+
+setup-test:
+	@GO=$(GO) test/setup/setup.sh test
+
+test: setup-test
+	@$(MAKE) --no-print-directory test-unit test-system
 
 test-unit:
 	$(GO) vet ./...

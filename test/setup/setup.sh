@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# vunet's prerequisites, checked up front: `make demo` runs `setup.sh demo`,
+# `make test` and .ci/run run `setup.sh test`.
+#
+# 1. Go first: go.mod names the version every build needs, and an older go
+#    (Debian 12's own golang is 1.19) fails on go.mod with an error that
+#    does not say so.
+# 2. Then every Debian package the target needs, in one query. As root the
+#    missing ones are installed with apt-get (one install command); otherwise
+#    the one `apt-get install …` line to run as root is printed and the script
+#    exits 2.
+#
+# Only bash builtins are used besides go, dpkg-query, id and apt-get, so a
+# test can run the script with a PATH of stand-ins for those four
+# (test/setup/setup_test.go). VUNET_SKIP_SETUP=1 skips the package check
+# (not the Go one), for machines that are not Debian.
+set -euo pipefail
+
+# The demo's packages: QEMU and the tiny guest (the host's kernel and
+# modules, a static busybox for its initramfs). git: `go build` stamps the
+# revision into the binary (vunet --version, vunet_build_info) from the
+# checkout. README's "The two commands" lists exactly these. A package may
+# name the command that stands for it (PKG:COMMAND: satisfied when either
+# is there, e.g. a QEMU built from source).
+DEMO_PACKAGES=(qemu-system-x86:qemu-system-x86_64 linux-image-amd64 busybox-static git)
+
+# What `make test` needs beyond the demo's.
+#   gcc libc6-dev   go test -race needs cgo
+#   iproute2 kmod cpio udhcpc iperf3   network namespaces, the TAP rig, bench
+#   dpdk-dev        dpdk-testpmd, the second vhost-user front-end
+#   tshark          reads vunet's --pcap files
+#   prometheus      a real scraper and promtool check metrics
+#   libvirt-daemon-system libvirt-clients libxml2-utils   the libvirt walk-through
+#   systemd         systemd-analyze verify/security and systemd-socket-activate
+#                   for the unit in contrib/ (PID 1 need not be systemd)
+TEST_PACKAGES=(
+	"${DEMO_PACKAGES[@]}"
+	gcc libc6-dev
+	iproute2:ip kmod cpio udhcpc iperf3
+	dpdk-dev:dpdk-testpmd
+	tshark:tshark
+	prometheus:promtool
+	libvirt-daemon-system libvirt-clients:virsh libxml2-utils:xmllint
+	systemd:systemd-analyze
+)
+
+die() {
+	printf 'vunet setup: %s\n' "$*" >&2
+	exit 1
+}
+
+usage() {
+	printf 'usage: %s demo|test\n' "$0" >&2
+	exit 64
+}
+
+[[ $# -eq 1 ]] || usage
+case $1 in
+demo) wanted=("${DEMO_PACKAGES[@]}") ;;
+test) wanted=("${TEST_PACKAGES[@]}") ;;
+*) usage ;;
+esac
+target=$1
+
+# The checkout: two levels above this script (no dirname: builtins only).
+here=${BASH_SOURCE[0]%/*}
+[[ $here == "${BASH_SOURCE[0]}" ]] && here=.
+root=$(cd "$here/../.." && pwd)
+
+# go.mod's `go` line: the oldest toolchain that builds the module.
+need_go=
+while read -r key value _; do
+	if [[ $key == go ]]; then
+		need_go=$value
+		break
+	fi
+done <"$root/go.mod"
+[[ -n $need_go ]] || die "no go line in $root/go.mod"
+
+# version_ge A B: A >= B for dotted versions (1.26.0, 1.26, 1.26rc1).
+version_ge() {
+	local -a a b
+	local i x y
+	IFS=. read -r -a a <<<"$1"
+	IFS=. read -r -a b <<<"$2"
+	for i in 0 1 2; do
+		x=${a[i]:-0} y=${b[i]:-0}
+		x=${x%%[!0-9]*} y=${y%%[!0-9]*}
+		x=${x:-0} y=${y:-0}
+		((10#$x > 10#$y)) && return 0
+		((10#$x < 10#$y)) && return 1
+	done
+	return 0
+}
+
+go_hint="install Go $need_go or newer from https://go.dev/dl/ (e.g. into /usr/local/go) and put its bin directory first on PATH; Debian 12's golang package (1.19) is too old"
+gotool=${GO:-go}
+if ! command -v "$gotool" >/dev/null 2>&1; then
+	extra=
+	[[ -x /usr/local/go/bin/go ]] && extra=" (/usr/local/go/bin/go exists: export PATH=/usr/local/go/bin:\$PATH)"
+	die "'$gotool' not found on PATH$extra: $go_hint"
+fi
+# Run in the module so that a Go ≥ 1.21 reports the toolchain it would
+# switch to (GOTOOLCHAIN) rather than itself.
+if ! out=$(cd "$root" && "$gotool" version 2>&1); then
+	die "'$gotool version' failed: ${out//$'\n'/ }; $go_hint"
+fi
+# "go version go1.26.8 linux/amd64", "go version devel go1.27-abcdef …"
+have_go=
+for word in $out; do
+	if [[ $word == go[0-9]* ]]; then
+		have_go=${word#go}
+		break
+	fi
+done
+[[ -n $have_go ]] || die "cannot read a version from '$gotool version': $out; $go_hint"
+if ! version_ge "$have_go" "$need_go"; then
+	die "$gotool is Go $have_go, but go.mod needs Go $need_go or newer: $go_hint"
+fi
+
+if [[ ${VUNET_SKIP_SETUP:-} == 1 ]]; then
+	printf 'vunet setup: Go %s; package check skipped (VUNET_SKIP_SETUP=1)\n' "$have_go"
+	exit 0
+fi
+
+command -v dpkg-query >/dev/null 2>&1 ||
+	die "dpkg-query not found: this check knows Debian 12's packages; install the equivalents of: ${wanted[*]%%:*} (or set VUNET_SKIP_SETUP=1)"
+
+pkgs=()
+declare -A cmd_of=()
+for entry in "${wanted[@]}"; do
+	pkg=${entry%%:*}
+	pkgs+=("$pkg")
+	[[ $entry == *:* ]] && cmd_of[$pkg]=${entry#*:}
+done
+
+# One query for all of them; a package dpkg has never heard of is simply
+# missing from the output (and named on stderr, which is not our news).
+declare -A installed=()
+while read -r pkg status; do
+	[[ $status == installed ]] && installed[${pkg%%:*}]=1
+done < <(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${pkgs[@]}" 2>/dev/null || true)
+
+missing=()
+for pkg in "${pkgs[@]}"; do
+	[[ -n ${installed[$pkg]:-} ]] && continue
+	cmd=${cmd_of[$pkg]:-}
+	[[ -n $cmd ]] && command -v "$cmd" >/dev/null 2>&1 && continue
+	missing+=("$pkg")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+	printf 'vunet setup: Go %s and every package `make %s` needs are installed\n' "$have_go" "$target"
+	exit 0
+fi
+
+install=(apt-get install -y -q --no-install-recommends "${missing[@]}")
+if [[ $(id -u) != 0 ]]; then
+	printf 'vunet setup: `make %s` needs Debian packages that are missing: %s\n' "$target" "${missing[*]}" >&2
+	printf 'vunet setup: install them as root with:\n' >&2
+	printf '%s\n' "${install[*]}"
+	exit 2
+fi
+
+printf 'vunet setup: installing %s\n' "${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+for pkg in "${missing[@]}"; do
+	if [[ $pkg == tshark ]] && command -v debconf-set-selections >/dev/null 2>&1; then
+		# tshark asks whether non-root users may capture; no is fine.
+		echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections || true
+	fi
+done
+apt-get update -q
+"${install[@]}"

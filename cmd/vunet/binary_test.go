@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"vunet/test/testenv"
 	"vunet/vhostuser"
 )
 
@@ -268,15 +269,7 @@ func TestSignalShutdownWithFrontEnd(t *testing.T) {
 // the Debian package to install) and is skipped elsewhere.
 func needTool(t *testing.T, name, pkg string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s not found: apt-get install %s", name, pkg)
-	}
-	t.Skipf("%s not found (apt-get install %s)", name, pkg)
-	return ""
+	return testenv.NeedTool(t, name, "", "apt-get install "+pkg)
 }
 
 // helperOutput runs a helper subcommand of the built binary.

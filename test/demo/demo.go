@@ -14,9 +14,9 @@ import (
 	"strings"
 	"time"
 
-	"vunet/test/e2e"
 	"vunet/test/guest"
 	"vunet/test/guest/initramfs"
+	"vunet/test/qemu"
 )
 
 // Config says how to run the demo.
@@ -41,7 +41,7 @@ type Report struct {
 	HTTP      map[string]string // the guest's http result fields (status, bytes, sha256, ...)
 	PageSHA   string            // what the server sent
 	Served    []servedRequest
-	Metrics   e2e.Metrics // scrape taken after the guest powered off
+	Metrics   qemu.Metrics // scrape taken after the guest powered off
 	GuestTook time.Duration
 	BuildTook time.Duration // building vunet and the guest image
 	RunTook   time.Duration // from starting vunet to the end
@@ -59,7 +59,7 @@ func (e *MissingError) Error() string {
 }
 
 const (
-	guestMAC = e2e.DefaultMAC
+	guestMAC = qemu.DefaultMAC
 	guestMem = "256M"
 	// Checks the agent runs, in order: link up, DHCP from vunet, then the page.
 	checkTimeout = "30s"
@@ -73,7 +73,7 @@ type demo struct {
 	rep   Report
 
 	vunetBin  string
-	vunetLog  *e2e.LogSink
+	vunetLog  *qemu.LogSink
 	vunetFile string
 	vunet     *process
 	metrics   string // host:port
@@ -122,9 +122,9 @@ func (d *demo) detail(format string, args ...any) {
 func (d *demo) run(ctx context.Context) error {
 	fmt.Fprintln(d.cfg.Out, "vunet demo: a QEMU guest on vunet fetches a page from a web server on this host's loopback")
 	fmt.Fprintln(d.cfg.Out)
-	qemu, err := exec.LookPath(d.cfg.QEMU)
+	qemuBin, err := exec.LookPath(d.cfg.QEMU)
 	if err != nil {
-		return &MissingError{What: d.cfg.QEMU, Hint: e2e.QEMUHint}
+		return &MissingError{What: d.cfg.QEMU, Hint: qemu.QEMUHint}
 	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -153,7 +153,7 @@ func (d *demo) run(ctx context.Context) error {
 	defer func() { d.rep.RunTook = time.Since(runStart) }()
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
-	if err := d.runGuest(ctx, qemu, img); err != nil {
+	if err := d.runGuest(ctx, qemuBin, img); err != nil {
 		return timeLimit(ctx, err, "the demo", d.cfg.Timeout)
 	}
 	return nil
@@ -239,7 +239,7 @@ func (d *demo) startVunet(ctx context.Context) error {
 	if d.cfg.Verbose {
 		tee = io.MultiWriter(logFile, prefixWriter{w: d.cfg.Out, prefix: "         vunet| "})
 	}
-	d.vunetLog = e2e.NewLogSink()
+	d.vunetLog = qemu.NewLogSink()
 	argv := []string{d.vunetBin, "--socket", socket, "--metrics", "127.0.0.1:0", "--log-format", "json"}
 	d.say("starting vunet: %s", strings.Join(argv[1:], " "))
 	d.vunet, err = startProcess("vunet", argv, logFile, func(r io.Reader) {
@@ -250,16 +250,16 @@ func (d *demo) startVunet(ctx context.Context) error {
 		logFile.Close()
 		return err
 	}
-	started, err := d.vunetLog.Wait(10*time.Second, "vunet start-up line", e2e.MsgIs("vunet starting"))
+	started, err := d.vunetLog.Wait(10*time.Second, "vunet start-up line", qemu.MsgIs("vunet starting"))
 	if err != nil {
 		return fmt.Errorf("vunet did not start: %w", err)
 	}
-	ml, err := d.vunetLog.Wait(10*time.Second, "metrics address", e2e.MsgIs("metrics listening"))
+	ml, err := d.vunetLog.Wait(10*time.Second, "metrics address", qemu.MsgIs("metrics listening"))
 	if err != nil {
 		return fmt.Errorf("vunet metrics endpoint: %w", err)
 	}
 	d.metrics = ml.Attr("addr")
-	if _, err := d.vunetLog.Wait(10*time.Second, "vhost-user socket", e2e.MsgIs("vhost-user listening")); err != nil {
+	if _, err := d.vunetLog.Wait(10*time.Second, "vhost-user socket", qemu.MsgIs("vhost-user listening")); err != nil {
 		return fmt.Errorf("vunet socket: %w", err)
 	}
 	d.rep.Gateway = started.Attr("gateway4")
@@ -380,7 +380,7 @@ func tailLines(s string, n int) string {
 }
 
 // scrape fetches and parses vunet's metrics once.
-func (d *demo) scrape(ctx context.Context) (e2e.Metrics, error) {
+func (d *demo) scrape(ctx context.Context) (qemu.Metrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metrics+"/metrics", nil)
@@ -395,7 +395,7 @@ func (d *demo) scrape(ctx context.Context) (e2e.Metrics, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("scrape metrics: %s", resp.Status)
 	}
-	return e2e.ParseMetrics(resp.Body)
+	return qemu.ParseMetrics(resp.Body)
 }
 
 // humanBytes renders a byte count for people.

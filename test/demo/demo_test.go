@@ -9,18 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"vunet/test/e2e"
+	"vunet/test/qemu"
+	"vunet/test/testenv"
 )
 
 // TestDemo runs what `make demo` runs and checks what it reports, so CI
 // proves the demo works on a fresh machine.
 func TestDemo(t *testing.T) {
-	e2e.NeedQEMU(t)
+	qemu.NeedQEMU(t)
 	out := &testWriter{t: t}
 	rep, err := Run(context.Background(), Config{Out: out})
 	var missing *MissingError
 	if errors.As(err, &missing) {
-		e2e.Unavailable(t, err, missing.Hint)
+		testenv.Unavailable(t, err, missing.Hint)
 	}
 	if err != nil {
 		t.Fatalf("demo: %v", err)

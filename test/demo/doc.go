@@ -21,7 +21,7 @@
 // its modules (linux-image-amd64) and busybox-static. No root.
 //
 // The package is a test program: it may import the test harness
-// (vunet/test/e2e, vunet/test/guest) but it talks to vunet only as a user
+// (vunet/test/qemu, vunet/test/guest) but it talks to vunet only as a user
 // does, through the binary's command line, its socket and its metrics; it
 // must not import the daemon's packages. Nothing imports it.
 package main

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"vunet/test/e2e"
 	"vunet/test/guest"
+	"vunet/test/qemu"
 )
 
 // resultReader follows the agent's result file (QEMU's second serial port)
@@ -153,7 +153,7 @@ func (d *demo) checkServer() error {
 // the story. Counters move asynchronously to what the guest reports, so it
 // retries briefly until they show the transfer.
 func (d *demo) showMetrics(ctx context.Context) error {
-	var m e2e.Metrics
+	var m qemu.Metrics
 	var err error
 	deadline := time.Now().Add(5 * time.Second)
 	for {

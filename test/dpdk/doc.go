@@ -22,6 +22,6 @@
 // few seconds the test runs.
 //
 // Missing prerequisites skip the test, or fail it when CI is set. The
-// package reuses vunet/test/e2e's daemon helpers; it holds test helpers and
+// package reuses vunet/test/qemu's daemon helpers; it holds test helpers and
 // tests only and must not be imported by the daemon's packages.
 package dpdk

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"vunet/test/e2e"
+	"vunet/test/qemu"
 )
 
 // TestpmdHint is the install hint for a missing dpdk-testpmd.
@@ -19,9 +19,9 @@ const TestpmdHint = "apt-get install dpdk-dev (provides dpdk-testpmd)"
 // Testpmd is a running dpdk-testpmd bridging virtio-user (port 0) and a TAP
 // device (port 1), stopped by t.Cleanup.
 type Testpmd struct {
-	Tap    string       // name of the kernel TAP device
-	Out    *e2e.LogSink // stdout and stderr lines
-	OutLog string       // copy on disk
+	Tap    string        // name of the kernel TAP device
+	Out    *qemu.LogSink // stdout and stderr lines
+	OutLog string        // copy on disk
 	cmd    *exec.Cmd
 	exited chan struct{}
 	err    error
@@ -40,8 +40,8 @@ const TestpmdPages = 96
 // reserved up front and the table is sent once.
 func StartTestpmd(t testing.TB, bin, socket, tap string, memMiB int) *Testpmd {
 	t.Helper()
-	dir := e2e.WorkDir(t)
-	tp := &Testpmd{Tap: tap, Out: e2e.NewLogSink(), OutLog: filepath.Join(dir, "testpmd.log"), exited: make(chan struct{})}
+	dir := qemu.WorkDir(t)
+	tp := &Testpmd{Tap: tap, Out: qemu.NewLogSink(), OutLog: filepath.Join(dir, "testpmd.log"), exited: make(chan struct{})}
 	// --in-memory keeps hugepage files and shared config out of the file
 	// system, but EAL still makes an (empty) runtime directory named after
 	// the prefix: a unique prefix lets cleanup remove exactly ours.

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"vunet/test/e2e"
 	"vunet/test/guest"
+	"vunet/test/qemu"
+	"vunet/test/testenv"
 )
 
 // TestTestpmdExchangesFrames connects testpmd's virtio-user to vunet,
@@ -24,9 +25,9 @@ import (
 // that grows after the rings are up (SET_MEM_TABLE again, rings disabled
 // and re-enabled around it).
 func TestTestpmdExchangesFrames(t *testing.T) {
-	e2e.SkipIfShort(t)
-	e2e.NeedRoot(t, "hugepages, TAP device and packet socket")
-	bin := e2e.NeedTool(t, "dpdk-testpmd", "VUNET_E2E_TESTPMD", TestpmdHint)
+	testenv.SkipIfShort(t)
+	testenv.NeedRoot(t, "hugepages, TAP device and packet socket")
+	bin := testenv.NeedTool(t, "dpdk-testpmd", "VUNET_E2E_TESTPMD", TestpmdHint)
 	EnsureHugepages(t, TestpmdPages)
 	for i, mem := range []int{128, 0} {
 		name := "memory=dynamic"
@@ -42,16 +43,16 @@ func TestTestpmdExchangesFrames(t *testing.T) {
 
 func exchangeFrames(t *testing.T, bin, tap string, memMiB int) {
 	start := time.Now()
-	d := e2e.StartDaemon(t, e2e.DaemonConfig{Args: []string{"--one-off"}, Metrics: true})
+	d := qemu.StartDaemon(t, qemu.DaemonConfig{Args: []string{"--one-off"}, Metrics: true})
 	tp := StartTestpmd(t, bin, d.Socket, tap, memMiB)
-	if _, err := tp.Out.Wait(30*time.Second, "forwarding start", e2e.RawContains("io packet forwarding")); err != nil {
+	if _, err := tp.Out.Wait(30*time.Second, "forwarding start", qemu.RawContains("io packet forwarding")); err != nil {
 		t.Fatalf("testpmd: %v", err)
 	}
 	if !d.Passt {
 		// The pair starts once both rings have addresses, kicks and sizes:
 		// the vhost-user negotiation is complete.
 		for _, msg := range []string{"vhost-user features negotiated", "guest memory region", "queue pair started"} {
-			if _, err := d.Log.Wait(10*time.Second, strconv.Quote(msg), e2e.MsgIs(msg)); err != nil {
+			if _, err := d.Log.Wait(10*time.Second, strconv.Quote(msg), qemu.MsgIs(msg)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -80,7 +81,7 @@ func exchangeFrames(t *testing.T, bin, tap string, memMiB int) {
 		t.Fatalf("through testpmd: %v", err)
 	}
 	t.Logf("ARP warm-up: reply after %d request(s), %v: %s is at %s", tries, rtt, reply.spa, reply.sha)
-	var m0 e2e.Metrics
+	var m0 qemu.Metrics
 	if !d.Passt {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		m0, err = d.Scrape(ctx)
@@ -120,7 +121,7 @@ func exchangeFrames(t *testing.T, bin, tap string, memMiB int) {
 		arp0 := m0.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "arp")
 		rep0 := m0.Sum("vunet_service_replies_total", "service", "arp")
 		other0 := m0.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other")
-		m, err := d.WaitMetric(5*time.Second, "injected frames counted", func(m e2e.Metrics) bool {
+		m, err := d.WaitMetric(5*time.Second, "injected frames counted", func(m qemu.Metrics) bool {
 			return m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other")-other0 >= probes
 		})
 		if err != nil {
@@ -170,14 +171,14 @@ func exchangeFrames(t *testing.T, bin, tap string, memMiB int) {
 		t.Log("passt stand-in: vunet log assertions skipped")
 		return
 	}
-	dropped := d.Log.Match(func(l e2e.LogLine) bool {
+	dropped := d.Log.Match(func(l qemu.LogLine) bool {
 		return l.Msg == "frame dropped" && l.Attr("ethertype") == strconv.Itoa(guest.ProbeEtherType) &&
 			strings.EqualFold(l.Attr("src"), ourMAC.String())
 	})
 	if len(dropped) == 0 {
 		t.Errorf("no %q line for ethertype %#x from %s in the daemon log", "frame dropped", guest.ProbeEtherType, ourMAC)
 	}
-	memTables := d.Log.Match(e2e.MsgIs("guest memory table set"))
+	memTables := d.Log.Match(qemu.MsgIs("guest memory table set"))
 	t.Logf("daemon saw %d SET_MEM_TABLE(s)", len(memTables))
 	if memMiB == 0 && len(memTables) < 2 {
 		t.Errorf("daemon saw %d SET_MEM_TABLE(s); with growing memory DPDK sends more than one, so this run did not test the re-mapping", len(memTables))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/qemu"
 )
 
 // defaultGuestMTU is what vunet tells the guest unless configured (DESIGN.md).
@@ -54,10 +55,10 @@ func firstField(s string) string {
 // answers ARP for the leased address, and DHCPv6 assigns the host's IPv6
 // address.
 func TestQEMUGuestDHCP(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
 	d := netDaemon(t, ns)
-	vm := StartVM(t, VMConfig{
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckARP, guest.CheckIPv6, guest.CheckDHCPv6},
 	})
@@ -76,7 +77,7 @@ func TestQEMUGuestDHCP(t *testing.T) {
 
 // checkDHCPv6 asserts the DHCPv6 server assigned want (after the ipv6
 // check, which the caller runs before).
-func checkDHCPv6(t *testing.T, vm *VM, want netip.Addr) {
+func checkDHCPv6(t *testing.T, vm *qemu.VM, want netip.Addr) {
 	t.Helper()
 	vm.RequireResult(t, guest.CheckIPv6, 60*time.Second)
 	r := vm.RequireResult(t, guest.CheckDHCPv6, 30*time.Second)
@@ -94,12 +95,12 @@ func checkDHCPv6(t *testing.T, vm *VM, want netip.Addr) {
 // downloads from the host through the configured gateway and echoes UDP
 // datagrams up to 65000 bytes, which the guest fragments at MTU 9000.
 func TestQEMUGuestDHCPFlags(t *testing.T) {
-	NeedQEMU(t)
+	qemu.NeedQEMU(t)
 	for _, f := range []string{"--address", "--netmask", "--gateway", "--dns", "--mtu"} {
 		needFlag(t, f)
 	}
-	ns := NewNetNS(t)
-	srv := StartTrafficServer(t, ns)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
 	want := lease{
 		addr: netip.MustParseAddr("10.42.7.9"), prefix: 16, router: netip.MustParseAddr("10.42.0.1"),
 		dns: netip.MustParseAddr("10.42.0.53"), mtu: 9000,
@@ -109,12 +110,12 @@ func TestQEMUGuestDHCPFlags(t *testing.T) {
 		"-a", want.addr.String(), "-n", strconv.Itoa(want.prefix), "-g", want.router.String(),
 		"-D", want.dns.String(), "-m", strconv.Itoa(want.mtu),
 		"-a", addr6.String(), "-g", gw6.String())
-	vm := StartVM(t, VMConfig{
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckIPv6, guest.CheckDHCPv6, guest.XferCheck("down"), guest.CheckUDPEcho},
 		Params: map[string]string{
-			guest.XferParam("down"): guest.XferSpec(guest.XferDown, srv.target(guest.TargetGW4), 10<<20),
-			guest.ParamUDPEcho:      srv.target(guest.TargetGW4),
+			guest.XferParam("down"): guest.XferSpec(guest.XferDown, srv.Target(guest.TargetGW4), 10<<20),
+			guest.ParamUDPEcho:      srv.Target(guest.TargetGW4),
 		},
 	})
 	checkLease(t, vm.RequireResult(t, guest.CheckDHCP, 60*time.Second), want)

@@ -1,6 +1,7 @@
-// Package e2e runs vunet against real vhost-user front-ends: QEMU 7.2 booting
-// a Linux guest (this package's tests), and, through the exported helpers,
-// DPDK's testpmd (package vunet/test/dpdk).
+// Package e2e runs vunet against a real vhost-user front-end: QEMU 7.2
+// booting a Linux guest. The machinery (daemon, guest image, QEMU, QMP,
+// network namespace, traffic server) is package vunet/test/qemu, which the
+// DPDK, demo and operator suites share; this package holds only tests.
 //
 // # Running
 //
@@ -65,10 +66,6 @@
 // the host's net.ipv4.ping_group_range, and forwarded ports cannot
 // collide. Those tests need root.
 //
-// QMP goes through github.com/digitalocean/go-qemu's SocketMonitor (QMP in
-// qmp.go wraps it with timeouts, an event drain and a reply gate; see
-// there why each is needed).
-//
 // # What the host needs
 //
 //   - qemu-system-x86_64 (Debian: apt-get install qemu-system-x86). Always run
@@ -101,6 +98,5 @@
 // one line per check, "VUNET-RESULT name=<check> ok=<0|1> key=value…" (see
 // package vunet/test/guest for the checks and their fields).
 //
-// The package holds test helpers and tests only; it may import anything in
-// the module but nothing may import it except other test packages.
+// The package holds tests only; it may import anything in the module.
 package e2e

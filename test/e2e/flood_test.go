@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/qemu"
 )
 
 // TestQEMUGuestARPFlood sends thousands of ARP requests (a different target
@@ -14,10 +15,10 @@ import (
 // and notifications are suppressed and re-enabled over and over; every
 // request must get exactly one answer, and vunet's counters must agree.
 func TestQEMUGuestARPFlood(t *testing.T) {
-	NeedQEMU(t)
+	qemu.NeedQEMU(t)
 	const n = 5000
-	d := StartDaemon(t, DaemonConfig{Metrics: true})
-	vm := StartVM(t, VMConfig{
+	d := qemu.StartDaemon(t, qemu.DaemonConfig{Metrics: true})
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckARPFlood},
 		Params: map[string]string{
@@ -33,7 +34,7 @@ func TestQEMUGuestARPFlood(t *testing.T) {
 	if d.Passt {
 		return
 	}
-	m, err := d.WaitMetric(5*time.Second, "flood counted", func(m Metrics) bool {
+	m, err := d.WaitMetric(5*time.Second, "flood counted", func(m qemu.Metrics) bool {
 		return m.Sum("vunet_service_replies_total", "service", "arp") >= n
 	})
 	if err != nil {
@@ -52,7 +53,7 @@ func TestQEMUGuestARPFlood(t *testing.T) {
 	// starts the pair twice in a row at DRIVER_OK; the first start may be
 	// stopped before it announces, or after, and then what it queued is
 	// dropped with it (ring_disabled).
-	starts := float64(len(d.Log.Match(func(l LogLine) bool { return l.Msg == "queue pair started" && l.Level == "INFO" })))
+	starts := float64(len(d.Log.Match(func(l qemu.LogLine) bool { return l.Msg == "queue pair started" && l.Level == "INFO" })))
 	t.Logf("vunet: %v ARP requests, %v ARP replies, %v NDP frames, %v RX frames, %v pair starts, %v announcements dropped with a stopped pair; notifications %v sent, %v suppressed; %v kicks",
 		arps, replies, ndp, rx, starts, disabled, m.Sum("vunet_queue_notifications_total"), m.Sum("vunet_queue_notifications_suppressed_total"),
 		m.Sum("vunet_queue_kicks_total"))

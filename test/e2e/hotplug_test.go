@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/qemu"
 )
 
 // TestQEMUHotplugNIC boots a guest without a network card and, through
@@ -16,21 +17,21 @@ import (
 // second NIC into the same daemon, which must serve it like the first: the
 // daemon stays healthy across a front-end device that comes and goes.
 func TestQEMUHotplugNIC(t *testing.T) {
-	NeedQEMU(t)
+	qemu.NeedQEMU(t)
 	start := time.Now()
-	ns := NewNetNS(t)
-	srv := StartTrafficServer(t, ns)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
 	d := netDaemon(t, ns)
 	const size = 20 << 20
-	vm := StartVM(t, VMConfig{
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		NoNIC: true,
 		Checks: []string{
 			guest.CheckLink, guest.CheckDHCP, guest.XferCheck("hp0"), guest.CheckGone,
 			guest.CheckLink + "#2", guest.CheckDHCP + "#2", guest.XferCheck("hp1"),
 		},
 		Params: map[string]string{
-			guest.XferParam("hp0"): guest.XferSpec(guest.XferDown, srv.target(guest.TargetGW4), size),
-			guest.XferParam("hp1"): guest.XferSpec(guest.XferUp, srv.target(guest.TargetGW4), size),
+			guest.XferParam("hp0"): guest.XferSpec(guest.XferDown, srv.Target(guest.TargetGW4), size),
+			guest.XferParam("hp1"): guest.XferSpec(guest.XferUp, srv.Target(guest.TargetGW4), size),
 			guest.ParamTimeout:     "60s",
 		},
 		Timeout: 3 * time.Minute,
@@ -73,10 +74,10 @@ func TestQEMUHotplugNIC(t *testing.T) {
 		t.Errorf("query-status after unplug: %+v, %v", st, err)
 	}
 	if !d.Passt {
-		if _, err := d.Log.Wait(10*time.Second, "front-end gone after unplug", MsgIs("vhost-user front-end disconnected")); err != nil {
+		if _, err := d.Log.Wait(10*time.Second, "front-end gone after unplug", qemu.MsgIs("vhost-user front-end disconnected")); err != nil {
 			t.Error(err)
 		}
-		if _, err := d.WaitMetric(10*time.Second, "no front-end connected", func(m Metrics) bool {
+		if _, err := d.WaitMetric(10*time.Second, "no front-end connected", func(m qemu.Metrics) bool {
 			return m.Sum("vunet_vhost_user_frontend_connected") == 0
 		}); err != nil {
 			t.Error(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/qemu"
 )
 
 // TestQEMUGuestIPv6 checks NDP and IPv6 TCP: the guest kernel configures
@@ -20,19 +21,19 @@ import (
 // through the router's link-local address and through the host's global
 // router address.
 func TestQEMUGuestIPv6(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
-	srv := StartTrafficServer(t, ns)
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
 	d := netDaemon(t, ns)
-	params := map[string]string{guest.ParamTimeout: xferCheckTimeout, guest.ParamUDPEcho: srv.target(guest.TargetGW6)}
-	gw6 := NetNSGateway6.String()
+	params := map[string]string{guest.ParamTimeout: xferCheckTimeout, guest.ParamUDPEcho: srv.Target(guest.TargetGW6)}
+	gw6 := qemu.NetNSGateway6.String()
 	checks := append([]string{guest.CheckLink, guest.CheckIPv6, guest.CheckUDPEcho}, xferParams(params, srv,
 		[2]string{"down6ll", guest.XferDown + "@" + guest.TargetGW6},
 		[2]string{"up6ll", guest.XferUp + "@" + guest.TargetGW6},
 		[2]string{"down6g", guest.XferDown + "@" + gw6},
 		[2]string{"up6g", guest.XferUp + "@" + gw6},
 	)...)
-	vm := StartVM(t, VMConfig{Socket: d.Socket, Checks: checks, Params: params, Timeout: 6 * time.Minute})
+	vm := qemu.StartVM(t, qemu.VMConfig{Socket: d.Socket, Checks: checks, Params: params, Timeout: 6 * time.Minute})
 	r := vm.RequireResult(t, guest.CheckIPv6, 60*time.Second)
 	prefix := netip.PrefixFrom(netip.AddrFrom16([16]byte(ns.Host.Addr6.To16())), ns.Host.Prefix6).Masked()
 	inPrefix := false

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/qemu"
 )
 
 // virtioFVersion1 is VIRTIO_F_VERSION_1; the guest's features file is a
@@ -20,11 +21,11 @@ const virtioFVersion1 = 32
 // guest driver counts tx_packets only on completion), vunet sees them, and
 // an ARP request is answered through the RX ring.
 func TestQEMUGuestLinkUp(t *testing.T) {
-	NeedQEMU(t)
+	qemu.NeedQEMU(t)
 	start := time.Now()
-	d := StartDaemon(t, DaemonConfig{Args: []string{"--one-off"}, Metrics: true})
+	d := qemu.StartDaemon(t, qemu.DaemonConfig{Args: []string{"--one-off"}, Metrics: true})
 	const txFrames = 16
-	vm := StartVM(t, VMConfig{
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckARP},
 		Params: map[string]string{
@@ -42,12 +43,12 @@ func TestQEMUGuestLinkUp(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rf, err := vm.QMP.QueryRxFilter(ctx, NICID)
+	rf, err := vm.QMP.QueryRxFilter(ctx, qemu.NICID)
 	if err != nil {
 		t.Fatalf("query-rx-filter: %v", err)
 	}
-	if rf.Name != NICID || !strings.EqualFold(rf.MainMAC, vm.MAC) {
-		t.Errorf("query-rx-filter = %+v, want NIC %s with MAC %s", rf, NICID, vm.MAC)
+	if rf.Name != qemu.NICID || !strings.EqualFold(rf.MainMAC, vm.MAC) {
+		t.Errorf("query-rx-filter = %+v, want NIC %s with MAC %s", rf, qemu.NICID, vm.MAC)
 	}
 
 	boot := vm.RequireResult(t, guest.ResultBoot, 60*time.Second)
@@ -87,13 +88,13 @@ func TestQEMUGuestLinkUp(t *testing.T) {
 		return
 	}
 	for _, msg := range []string{"vhost-user front-end connected", "vhost-user features negotiated", "queue pair started"} {
-		if _, err := d.Log.Wait(5*time.Second, strconv.Quote(msg), MsgIs(msg)); err != nil {
+		if _, err := d.Log.Wait(5*time.Second, strconv.Quote(msg), qemu.MsgIs(msg)); err != nil {
 			t.Error(err)
 		}
 	}
 	// QEMU 7.2 maps memory with ADD_MEM_REG (CONFIGURE_MEM_SLOTS), other
 	// front-ends with SET_MEM_TABLE; both end in per-region debug lines.
-	regions := d.Log.Match(func(l LogLine) bool { return l.Msg == "guest memory region" && l.Attr("size") != "0" })
+	regions := d.Log.Match(func(l qemu.LogLine) bool { return l.Msg == "guest memory region" && l.Attr("size") != "0" })
 	if len(regions) == 0 {
 		t.Error("no guest memory region mapped according to the daemon log")
 	}
@@ -102,7 +103,7 @@ func TestQEMUGuestLinkUp(t *testing.T) {
 	// (sent as eth0 comes up, with the probes) instead of a probe, so any
 	// drop line from the guest's MAC will do; the metrics above counted the
 	// probes exactly.
-	drops := d.Log.Match(func(l LogLine) bool {
+	drops := d.Log.Match(func(l qemu.LogLine) bool {
 		return l.Msg == "frame dropped" && strings.EqualFold(l.Attr("src"), vm.MAC)
 	})
 	if len(drops) == 0 {
@@ -117,10 +118,10 @@ func TestQEMUGuestLinkUp(t *testing.T) {
 // checkLinkMetrics asserts vunet counted what the guest did: the probe
 // frames by ethertype and as drops, the ARP request and its reply, and no
 // protocol or ring errors.
-func checkLinkMetrics(t *testing.T, d *Daemon, txFrames int) {
+func checkLinkMetrics(t *testing.T, d *qemu.Daemon, txFrames int) {
 	t.Helper()
 	want := float64(txFrames)
-	m, err := d.WaitMetric(5*time.Second, "probe frames and ARP reply counted", func(m Metrics) bool {
+	m, err := d.WaitMetric(5*time.Second, "probe frames and ARP reply counted", func(m qemu.Metrics) bool {
 		return m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other") >= want &&
 			m.Sum("vunet_service_replies_total", "service", "arp") >= 1 &&
 			m.Sum("vunet_queue_frames_total", "direction", "rx") >= 1

@@ -3,6 +3,8 @@ package e2e
 import (
 	"os"
 	"testing"
+
+	"vunet/test/qemu"
 )
 
-func TestMain(m *testing.M) { os.Exit(RunMain(m)) }
+func TestMain(m *testing.M) { os.Exit(qemu.RunMain(m)) }

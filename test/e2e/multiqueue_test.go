@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/qemu"
 )
 
 // virtioNetFMQ is VIRTIO_NET_F_MQ, which a back-end offering several queue
@@ -17,10 +18,10 @@ const virtioNetFMQ = 22
 // memory region per pair (FIELD-NOTES.md), and vunet must run both pairs
 // and still carry the guest's traffic.
 func TestQEMUGuestMultiQueue(t *testing.T) {
-	NeedQEMU(t)
+	qemu.NeedQEMU(t)
 	const pairs = 2
-	d := StartDaemon(t, DaemonConfig{Args: []string{"--queues", strconv.Itoa(pairs)}, Metrics: true})
-	vm := StartVM(t, VMConfig{
+	d := qemu.StartDaemon(t, qemu.DaemonConfig{Args: []string{"--queues", strconv.Itoa(pairs)}, Metrics: true})
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Queues: pairs,
 		CPUs:   pairs,
@@ -43,7 +44,7 @@ func TestQEMUGuestMultiQueue(t *testing.T) {
 		return
 	}
 	started := map[string]bool{}
-	for _, l := range d.Log.Match(func(l LogLine) bool { return l.Msg == "queue pair started" }) {
+	for _, l := range d.Log.Match(func(l qemu.LogLine) bool { return l.Msg == "queue pair started" }) {
 		started[l.Attr("pair")] = true
 	}
 	for p := 0; p < pairs; p++ {
@@ -51,7 +52,7 @@ func TestQEMUGuestMultiQueue(t *testing.T) {
 			t.Errorf("queue pair %d never started (started: %v)", p, started)
 		}
 	}
-	m, err := d.WaitMetric(5*time.Second, "ARP reply counted", func(m Metrics) bool {
+	m, err := d.WaitMetric(5*time.Second, "ARP reply counted", func(m qemu.Metrics) bool {
 		return m.Sum("vunet_service_replies_total", "service", "arp") >= 1
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/qemu"
 )
 
 // tcpLoopFor is how long the guest keeps making TCP round trips in the
@@ -23,11 +24,11 @@ const resumeWithin = 5 * time.Second
 // restartGuest is the guest side of the back-end restart tests: DHCP, a
 // TCP echo round trip every 100 ms for tcpLoopFor, then a fresh lease and
 // a byte-exact transfer from the new daemon.
-func restartGuest(srv *TrafficServer) ([]string, map[string]string) {
+func restartGuest(srv *qemu.TrafficServer) ([]string, map[string]string) {
 	return []string{guest.CheckLink, guest.CheckDHCP, guest.CheckTCPLoop, guest.CheckDHCP + "#2", guest.XferCheck("after")},
 		map[string]string{
-			guest.ParamTCPLoop:       srv.target(guest.TargetGW4) + "," + tcpLoopFor.String(),
-			guest.XferParam("after"): guest.XferSpec(guest.XferDown, srv.target(guest.TargetGW4), 10<<20),
+			guest.ParamTCPLoop:       srv.Target(guest.TargetGW4) + "," + tcpLoopFor.String(),
+			guest.XferParam("after"): guest.XferSpec(guest.XferDown, srv.Target(guest.TargetGW4), 10<<20),
 			guest.ParamTimeout:       "60s",
 		}
 }
@@ -35,7 +36,7 @@ func restartGuest(srv *TrafficServer) ([]string, map[string]string) {
 // checkResumed asserts, on the host's clock, that the echo server saw the
 // guest again within resumeWithin of the new daemon being up, and on the
 // guest's, that the loop saw the outage and ended with working round trips.
-func checkResumed(t *testing.T, vm *VM, srv *TrafficServer, killed, restarted time.Time) {
+func checkResumed(t *testing.T, vm *qemu.VM, srv *qemu.TrafficServer, killed, restarted time.Time) {
 	t.Helper()
 	r := vm.RequireResult(t, guest.CheckTCPLoop, tcpLoopFor+30*time.Second)
 	accepted, _ := srv.EchoConns()
@@ -80,22 +81,22 @@ func checkResumed(t *testing.T, vm *VM, srv *TrafficServer, killed, restarted ti
 // replays the set-up with the rings' used indices, and the guest's TCP
 // must work again within resumeWithin without any action on its side.
 func TestQEMUBackendRestart(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
-	srv := StartTrafficServer(t, ns)
-	d1 := StartDaemon(t, DaemonConfig{Name: "daemon1", NetNS: ns})
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
+	d1 := qemu.StartDaemon(t, qemu.DaemonConfig{Name: "daemon1", NetNS: ns})
 	checks, params := restartGuest(srv)
-	vm := StartVM(t, VMConfig{Socket: d1.Socket, Reconnect: 1, Checks: checks, Params: params})
+	vm := qemu.StartVM(t, qemu.VMConfig{Socket: d1.Socket, Reconnect: 1, Checks: checks, Params: params})
 	vm.RequireResult(t, guest.CheckDHCP, 60*time.Second)
 	// The loop runs now; let it work, then take the back-end away.
 	time.Sleep(3 * time.Second)
 	d1.Kill()
 	killed := time.Now()
 	time.Sleep(time.Second)
-	d2 := StartDaemon(t, DaemonConfig{Name: "daemon2", NetNS: ns, Socket: d1.Socket})
+	d2 := qemu.StartDaemon(t, qemu.DaemonConfig{Name: "daemon2", NetNS: ns, Socket: d1.Socket})
 	restarted := time.Now()
 	if !d2.Passt {
-		if _, err := d2.Log.Wait(15*time.Second, "queue pair started after restart", MsgIs("queue pair started")); err != nil {
+		if _, err := d2.Log.Wait(15*time.Second, "queue pair started after restart", qemu.MsgIs("queue pair started")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,25 +109,25 @@ func TestQEMUBackendRestart(t *testing.T) {
 // listening (server=on), then kills and restarts vunet: the new process
 // dials in and the guest's TCP works again within resumeWithin.
 func TestQEMUDaemonConnects(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
-	srv := StartTrafficServer(t, ns)
-	sock := filepath.Join(WorkDir(t), "qemu-vhost.sock")
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
+	sock := filepath.Join(qemu.WorkDir(t), "qemu-vhost.sock")
 	checks, params := restartGuest(srv)
-	vm := StartVM(t, VMConfig{Socket: sock, Server: true, Checks: checks, Params: params})
-	d1 := StartDaemon(t, DaemonConfig{Name: "daemon1", NetNS: ns, Connect: sock})
+	vm := qemu.StartVM(t, qemu.VMConfig{Socket: sock, Server: true, Checks: checks, Params: params})
+	d1 := qemu.StartDaemon(t, qemu.DaemonConfig{Name: "daemon1", NetNS: ns, Connect: sock})
 	vm.ConnectQMP(t)
 	vm.RequireResult(t, guest.CheckDHCP, 60*time.Second)
-	if _, err := d1.Log.Wait(5*time.Second, "connected", MsgIs("vhost-user connected to front-end")); err != nil {
+	if _, err := d1.Log.Wait(5*time.Second, "connected", qemu.MsgIs("vhost-user connected to front-end")); err != nil {
 		t.Error(err)
 	}
 	time.Sleep(3 * time.Second)
 	d1.Kill()
 	killed := time.Now()
 	time.Sleep(time.Second)
-	d2 := StartDaemon(t, DaemonConfig{Name: "daemon2", NetNS: ns, Connect: sock})
+	d2 := qemu.StartDaemon(t, qemu.DaemonConfig{Name: "daemon2", NetNS: ns, Connect: sock})
 	restarted := time.Now()
-	if _, err := d2.Log.Wait(15*time.Second, "queue pair started after restart", MsgIs("queue pair started")); err != nil {
+	if _, err := d2.Log.Wait(15*time.Second, "queue pair started after restart", qemu.MsgIs("queue pair started")); err != nil {
 		t.Fatal(err)
 	}
 	checkResumed(t, vm, srv, killed, restarted)
@@ -143,16 +144,16 @@ func TestQEMUDaemonConnects(t *testing.T) {
 // new guest DHCP and byte-exact transfers as if nothing happened, and the
 // dead guest's connection towards the host must end eventually.
 func TestQEMUFrontendRestart(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
-	srv := StartTrafficServer(t, ns)
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
 	d := netDaemon(t, ns)
-	dir := WorkDir(t)
-	vm1 := StartVM(t, VMConfig{
+	dir := qemu.WorkDir(t)
+	vm1 := qemu.StartVM(t, qemu.VMConfig{
 		Dir: mkdir(t, filepath.Join(dir, "vm1")), Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.XferCheck("killed")},
 		Params: map[string]string{
-			guest.XferParam("killed"): guest.XferSpec(guest.XferDown, srv.target(guest.TargetGW4), xferSize),
+			guest.XferParam("killed"): guest.XferSpec(guest.XferDown, srv.Target(guest.TargetGW4), xferSize),
 			guest.ParamTimeout:        xferCheckTimeout,
 		},
 	})
@@ -168,18 +169,18 @@ func TestQEMUFrontendRestart(t *testing.T) {
 	killed := time.Now()
 	t.Logf("QEMU killed after %d MB of the download", srv.DownSent()>>20)
 	if !d.Passt {
-		if _, err := d.Log.Wait(10*time.Second, "front-end gone", MsgIs("vhost-user front-end disconnected")); err != nil {
+		if _, err := d.Log.Wait(10*time.Second, "front-end gone", qemu.MsgIs("vhost-user front-end disconnected")); err != nil {
 			t.Error(err)
 		}
 	}
 	checkAborted(t, d, srv, killed)
 
-	vm2 := StartVM(t, VMConfig{
+	vm2 := qemu.StartVM(t, qemu.VMConfig{
 		Dir: mkdir(t, filepath.Join(dir, "vm2")), Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.XferCheck("down"), guest.XferCheck("up")},
 		Params: map[string]string{
-			guest.XferParam("down"): guest.XferSpec(guest.XferDown, srv.target(guest.TargetGW4), 20<<20),
-			guest.XferParam("up"):   guest.XferSpec(guest.XferUp, srv.target(guest.TargetGW4), 20<<20),
+			guest.XferParam("down"): guest.XferSpec(guest.XferDown, srv.Target(guest.TargetGW4), 20<<20),
+			guest.XferParam("up"):   guest.XferSpec(guest.XferUp, srv.Target(guest.TargetGW4), 20<<20),
 			guest.ParamTimeout:      "60s",
 		},
 	})
@@ -199,7 +200,7 @@ const abortWithin = 15 * time.Second
 
 // checkAborted waits for the killed guest's 100 MB download to end on the
 // host, short of its size.
-func checkAborted(t *testing.T, d *Daemon, srv *TrafficServer, killed time.Time) {
+func checkAborted(t *testing.T, d *qemu.Daemon, srv *qemu.TrafficServer, killed time.Time) {
 	t.Helper()
 	for {
 		for _, x := range srv.Xfers() {

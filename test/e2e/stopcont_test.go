@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/qemu"
 )
 
 // arpLoopFor is how long the guest keeps ARPing in TestQEMUStopCont.
@@ -17,9 +18,9 @@ const arpLoopFor = 12 * time.Second
 // vunet must hand back exactly where it was: a lost or repeated index
 // shows up as a guest whose link no longer works after "cont".
 func TestQEMUStopCont(t *testing.T) {
-	NeedQEMU(t)
-	d := StartDaemon(t, DaemonConfig{Metrics: true})
-	vm := StartVM(t, VMConfig{
+	qemu.NeedQEMU(t)
+	d := qemu.StartDaemon(t, qemu.DaemonConfig{Metrics: true})
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckARPLoop},
 		Params: map[string]string{
@@ -33,7 +34,7 @@ func TestQEMUStopCont(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stoppedBefore := len(d.Log.Match(MsgIs("vring stopped")))
+	stoppedBefore := len(d.Log.Match(qemu.MsgIs("vring stopped")))
 	for i := 0; i < 2; i++ {
 		if _, err := vm.QMP.Run(ctx, "stop", nil); err != nil {
 			t.Fatalf("stop: %v", err)
@@ -63,7 +64,7 @@ func TestQEMUStopCont(t *testing.T) {
 		return
 	}
 	// QEMU stops both rings on each "stop".
-	if n := len(d.Log.Match(MsgIs("vring stopped"))) - stoppedBefore; n < 4 {
+	if n := len(d.Log.Match(qemu.MsgIs("vring stopped"))) - stoppedBefore; n < 4 {
 		t.Errorf("%d rings stopped across two stop/cont cycles, want >= 4: QEMU's GET_VRING_BASE not seen", n)
 	}
 	m, err := d.Scrape(ctx)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/qemu"
 )
 
 // TestQEMUGuestHTTPDownload has the guest download a random blob from an
@@ -20,8 +21,8 @@ import (
 // and checks every byte arrived: size and SHA-256 must match what was served.
 // Under TCG the guest is the bottleneck; the rate is logged, not asserted.
 func TestQEMUGuestHTTPDownload(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
 	host := ns.Host
 	const size = 32 << 20
 	blob := make([]byte, size)
@@ -45,7 +46,7 @@ func TestQEMUGuestHTTPDownload(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 
 	d := netDaemon(t, ns)
-	vm := StartVM(t, VMConfig{
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckHTTP},
 		Params: map[string]string{
@@ -67,10 +68,10 @@ func TestQEMUGuestHTTPDownload(t *testing.T) {
 // daemon runs in a private namespace whose net.ipv4.ping_group_range
 // allows ping sockets (NewNetNS): the host's own setting is not touched.
 func TestQEMUGuestPing(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
 	d := netDaemon(t, ns)
-	vm := StartVM(t, VMConfig{
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckPing},
 	})
@@ -82,7 +83,7 @@ func TestQEMUGuestPing(t *testing.T) {
 	if !d.Passt {
 		// The echoes went through a host socket (a flow), not a reply
 		// made up by the daemon.
-		if _, err := d.WaitMetric(5*time.Second, "an ICMP echo flow opened", func(m Metrics) bool {
+		if _, err := d.WaitMetric(5*time.Second, "an ICMP echo flow opened", func(m qemu.Metrics) bool {
 			return m.Sum("vunet_flows_opened_total") >= 1
 		}); err != nil {
 			t.Error(err)

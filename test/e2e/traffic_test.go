@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/qemu"
 )
 
 // xferSize is each bulk transfer's size. A TCG guest moves about 100–200
@@ -25,24 +26,19 @@ const xferSize = 100 << 20
 // xferCheckTimeout is the agent's per-check timeout in the transfer tests.
 const xferCheckTimeout = "120s"
 
-// port renders a traffic server's port for guest targets.
-func (s *TrafficServer) target(host string) string {
-	return net.JoinHostPort(host, strconv.Itoa(s.Port))
-}
-
 // netDaemon starts vunet in ns with metrics and the given flags.
-func netDaemon(t *testing.T, ns *NetNS, args ...string) *Daemon {
+func netDaemon(t *testing.T, ns *qemu.NetNS, args ...string) *qemu.Daemon {
 	t.Helper()
-	return StartDaemon(t, DaemonConfig{NetNS: ns, Metrics: true, Args: args})
+	return qemu.StartDaemon(t, qemu.DaemonConfig{NetNS: ns, Metrics: true, Args: args})
 }
 
 // xferParams adds transfers to a VM's parameters and returns the checks
 // that run them, in order.
-func xferParams(params map[string]string, srv *TrafficServer, xfers ...[2]string) []string {
+func xferParams(params map[string]string, srv *qemu.TrafficServer, xfers ...[2]string) []string {
 	var checks []string
 	for _, x := range xfers { // {label, dir@host}
 		dir, host, _ := strings.Cut(x[1], "@")
-		params[guest.XferParam(x[0])] = guest.XferSpec(dir, srv.target(host), xferSize)
+		params[guest.XferParam(x[0])] = guest.XferSpec(dir, srv.Target(host), xferSize)
 		checks = append(checks, guest.XferCheck(x[0]))
 	}
 	return checks
@@ -52,14 +48,14 @@ func xferParams(params map[string]string, srv *TrafficServer, xfers ...[2]string
 // guest and a server on the host's loopback, reached through the IPv4
 // gateway address, and compares SHA-256 digests taken on both ends.
 func TestQEMUGuestTCPTransfer(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
-	srv := StartTrafficServer(t, ns)
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
 	d := netDaemon(t, ns)
 	params := map[string]string{guest.ParamTimeout: xferCheckTimeout}
 	checks := append([]string{guest.CheckLink, guest.CheckDHCP},
 		xferParams(params, srv, [2]string{"down4", guest.XferDown + "@" + guest.TargetGW4}, [2]string{"up4", guest.XferUp + "@" + guest.TargetGW4})...)
-	vm := StartVM(t, VMConfig{Socket: d.Socket, Checks: checks, Params: params, Timeout: 5 * time.Minute})
+	vm := qemu.StartVM(t, qemu.VMConfig{Socket: d.Socket, Checks: checks, Params: params, Timeout: 5 * time.Minute})
 	vm.RequireResult(t, guest.CheckDHCP, 60*time.Second)
 	srv.CheckXfer(t, vm.RequireResult(t, guest.XferCheck("down4"), 150*time.Second), guest.XferDown, xferSize)
 	srv.CheckXfer(t, vm.RequireResult(t, guest.XferCheck("up4"), 150*time.Second), guest.XferUp, xferSize)
@@ -69,12 +65,12 @@ func TestQEMUGuestTCPTransfer(t *testing.T) {
 
 // checkNoRingErrors asserts the daemon counted no bad descriptor chains and
 // no vhost-user protocol errors.
-func checkNoRingErrors(t *testing.T, d *Daemon) {
+func checkNoRingErrors(t *testing.T, d *qemu.Daemon) {
 	t.Helper()
 	if d.Passt || d.MetricsAddr == "" {
 		return
 	}
-	m, err := d.WaitMetric(5*time.Second, "scrape", func(Metrics) bool { return true })
+	m, err := d.WaitMetric(5*time.Second, "scrape", func(qemu.Metrics) bool { return true })
 	if err != nil {
 		t.Errorf("metrics: %v", err)
 		return
@@ -91,14 +87,14 @@ func checkNoRingErrors(t *testing.T, d *Daemon) {
 // to a UDP echo on the host's loopback through the gateway address; every
 // one must come back byte for byte.
 func TestQEMUGuestUDPEcho(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
-	srv := StartTrafficServer(t, ns)
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
 	d := netDaemon(t, ns)
-	vm := StartVM(t, VMConfig{
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckUDPEcho},
-		Params: map[string]string{guest.ParamUDPEcho: srv.target(guest.TargetGW4)},
+		Params: map[string]string{guest.ParamUDPEcho: srv.Target(guest.TargetGW4)},
 	})
 	r := vm.RequireResult(t, guest.CheckUDPEcho, 60*time.Second)
 	if r.Fields["echoed"] != strconv.Itoa(len(guest.UDPEchoSizes)) || r.Fields["mismatched"] != "0" {
@@ -120,15 +116,15 @@ const manyConns = 500
 // the host at the same time, then echoes one byte on each: the daemon must
 // hold 500 host sockets and their guest-side state at once.
 func TestQEMUGuestTCPConnections(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
-	srv := StartTrafficServer(t, ns)
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
 	d := netDaemon(t, ns)
-	vm := StartVM(t, VMConfig{
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckTCPMany},
 		Params: map[string]string{
-			guest.ParamTCPMany: srv.target(guest.TargetGW4) + "," + strconv.Itoa(manyConns),
+			guest.ParamTCPMany: srv.Target(guest.TargetGW4) + "," + strconv.Itoa(manyConns),
 			guest.ParamTimeout: "90s",
 		},
 		Timeout: 3 * time.Minute,
@@ -150,12 +146,12 @@ func TestQEMUGuestTCPConnections(t *testing.T) {
 // with -t HOST:GUEST and sends 20 MB through it from the host's side;
 // the guest's digest must equal the sender's.
 func TestQEMUGuestInboundForward(t *testing.T) {
-	NeedQEMU(t)
+	qemu.NeedQEMU(t)
 	needFlag(t, "--tcp-ports")
-	ns := NewNetNS(t)
+	ns := qemu.NewNetNS(t)
 	const hostPort, guestPort, size = 18080, 8080, 20 << 20
 	d := netDaemon(t, ns, "-t", fmt.Sprintf("%d:%d", hostPort, guestPort))
-	vm := StartVM(t, VMConfig{
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckTCPServe},
 		Params: map[string]string{guest.ParamTCPServe: strconv.Itoa(guestPort), guest.ParamTimeout: "60s"},
@@ -198,7 +194,7 @@ func TestQEMUGuestInboundForward(t *testing.T) {
 // required feature is missing, which must not pass as a skip.
 func needFlag(t *testing.T, flag string) {
 	t.Helper()
-	if helpHas(t, flag) {
+	if qemu.HelpHas(t, flag) {
 		return
 	}
 	t.Fatalf("vunet --help lists no %s: feature pending in cmd/vunet", flag)

@@ -9,7 +9,7 @@ import (
 )
 
 // Traffic checks: TCP and UDP through the back-end to servers on the host
-// (test/e2e's TrafficServer), and a TCP server in the guest for inbound
+// (test/qemu's TrafficServer), and a TCP server in the guest for inbound
 // forwarding. Their targets are "host:port" strings where host is a
 // literal address or one of the tokens below, resolved in the guest.
 const (

@@ -13,7 +13,7 @@
 //     connects to vunet's socket, and the guest reaches a server on the
 //     host's loopback through vunet.
 //
-// The guest is the end-to-end suite's (package vunet/test/e2e): the host's
+// The guest is the end-to-end suite's (built by package vunet/test/qemu): the host's
 // kernel, a busybox initramfs and the test agent, which prints VUNET-RESULT
 // lines on a serial port.
 //

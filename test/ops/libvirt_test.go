@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"vunet/test/e2e"
 	"vunet/test/guest"
+	"vunet/test/qemu"
+	"vunet/test/testenv"
 )
 
 // TestLibvirtDomainOnVunet boots the test guest as a libvirt domain whose
@@ -25,33 +26,33 @@ import (
 // the host's loopback through the gateway address. The agent's result lines
 // come from a <serial type='file'> the domain writes.
 func TestLibvirtDomainOnVunet(t *testing.T) {
-	e2e.SkipIfShort(t)
-	e2e.NeedRoot(t, "libvirtd runs as root, and a network namespace for the daemon")
-	e2e.NeedQEMU(t)
+	testenv.SkipIfShort(t)
+	testenv.NeedRoot(t, "libvirtd runs as root, and a network namespace for the daemon")
+	qemu.NeedQEMU(t)
 	virsh := needLibvirtd(t)
 	qemuUser, err := user.Lookup("libvirt-qemu")
 	if err != nil {
-		e2e.Unavailable(t, fmt.Errorf("user libvirt-qemu: %w", err), libvirtHint)
+		testenv.Unavailable(t, fmt.Errorf("user libvirt-qemu: %w", err), libvirtHint)
 	}
 
 	// A directory libvirt-qemu can traverse: the socket, kernel, initrd and
 	// serial files live here (the test's usual work directory is 0700 and
 	// the image cache sits under root's home).
-	dir := e2e.WorkDir(t)
+	dir := qemu.WorkDir(t)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	img := e2e.GuestImage(t)
+	img := qemu.GuestImage(t)
 	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd.gz")
 	copyFile(t, img.Kernel, kernel)
 	copyFile(t, img.Initrd, initrd)
 	console, results := filepath.Join(dir, "console.log"), filepath.Join(dir, "results.log")
 
-	ns := e2e.NewNetNS(t)
+	ns := qemu.NewNetNS(t)
 	page := startPageServer(t, ns, 4<<20)
 	// mode='client': QEMU dials vunet, so vunet listens, and its socket must
 	// be connectable by libvirt-qemu.
-	d := e2e.StartDaemon(t, e2e.DaemonConfig{NetNS: ns, Dir: dir, Args: []string{"--socket-mode", "0666"}})
+	d := qemu.StartDaemon(t, qemu.DaemonConfig{NetNS: ns, Dir: dir, Args: []string{"--socket-mode", "0666"}})
 
 	name := fmt.Sprintf("vunet-ops-%d", os.Getpid())
 	cmdline := "console=ttyS0 panic=-1 quiet loglevel=4 " + guest.Cmdline(
@@ -95,7 +96,7 @@ func TestLibvirtDomainOnVunet(t *testing.T) {
 	t.Logf("virsh create %s: domain %s started in %v", domPath, name, time.Since(started).Round(time.Millisecond))
 
 	// The front-end that connected is libvirt's QEMU, running as libvirt-qemu.
-	conn, err := d.Log.Wait(30*time.Second, "front-end connected", e2e.MsgIs("vhost-user front-end connected"))
+	conn, err := d.Log.Wait(30*time.Second, "front-end connected", qemu.MsgIs("vhost-user front-end connected"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +148,8 @@ func TestLibvirtDomainOnVunet(t *testing.T) {
 // files, no option ROM, and power-off ending the domain.
 func libvirtDomain(t *testing.T, name, socket, kernel, initrd, cmdline, console, results string) string {
 	t.Helper()
-	out, err := exec.Command(e2e.DaemonBinary(t), "libvirt-xml", "--socket", socket, "--tcg", "--mem", "256M",
-		"--guest-mac-addr", e2e.DefaultMAC, "--domain", name).Output()
+	out, err := exec.Command(qemu.DaemonBinary(t), "libvirt-xml", "--socket", socket, "--tcg", "--mem", "256M",
+		"--guest-mac-addr", qemu.DefaultMAC, "--domain", name).Output()
 	if err != nil {
 		t.Fatalf("vunet libvirt-xml: %v", err)
 	}

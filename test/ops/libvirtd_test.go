@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"vunet/test/e2e"
+	"vunet/test/testenv"
 )
 
 const (
@@ -27,7 +27,7 @@ const (
 // in t.Cleanup; running ones are left alone. It returns the virsh binary.
 func needLibvirtd(t *testing.T) string {
 	t.Helper()
-	virsh := e2e.NeedTool(t, "virsh", "", libvirtHint)
+	virsh := testenv.NeedTool(t, "virsh", "", libvirtHint)
 	if virshOK(virsh) {
 		return virsh
 	}
@@ -38,7 +38,7 @@ func needLibvirtd(t *testing.T) string {
 		if pid := pidAlive(d.pidfile); pid > 0 {
 			continue
 		}
-		bin := e2e.NeedTool(t, d.name, "", libvirtHint)
+		bin := testenv.NeedTool(t, d.name, "", libvirtHint)
 		if out, err := exec.Command(bin, "-d").CombinedOutput(); err != nil {
 			t.Fatalf("%s -d: %v\n%s", d.name, err, out)
 		}

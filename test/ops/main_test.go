@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"vunet/test/e2e"
+	"vunet/test/qemu"
 )
 
-func TestMain(m *testing.M) { os.Exit(e2e.RunMain(m)) }
+func TestMain(m *testing.M) { os.Exit(qemu.RunMain(m)) }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"vunet/test/e2e"
+	"vunet/test/qemu"
 )
 
 // pageServer serves one random blob over HTTP on 127.0.0.1 inside a test's
@@ -25,7 +25,7 @@ type pageServer struct {
 }
 
 // startPageServer serves size random bytes at every path; t.Cleanup stops it.
-func startPageServer(t *testing.T, ns *e2e.NetNS, size int) *pageServer {
+func startPageServer(t *testing.T, ns *qemu.NetNS, size int) *pageServer {
 	t.Helper()
 	return startPacedPageServer(t, ns, size, 1, 0)
 }
@@ -34,7 +34,7 @@ func startPageServer(t *testing.T, ns *e2e.NetNS, size int) *pageServer {
 // pieces with pause between them, so a transfer lasts at least
 // (chunks-1)*pause however fast the guest is: long enough for a scraper
 // to see it in progress.
-func startPacedPageServer(t *testing.T, ns *e2e.NetNS, size, chunks int, pause time.Duration) *pageServer {
+func startPacedPageServer(t *testing.T, ns *qemu.NetNS, size, chunks int, pause time.Duration) *pageServer {
 	t.Helper()
 	blob := make([]byte, size)
 	if _, err := rand.Read(blob); err != nil {

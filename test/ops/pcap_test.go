@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"vunet/test/e2e"
 	"vunet/test/guest"
+	"vunet/test/qemu"
+	"vunet/test/testenv"
 )
 
 const tsharkHint = "apt-get install tshark"
@@ -24,17 +25,17 @@ var dhcpExchange = []string{"1", "2", "3", "5"} // DISCOVER, OFFER, REQUEST, ACK
 // REQUEST, ACK) and the TCP handshake (the guest's SYN to the gateway, the
 // SYN-ACK vunet answered with) must be there, with the lease's addresses.
 func TestPcapReadByTshark(t *testing.T) {
-	e2e.SkipIfShort(t)
-	e2e.NeedRoot(t, "network namespace for the daemon and its server")
-	tshark := e2e.NeedTool(t, "tshark", "", tsharkHint)
-	e2e.NeedQEMU(t)
+	testenv.SkipIfShort(t)
+	testenv.NeedRoot(t, "network namespace for the daemon and its server")
+	tshark := testenv.NeedTool(t, "tshark", "", tsharkHint)
+	qemu.NeedQEMU(t)
 	needPcapFlag(t)
 
-	ns := e2e.NewNetNS(t)
+	ns := qemu.NewNetNS(t)
 	page := startPageServer(t, ns, 256<<10)
-	capture := filepath.Join(e2e.WorkDir(t), "guest.pcap")
-	d := e2e.StartDaemon(t, e2e.DaemonConfig{NetNS: ns, Args: []string{"--pcap", capture}})
-	vm := e2e.StartVM(t, e2e.VMConfig{
+	capture := filepath.Join(qemu.WorkDir(t), "guest.pcap")
+	d := qemu.StartDaemon(t, qemu.DaemonConfig{NetNS: ns, Args: []string{"--pcap", capture}})
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket:  d.Socket,
 		Checks:  []string{guest.CheckLink, guest.CheckDHCP, guest.CheckHTTP},
 		Params:  map[string]string{guest.ParamHTTP: fmt.Sprintf("http://%s:%d/page", ns.Host.Gateway, page.Port)},
@@ -90,7 +91,7 @@ func TestPcapReadByTshark(t *testing.T) {
 // --pcap option: this is the acceptance test for it.
 func needPcapFlag(t *testing.T) {
 	t.Helper()
-	out, _ := exec.Command(e2e.DaemonBinary(t), "--help").CombinedOutput()
+	out, _ := exec.Command(qemu.DaemonBinary(t), "--help").CombinedOutput()
 	if !strings.Contains(string(out), "--pcap") {
 		t.Fatalf("vunet --help lists no --pcap option: the capture flag is not wired yet")
 	}

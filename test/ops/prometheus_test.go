@@ -17,8 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"vunet/test/e2e"
 	"vunet/test/guest"
+	"vunet/test/qemu"
+	"vunet/test/testenv"
 )
 
 const prometheusHint = "apt-get install prometheus"
@@ -32,17 +33,17 @@ const prometheusHint = "apt-get install prometheus"
 // progress (the server paces it over about 5 s). It also lints one scrape
 // with `promtool check metrics`.
 func TestPrometheusScrapesVunet(t *testing.T) {
-	e2e.SkipIfShort(t)
-	e2e.NeedRoot(t, "network namespace for the daemon, its servers and Prometheus")
-	promBin := e2e.NeedTool(t, "prometheus", "", prometheusHint)
-	promtool := e2e.NeedTool(t, "promtool", "", prometheusHint)
-	e2e.NeedQEMU(t)
+	testenv.SkipIfShort(t)
+	testenv.NeedRoot(t, "network namespace for the daemon, its servers and Prometheus")
+	promBin := testenv.NeedTool(t, "prometheus", "", prometheusHint)
+	promtool := testenv.NeedTool(t, "promtool", "", prometheusHint)
+	qemu.NeedQEMU(t)
 
-	ns := e2e.NewNetNS(t)
+	ns := qemu.NewNetNS(t)
 	const size = 32 << 20
 	// 8 chunks 700 ms apart: the download lasts about 5 s, five scrapes.
 	page := startPacedPageServer(t, ns, size, 8, 700*time.Millisecond)
-	d := e2e.StartDaemon(t, e2e.DaemonConfig{NetNS: ns, Metrics: true})
+	d := qemu.StartDaemon(t, qemu.DaemonConfig{NetNS: ns, Metrics: true})
 	client := &http.Client{Transport: &http.Transport{DialContext: ns.DialContext}, Timeout: 5 * time.Second}
 
 	// promtool first: a lint problem is worth reporting even if the rest fails.
@@ -70,7 +71,7 @@ func TestPrometheusScrapesVunet(t *testing.T) {
 	}
 	t.Logf("prometheus before the guest: %v", before)
 
-	vm := e2e.StartVM(t, e2e.VMConfig{
+	vm := qemu.StartVM(t, qemu.VMConfig{
 		Socket: d.Socket,
 		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckHTTP},
 		Params: map[string]string{
@@ -161,9 +162,9 @@ type prometheus struct {
 
 // startPrometheus runs Prometheus inside ns, scraping target every second,
 // with its storage and log in the test's work directory.
-func startPrometheus(t *testing.T, ns *e2e.NetNS, bin, target string) *prometheus {
+func startPrometheus(t *testing.T, ns *qemu.NetNS, bin, target string) *prometheus {
 	t.Helper()
-	dir := e2e.WorkDir(t)
+	dir := qemu.WorkDir(t)
 	cfg := filepath.Join(dir, "prometheus.yml")
 	conf := fmt.Sprintf(`global:
   scrape_interval: 1s
@@ -305,7 +306,7 @@ func (p *prometheus) samples(ctx context.Context, c *http.Client, selector strin
 
 // freePort picks a free TCP port on 127.0.0.1 inside ns. The namespace is
 // the test's own, so nothing else can take the port before it is used.
-func freePort(t *testing.T, ns *e2e.NetNS) int {
+func freePort(t *testing.T, ns *qemu.NetNS) int {
 	t.Helper()
 	var port int
 	if err := ns.Do(func() error {

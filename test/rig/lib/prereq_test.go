@@ -5,19 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"vunet/test/testenv"
 )
-
-// inCI: with CI set, a missing prerequisite fails the test instead of
-// skipping it, so a CI image that lost a package cannot pass silently.
-func inCI() bool { return os.Getenv("CI") != "" }
-
-func unavailable(t testing.TB, what error, hint string) {
-	t.Helper()
-	if inCI() {
-		t.Fatalf("%v (CI is set, so this fails instead of skipping; install: %s)", what, hint)
-	}
-	t.Skipf("%v (install: %s)", what, hint)
-}
 
 // needRig checks what every rig test needs: root, /dev/net/tun, iproute2
 // with netns support, busybox udhcpc, the go tool (to build vunet).
@@ -27,20 +17,20 @@ func needRig(t testing.TB) {
 		t.Skip("rig test: skipped with -short")
 	}
 	if os.Geteuid() != 0 {
-		unavailable(t, errors.New("needs root (network namespaces, TAP)"), "run as root: sudo -E go test ./test/rig/")
+		testenv.Unavailable(t, errors.New("needs root (network namespaces, TAP)"), "run as root: sudo -E go test ./test/rig/")
 	}
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		unavailable(t, err, "a kernel with CONFIG_TUN and /dev/net/tun (mknod /dev/net/tun c 10 200)")
+		testenv.Unavailable(t, err, "a kernel with CONFIG_TUN and /dev/net/tun (mknod /dev/net/tun c 10 200)")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		unavailable(t, err, "apt-get install -y iproute2")
+		testenv.Unavailable(t, err, "apt-get install -y iproute2")
 	}
 	if _, err := findUdhcpc(); err != nil {
-		unavailable(t, err, "apt-get install -y busybox")
+		testenv.Unavailable(t, err, "apt-get install -y busybox")
 	}
 	if os.Getenv("VUNET_RIG_BIN") == "" {
 		if _, err := exec.LookPath("go"); err != nil {
-			unavailable(t, err, "the Go toolchain on PATH, or VUNET_RIG_BIN=/path/to/vunet")
+			testenv.Unavailable(t, err, "the Go toolchain on PATH, or VUNET_RIG_BIN=/path/to/vunet")
 		}
 	}
 }

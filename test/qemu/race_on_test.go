@@ -1,6 +1,6 @@
 //go:build race
 
-package e2e
+package qemu
 
 // raceDetector: the QMP reply gate orders go-qemu's reader after Run's copy
 // through a socket, an ordering the race detector cannot see.

@@ -1,4 +1,12 @@
-package e2e
+// Package testenv says what a test may do when something it needs from the
+// machine is missing (root, a tool, a kernel feature): skip with an install
+// hint on a developer's machine, fail with the same hint in CI, so that CI
+// cannot go green by skipping. Every test of the module that depends on the
+// environment asks here; there is one meaning of "in CI".
+//
+// It is test support: any package's tests may import it, and it imports
+// nothing of vunet's.
+package testenv
 
 import (
 	"errors"
@@ -7,12 +15,19 @@ import (
 	"testing"
 )
 
-// InCI reports whether the CI environment variable is set: missing
+// InCI reports whether the tests run in CI: the CI environment variable is
+// set to anything but "", "0" or "false" (CI systems set CI=true). Missing
 // prerequisites then fail tests instead of skipping them.
-func InCI() bool { return os.Getenv("CI") != "" }
+func InCI() bool {
+	switch os.Getenv("CI") {
+	case "", "0", "false":
+		return false
+	}
+	return true
+}
 
-// Unavailable skips t, or fails it under CI, because something the test
-// needs is missing; hint says how to install it.
+// Unavailable skips t, or fails it in CI, because something the test needs
+// is missing; hint says how to get it (an apt-get line, "run as root").
 func Unavailable(t testing.TB, what error, hint string) {
 	t.Helper()
 	if InCI() {

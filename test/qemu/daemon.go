@@ -1,4 +1,4 @@
-package e2e
+package qemu
 
 import (
 	"errors"
@@ -54,7 +54,7 @@ func DaemonBinary(t testing.TB) string {
 }
 
 // RunMain runs the package's tests and removes what DaemonBinary built. Use
-// it from TestMain: os.Exit(e2e.RunMain(m)).
+// it from TestMain: os.Exit(qemu.RunMain(m)).
 func RunMain(m *testing.M) int {
 	code := m.Run()
 	if build.dir != "" {

@@ -1,4 +1,4 @@
-package e2e
+package qemu
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/testenv"
 )
 
 // QEMUHint is the install hint for a missing QEMU.
@@ -134,8 +135,8 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 // the install hint instead of failing somewhere later.
 func NeedQEMU(t testing.TB) {
 	t.Helper()
-	SkipIfShort(t)
-	NeedTool(t, "qemu-system-x86_64", "VUNET_E2E_QEMU", QEMUHint)
+	testenv.SkipIfShort(t)
+	testenv.NeedTool(t, "qemu-system-x86_64", "VUNET_E2E_QEMU", QEMUHint)
 	GuestImage(t)
 }
 
@@ -143,7 +144,7 @@ func NeedQEMU(t testing.TB) {
 // VMConfig.Server, only once the test calls ConnectQMP).
 func StartVM(t testing.TB, cfg VMConfig) *VM {
 	t.Helper()
-	bin := NeedTool(t, "qemu-system-x86_64", "VUNET_E2E_QEMU", QEMUHint)
+	bin := testenv.NeedTool(t, "qemu-system-x86_64", "VUNET_E2E_QEMU", QEMUHint)
 	img := GuestImage(t)
 	if cfg.Dir == "" {
 		cfg.Dir = WorkDir(t)

@@ -1,4 +1,4 @@
-package e2e
+package qemu
 
 import (
 	"os"
@@ -13,9 +13,9 @@ var daemonHelp struct {
 	text string
 }
 
-// helpHas reports whether the daemon's --help mentions flag, so a test can
+// HelpHas reports whether the daemon's --help mentions flag, so a test can
 // tell a feature the command line does not offer yet from a broken one.
-func helpHas(t testing.TB, flag string) bool {
+func HelpHas(t testing.TB, flag string) bool {
 	t.Helper()
 	if os.Getenv("VUNET_E2E_PASST") != "" {
 		return true // passt's flags are the model for ours

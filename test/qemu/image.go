@@ -1,4 +1,4 @@
-package e2e
+package qemu
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"vunet/test/guest/initramfs"
+	"vunet/test/testenv"
 )
 
 var image struct {
@@ -32,7 +33,7 @@ func GuestImage(t testing.TB) initramfs.Image {
 		}
 	})
 	if errors.Is(image.err, initramfs.ErrMissing) {
-		Unavailable(t, image.err, "apt-get install linux-image-amd64 busybox-static")
+		testenv.Unavailable(t, image.err, "apt-get install linux-image-amd64 busybox-static")
 	}
 	if image.err != nil {
 		t.Fatalf("guest image: %v", image.err)

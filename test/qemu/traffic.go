@@ -1,4 +1,4 @@
-package e2e
+package qemu
 
 import (
 	"bufio"
@@ -281,4 +281,10 @@ func (s *TrafficServer) CheckXfer(t testing.TB, r guest.Result, dir string, size
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("%s: no server transfer with the guest's digest %s; server saw:\n%v", r.Name, r.Fields["sha256"], s.Xfers())
+}
+
+// Target renders the server's address for a guest check's target
+// parameter: host (a guest.Target* name or an address) and the server's port.
+func (s *TrafficServer) Target(host string) string {
+	return net.JoinHostPort(host, strconv.Itoa(s.Port))
 }

@@ -1,4 +1,4 @@
-package e2e
+package qemu
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"vunet/test/testenv"
 
 	"golang.org/x/sys/unix"
 )
@@ -54,8 +56,8 @@ var (
 // t.Cleanup deletes it.
 func NewNetNS(t testing.TB) *NetNS {
 	t.Helper()
-	NeedRoot(t, "network namespaces")
-	ip := NeedTool(t, "ip", "", "apt-get install iproute2")
+	testenv.NeedRoot(t, "network namespaces")
+	ip := testenv.NeedTool(t, "ip", "", "apt-get install iproute2")
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	n := &NetNS{Name: "vunet-e2e-" + hex.EncodeToString(rnd[:]), Host: NetNSHost, DNS4: NetNSDNS4}

@@ -411,7 +411,7 @@ func TestStartPairTwiceAndStopUnknown(t *testing.T) {
 	p.s.StopPair(7) // never started: no-op
 	p.s.StopPair(0)
 	p.s.StopPair(0)
-	if err := p.s.StartPair(QueuePair{Index: 1}); err == nil {
+	if err := p.s.StartPair(virtqueue.QueuePair{Index: 1}); err == nil {
 		t.Fatal("StartPair with nil rings succeeded")
 	}
 }

@@ -299,7 +299,7 @@ type testPair struct {
 	m         *testMem
 	rx, tx    *testRing
 	s         *Stack
-	qp        QueuePair
+	qp        virtqueue.QueuePair
 	features  uint64
 	hdrLen    int
 	announced int // frames the loop sends by itself at each start
@@ -316,7 +316,7 @@ func newTestPair(t testing.TB, features uint64, size uint16) *testPair {
 	cfg.Addr.IPv4.Addr = netip.AddrFrom4(testGuestIP)
 	cfg.Addr.IPv4.PrefixLen = 24
 	p.s = New(cfg)
-	p.qp = QueuePair{Index: 0, RX: p.rx.q, TX: p.tx.q, RXEnabled: true, TXEnabled: true, Features: features}
+	p.qp = virtqueue.QueuePair{Index: 0, RX: p.rx.q, TX: p.tx.q, RXEnabled: true, TXEnabled: true, Features: features}
 	t.Cleanup(p.s.Close)
 	return p
 }

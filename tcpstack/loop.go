@@ -25,7 +25,7 @@ type linkService interface {
 // stats atomics is touched only by the loop's own goroutine.
 type loop struct {
 	s   *Stack
-	qp  QueuePair
+	qp  virtqueue.QueuePair
 	st  *QueueStats
 	log *slog.Logger
 
@@ -66,7 +66,7 @@ type loop struct {
 // kick eventfd (vhost-user "no fd" flag).
 const pollInterval = time.Millisecond
 
-func newLoop(s *Stack, qp QueuePair, ps *pairState) (*loop, error) {
+func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState) (*loop, error) {
 	st := ps.st
 	l := &loop{
 		s:       s,

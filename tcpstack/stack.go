@@ -12,16 +12,6 @@ import (
 	"vunet/virtqueue"
 )
 
-// QueuePair is one virtio-net queue pair as the control plane hands it over.
-// It has the same fields as vhostuser.QueuePair so cmd/vunet can convert one
-// into the other; tcpstack does not import vhostuser.
-type QueuePair struct {
-	Index                int                   // pair number: rings 2*Index (RX) and 2*Index+1 (TX)
-	RX, TX               *virtqueue.SplitQueue // never nil
-	RXEnabled, TXEnabled bool                  // SET_VRING_ENABLE state
-	Features             uint64                // negotiated virtio feature bits
-}
-
 // Config configures a [Stack].
 type Config struct {
 	// Logger receives the data path's logs; nil means slog.Default().
@@ -69,8 +59,9 @@ var DefaultOurMAC = [6]byte{0x9a, 0x55, 0x9a, 0x55, 0x9a, 0x55}
 const DefaultMTU = 65520
 
 // Stack is the data plane: it runs one event loop per started queue pair.
-// Its StartPair/StopPair/Announce/SetMTU methods match vhostuser's DataPlane,
-// Announcer and MTUSetter interfaces.
+// It implements virtqueue's data-plane contract (DataPlane, Announcer,
+// SessionEnder, MTUSetter) directly: the control plane drives it with no
+// adapter in between.
 type Stack struct {
 	cfg Config
 	log *slog.Logger
@@ -130,12 +121,21 @@ func New(cfg Config) *Stack {
 	return s
 }
 
+// The control plane finds the optional interfaces by type assertion: a
+// method lost here would silently switch a feature off.
+var (
+	_ virtqueue.DataPlane    = (*Stack)(nil)
+	_ virtqueue.Announcer    = (*Stack)(nil)
+	_ virtqueue.SessionEnder = (*Stack)(nil)
+	_ virtqueue.MTUSetter    = (*Stack)(nil)
+)
+
 // ErrPairRunning is returned by StartPair for a pair that is already running.
 var ErrPairRunning = errors.New("queue pair already running")
 
 // StartPair starts the event loop of qp. It returns once the loop's epoll set
 // is built, so errors in setting it up are reported here.
-func (s *Stack) StartPair(qp QueuePair) error {
+func (s *Stack) StartPair(qp virtqueue.QueuePair) error {
 	if qp.RX == nil || qp.TX == nil {
 		return fmt.Errorf("start pair %d: nil ring", qp.Index)
 	}

@@ -22,10 +22,10 @@ const MaxMemSlots = 32
 
 // DeviceConfig configures the device every front-end session gets.
 type DeviceConfig struct {
-	QueuePairs int          // offered (GET_QUEUE_NUM, MQ); 0 means 1; at most MaxQueuePairs
-	DataPlane  DataPlane    // runs the queue pairs; required
-	Logger     *slog.Logger // nil: slog.Default()
-	Stats      *Stats       // control-plane counters; may be nil
+	QueuePairs int                 // offered (GET_QUEUE_NUM, MQ); 0 means 1; at most MaxQueuePairs
+	DataPlane  virtqueue.DataPlane // runs the queue pairs; required
+	Logger     *slog.Logger        // nil: slog.Default()
+	Stats      *Stats              // control-plane counters; may be nil
 	// Features are the virtio features offered; 0 means DefaultFeatures.
 	// The data plane must honour every bit offered here (offloads).
 	// VHOST_F_LOG_ALL, RING_PACKED and ACCESS_PLATFORM are never offered.
@@ -45,7 +45,7 @@ var (
 // driven by one goroutine; the data plane runs the rings concurrently but is
 // only reconfigured through StopPair/StartPair.
 type device struct {
-	dp      DataPlane
+	dp      virtqueue.DataPlane
 	log     *slog.Logger
 	stats   *Stats
 	pairs   int
@@ -326,7 +326,7 @@ func (d *device) setMTU(v uint64) error {
 		return fmt.Errorf("mtu %d: %w", v, ErrInvalid)
 	}
 	d.mtu = int(v)
-	if s, ok := d.dp.(MTUSetter); ok {
+	if s, ok := d.dp.(virtqueue.MTUSetter); ok {
 		s.SetMTU(d.mtu)
 	}
 	d.log.Info("vhost-user MTU set", "mtu", d.mtu)
@@ -336,7 +336,7 @@ func (d *device) setMTU(v uint64) error {
 func (d *device) sendRARP(p []byte) error {
 	var mac [6]byte
 	copy(mac[:], p)
-	a, ok := d.dp.(Announcer)
+	a, ok := d.dp.(virtqueue.Announcer)
 	if !ok {
 		d.log.Info("vhost-user SEND_RARP ignored: data plane cannot announce", "mac", fmt.Sprintf("% x", mac))
 		return nil
@@ -364,7 +364,7 @@ func (d *device) close() {
 // endSession tells the data plane that the guest's state is gone; the pairs
 // are stopped by then.
 func (d *device) endSession() {
-	if e, ok := d.dp.(SessionEnder); ok {
+	if e, ok := d.dp.(virtqueue.SessionEnder); ok {
 		e.EndSession()
 	}
 }

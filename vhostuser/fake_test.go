@@ -22,17 +22,17 @@ import (
 type fakeDP struct {
 	mu       sync.Mutex
 	events   []string
-	running  map[int]QueuePair
-	starts   []QueuePair
+	running  map[int]virtqueue.QueuePair
+	starts   []virtqueue.QueuePair
 	mtus     []int
 	announce [][6]byte
 	failNext bool
-	onStart  func(qp QueuePair)
+	onStart  func(qp virtqueue.QueuePair)
 }
 
-func newFakeDP() *fakeDP { return &fakeDP{running: map[int]QueuePair{}} }
+func newFakeDP() *fakeDP { return &fakeDP{running: map[int]virtqueue.QueuePair{}} }
 
-func (f *fakeDP) StartPair(qp QueuePair) error {
+func (f *fakeDP) StartPair(qp virtqueue.QueuePair) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if qp.RX == nil || qp.TX == nil {
@@ -97,7 +97,7 @@ func (f *fakeDP) takeEvents() string {
 	return s
 }
 
-func (f *fakeDP) setOnStart(fn func(QueuePair)) {
+func (f *fakeDP) setOnStart(fn func(virtqueue.QueuePair)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.onStart = fn
@@ -115,7 +115,7 @@ func (f *fakeDP) mtuList() []int {
 	return append([]int(nil), f.mtus...)
 }
 
-func (f *fakeDP) pair(i int) (QueuePair, bool) {
+func (f *fakeDP) pair(i int) (virtqueue.QueuePair, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	qp, ok := f.running[i]
@@ -124,7 +124,7 @@ func (f *fakeDP) pair(i int) (QueuePair, bool) {
 
 // drainPopper is an onStart hook: pop every available chain of both rings
 // and return it used, as a data plane consuming TX and RX would.
-func drainPopper(qp QueuePair) {
+func drainPopper(qp virtqueue.QueuePair) {
 	var c virtqueue.Chain
 	for _, q := range []*virtqueue.SplitQueue{qp.RX, qp.TX} {
 		for {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"vunet/virtqueue"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -62,7 +64,7 @@ func TestMemorySwapFaultUnmapsOld(t *testing.T) {
 	// Once pair 0 runs on the new table, the front-end cuts the file below
 	// pair 1's rings: building pair 1's queues faults.
 	d1, _, _ := ringGPA(2)
-	h.dp.setOnStart(func(qp QueuePair) {
+	h.dp.setOnStart(func(qp virtqueue.QueuePair) {
 		if qp.Index == 0 {
 			unix.Ftruncate(newMem.fd, int64(d1))
 		}

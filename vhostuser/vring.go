@@ -127,7 +127,7 @@ func (d *device) startPair(p int) error {
 			r.freshCall = false
 		}
 	}
-	qp := QueuePair{
+	qp := virtqueue.QueuePair{
 		Index:     p,
 		RX:        rxq,
 		TX:        txq,

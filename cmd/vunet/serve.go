@@ -21,37 +21,6 @@ import (
 	"vunet/virtqueue"
 )
 
-// dataPlane adapts tcpstack.Stack to vhostuser.DataPlane. The two packages
-// must not import each other (DESIGN.md), so each declares its own copy of
-// the queue-pair description and the command converts between them.
-type dataPlane struct{ stack *tcpstack.Stack }
-
-func (d dataPlane) StartPair(qp vhostuser.QueuePair) error {
-	return d.stack.StartPair(tcpstack.QueuePair(qp))
-}
-
-func (d dataPlane) StopPair(index int) { d.stack.StopPair(index) }
-
-// Announce forwards SEND_RARP so the guest's new location is announced after
-// a migration.
-func (d dataPlane) Announce(mac [6]byte) { d.stack.Announce(mac) }
-
-// SetMTU forwards NET_SET_MTU (QEMU's host_mtu property).
-func (d dataPlane) SetMTU(mtu int) { d.stack.SetMTU(mtu) }
-
-// EndSession forwards the end of a front-end session (disconnect, device
-// reset): the stack resets the departed guest's TCP connections (RST to the
-// host peers) and closes its flows.
-func (d dataPlane) EndSession() { d.stack.EndSession() }
-
-// The control plane finds these optional interfaces by type assertion: a
-// method lost from the adapter would silently switch a feature off.
-var (
-	_ vhostuser.Announcer    = dataPlane{}
-	_ vhostuser.MTUSetter    = dataPlane{}
-	_ vhostuser.SessionEnder = dataPlane{}
-)
-
 // shutdownGrace bounds the time from SIGTERM to exit: supervisors (systemd,
 // libvirt, KubeVirt) expect a back-end to be gone promptly, and a stuck
 // front-end must not keep the socket and pid file around.
@@ -87,7 +56,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 
 	dev := vhostuser.DeviceConfig{
 		QueuePairs: o.queues,
-		DataPlane:  dataPlane{stack},
+		DataPlane:  stack,
 		Logger:     logger,
 		Stats:      &vhostuser.Stats{},
 	}

@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vunet/vhostuser"
 	"vunet/virtqueue"
 )
 
@@ -28,7 +27,7 @@ type arpPlane struct {
 var ourMAC = [6]byte{0x9a, 0x55, 0x9a, 0x55, 0x9a, 0x55}
 
 type arpLoop struct {
-	qp   vhostuser.QueuePair
+	qp   virtqueue.QueuePair
 	p    *arpPlane
 	stop chan struct{}
 	done chan struct{}
@@ -36,7 +35,7 @@ type arpLoop struct {
 
 func newARPPlane() *arpPlane { return &arpPlane{loops: map[int]*arpLoop{}} }
 
-func (p *arpPlane) StartPair(qp vhostuser.QueuePair) error {
+func (p *arpPlane) StartPair(qp virtqueue.QueuePair) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.loops[qp.Index]; ok {

@@ -17,6 +17,7 @@ import (
 
 	"vunet/test/frontend"
 	"vunet/vhostuser"
+	"vunet/virtqueue"
 )
 
 // queuePairs offered by the server under test; ring indices 0..2*queuePairs-1
@@ -101,7 +102,7 @@ func testLogger() *slog.Logger {
 }
 
 // startServerWith serves with the given data plane.
-func startServerWith(t *testing.T, dp vhostuser.DataPlane) *server {
+func startServerWith(t *testing.T, dp virtqueue.DataPlane) *server {
 	t.Helper()
 	dir := t.TempDir()
 	s := &server{path: filepath.Join(dir, "vu.sock"), stats: &vhostuser.Stats{}, errc: make(chan error, 1)}

@@ -1,20 +1,22 @@
-package vhostuser
+package virtqueue
 
-import "vunet/virtqueue"
+// The data-plane contract: what a control plane (package vhostuser) hands a
+// data plane (package tcpstack) and calls on it. It is declared here, in the
+// package both import, so neither imports the other and no adapter sits
+// between them.
 
-// QueuePair is what the data plane gets to run one queue pair. Its layout is
-// mirrored by tcpstack.QueuePair (cmd converts between the two), so fields
-// must not be added or reordered here alone.
+// QueuePair is one virtio-net queue pair as the control plane hands it to the
+// data plane.
 type QueuePair struct {
-	Index                int                   // pair number: rings 2*Index (RX) and 2*Index+1 (TX)
-	RX, TX               *virtqueue.SplitQueue // never nil when passed to StartPair
-	RXEnabled, TXEnabled bool                  // SET_VRING_ENABLE state (true when PROTOCOL_FEATURES not negotiated)
-	Features             uint64                // negotiated virtio features (for NetHdrLenFor etc.)
+	Index                int         // pair number: rings 2*Index (RX) and 2*Index+1 (TX)
+	RX, TX               *SplitQueue // never nil when passed to StartPair
+	RXEnabled, TXEnabled bool        // SET_VRING_ENABLE state (true when PROTOCOL_FEATURES is not negotiated)
+	Features             uint64      // negotiated virtio feature bits (NetHdrLenFor etc.)
 }
 
-// DataPlane runs queue pairs. It is implemented by tcpstack (through cmd)
-// and by test doubles. Both methods are called from the control goroutine
-// only, never concurrently.
+// DataPlane runs queue pairs. Its methods, and those of the optional
+// interfaces below, are called from the control goroutine only, never
+// concurrently.
 type DataPlane interface {
 	// StartPair runs pair qp.Index's rings until StopPair.
 	StartPair(qp QueuePair) error

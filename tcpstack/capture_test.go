@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"vunet/tcpstack/header"
 )
 
 // recordCapture keeps a copy of every captured frame. The loop goroutine
@@ -37,7 +39,7 @@ type copyCapture struct {
 }
 
 func (c *copyCapture) Frame(pair int, iov [][]byte, skip, n int) {
-	copyFromIovecs(c.buf[:min(n, len(c.buf))], iov, skip)
+	header.CopyFromIovecs(c.buf[:min(n, len(c.buf))], iov, skip)
 	c.frames++
 }
 

@@ -110,17 +110,17 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 		payload := w.iov[:niov]
 		var idb [2]byte
 		binary.BigEndian.PutUint16(idb[:], f.key.guestPort)
-		writeIovecs(payload, 4, idb[:])
-		writeIovecs(payload, 2, []byte{0, 0})
+		header.WriteIovecs(payload, 4, idb[:])
+		header.WriteIovecs(payload, 2, []byte{0, 0})
 		ft.buildL2L3(l, rv.hdr, &f.key, proto, n)
 		var sum uint16
 		if f.key.v6 {
 			sum = header.PseudoHeaderChecksum(proto, f.key.remoteAddr(), f.key.guestAddr(), uint32(n))
 		}
-		sum = checksumIovecs(payload, n, sum)
+		sum = header.ChecksumIovecs(payload, n, sum)
 		var cb [2]byte
 		binary.BigEndian.PutUint16(cb[:], ^sum)
-		writeIovecs(payload, 2, cb[:])
+		header.WriteIovecs(payload, 2, cb[:])
 		ft.st.ServiceReplies[SvcICMPEcho].Add(1)
 		ft.st.Proto.ICMPEchoReplies.Add(1)
 		w.Commit(n, nil)

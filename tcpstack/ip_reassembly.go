@@ -200,7 +200,7 @@ func (l *loop) addFragment(c *virtqueue.Chain, fr *fragment) {
 	for i := first; i < last; i++ {
 		b.blocks[i/64] |= 1 << (i % 64)
 	}
-	copyFromIovecs(b.buf[fragHeadroom+fr.off:fragHeadroom+fr.off+fr.n], c.Readable, l.rx.vhLen+fr.dataOff)
+	header.CopyFromIovecs(b.buf[fragHeadroom+fr.off:fragHeadroom+fr.off+fr.n], c.Readable, l.rx.vhLen+fr.dataOff)
 	b.received += fr.n
 	b.maxEnd = max(b.maxEnd, fr.off+fr.n)
 	if !fr.more {

@@ -4,8 +4,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"vunet/tcpstack/header"
 )
 
 // sockIO does socket I/O straight from and into guest memory with
@@ -89,46 +87,4 @@ func (s *sockIO) recv(fd int, bufs [][]byte, flags int) (n, msgFlags int, err er
 // pendingDatagram returns the size of the next queued datagram (FIONREAD).
 func pendingDatagram(fd int) (int, error) {
 	return unix.IoctlGetInt(fd, unix.SIOCINQ)
-}
-
-// checksumIovecs adds the first n bytes of bufs to the uncomplemented
-// one's complement sum initial. A buffer starting at an odd offset of the
-// whole contributes its sum byte-swapped (RFC 1071 2(B)).
-func checksumIovecs(bufs [][]byte, n int, initial uint16) uint16 {
-	sum := initial
-	odd := false
-	for _, b := range bufs {
-		if n == 0 {
-			break
-		}
-		if len(b) > n {
-			b = b[:n]
-		}
-		n -= len(b)
-		c := header.Checksum(b, 0)
-		if odd {
-			c = c<<8 | c>>8
-		}
-		sum = header.ChecksumCombine(sum, c)
-		if len(b)&1 == 1 {
-			odd = !odd
-		}
-	}
-	return sum
-}
-
-// writeIovecs copies src into bufs at byte offset off.
-func writeIovecs(bufs [][]byte, off int, src []byte) {
-	for _, b := range bufs {
-		if len(src) == 0 {
-			return
-		}
-		if off >= len(b) {
-			off -= len(b)
-			continue
-		}
-		n := copy(b[off:], src)
-		src = src[n:]
-		off = 0
-	}
 }

@@ -648,37 +648,6 @@ func (t *tcpTable) buildHeaders(f *tcpFlow, hdr []byte, fl header.TCPFlags, seq 
 		return
 	}
 	sum := header.Checksum(th, psum)
-	sum = tcpChecksumIovecs(payload, n, sum)
+	sum = header.ChecksumIovecs(payload, n, sum)
 	binary.BigEndian.PutUint16(th[16:18], ^sum)
-}
-
-// tcpChecksumIovecs adds the first n bytes of the concatenated bufs to sum,
-// carrying odd bytes across buffer boundaries.
-func tcpChecksumIovecs(bufs [][]byte, n int, sum uint16) uint16 {
-	var odd bool
-	var oddByte byte
-	for _, b := range bufs {
-		if n <= 0 {
-			break
-		}
-		if len(b) > n {
-			b = b[:n]
-		}
-		n -= len(b)
-		if odd && len(b) > 0 {
-			sum = header.ChecksumCombine(sum, uint16(oddByte)<<8|uint16(b[0]))
-			b = b[1:]
-			odd = false
-		}
-		if len(b)%2 == 1 {
-			oddByte = b[len(b)-1]
-			b = b[:len(b)-1]
-			odd = true
-		}
-		sum = header.Checksum(b, sum)
-	}
-	if odd {
-		sum = header.ChecksumCombine(sum, uint16(oddByte)<<8)
-	}
-	return sum
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"vunet/tcpstack/header"
 	"vunet/virtqueue"
 )
 
@@ -110,24 +111,6 @@ func (l *loop) txBatch() (full bool) {
 	return n == txBatchMax
 }
 
-// copyFromIovecs copies bytes starting at offset off of the concatenated
-// iovecs into dst and returns the count.
-func copyFromIovecs(dst []byte, iov [][]byte, off int) int {
-	n := 0
-	for _, b := range iov {
-		if off >= len(b) {
-			off -= len(b)
-			continue
-		}
-		n += copy(dst[n:], b[off:])
-		off = 0
-		if n == len(dst) {
-			break
-		}
-	}
-	return n
-}
-
 // handleTXFrame parses one guest frame from a private copy of its headers
 // and dispatches it.
 func (l *loop) handleTXFrame(c *virtqueue.Chain) {
@@ -148,7 +131,7 @@ func (l *loop) handleTXFrame(c *virtqueue.Chain) {
 	if cp := l.s.cfg.Capture; cp != nil {
 		cp.Frame(l.qp.Index, c.Readable, hl, frameLen)
 	}
-	n := copyFromIovecs(l.tx.head[:hl+min(frameLen, txHeadLen)], c.Readable, 0)
+	n := header.CopyFromIovecs(l.tx.head[:hl+min(frameLen, txHeadLen)], c.Readable, 0)
 	_ = l.tx.hdr.Decode(l.tx.head[:hl])
 	head := l.tx.head[hl:n]
 
@@ -182,7 +165,7 @@ func (l *loop) fullFrame(c *virtqueue.Chain, head []byte, frameLen int) []byte {
 		l.st.TX.Drops[DropOversize].Add(1)
 		return nil
 	}
-	n := copyFromIovecs(l.tx.full[:frameLen], c.Readable, l.rx.vhLen)
+	n := header.CopyFromIovecs(l.tx.full[:frameLen], c.Readable, l.rx.vhLen)
 	return l.tx.full[:n]
 }
 

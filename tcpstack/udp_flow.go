@@ -308,7 +308,7 @@ func (ft *flowTable) buildUDPHeaders(l *loop, hdr []byte, key *flowKey, payload 
 		return virtqueue.NetHdr{Flags: virtqueue.NetHdrFNeedsCsum, CsumStart: uint16(ipOff), CsumOffset: 6}
 	}
 	sum := header.Checksum(u[:udpHdrLen], pseudo)
-	sum = checksumIovecs(payload, n, sum)
+	sum = header.ChecksumIovecs(payload, n, sum)
 	c := ^sum
 	if c == 0 {
 		c = 0xffff

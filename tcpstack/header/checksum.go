@@ -95,11 +95,3 @@ func ChecksumUpdate(checksum, old, new uint16) uint16 {
 	sum = ChecksumCombine(sum, new)
 	return ^sum
 }
-
-// ChecksumUpdateBytes is ChecksumUpdate for a changed run of bytes, such as
-// an address rewritten by NAT. old and new must have the same even length.
-func ChecksumUpdateBytes(checksum uint16, old, new []byte) uint16 {
-	sum := ChecksumCombine(^checksum, ^Checksum(old, 0))
-	sum = Checksum(new, sum)
-	return ^sum
-}

@@ -4,6 +4,12 @@
 // DHCPv6, plus the Internet checksum in its full, pseudo-header and
 // incremental forms.
 //
+// ParseFrame is the data path's one parse of a guest frame: Ethernet, IP
+// (IPv6 extension headers walked to the upper layer) and the TCP header,
+// into a Packet that dispatch hands to whoever handles the frame. The
+// iovec helpers read, write and checksum a frame scattered over guest
+// buffers as if it were one slice.
+//
 // The style follows gVisor's pkg/tcpip/header: each format is a view type over
 // a []byte with accessor methods, so parsing never copies and never allocates.
 // Parse functions validate every length the bytes claim before a view is

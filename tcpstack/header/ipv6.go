@@ -87,6 +87,9 @@ type IPv6UpperLayer struct {
 	MoreFragments bool
 	// FragmentID is the Identification of the Fragment header.
 	FragmentID uint32
+	// FragmentHeaderOffset is the byte offset of the Fragment header from
+	// the start of the IPv6 packet.
+	FragmentHeaderOffset int
 }
 
 // UpperLayer walks the extension headers (Hop-by-Hop, Routing, Fragment,
@@ -121,6 +124,7 @@ func (h IPv6) UpperLayer() (IPv6UpperLayer, error) {
 			l = IPv6FragmentHeaderSize
 			fo := binary.BigEndian.Uint16(h[off+2 : off+4])
 			u.Fragment = true
+			u.FragmentHeaderOffset = off
 			u.FragmentOffset = int(fo>>3) * 8
 			u.MoreFragments = fo&1 != 0
 			u.FragmentID = binary.BigEndian.Uint32(h[off+4 : off+8])

@@ -211,7 +211,23 @@ func (l *loop) handleIPv6(c *virtqueue.Chain, head []byte, frameLen int) {
 		return
 	}
 	next := ip[6]
-	l4 := ip[40:]
+	l4off := ipv6HdrLen
+	if next != ipProtoFrag && isIPv6ExtensionHeader(next) {
+		// Dispatch goes by the upper-layer protocol: walk the extension
+		// headers (within the packet and the copy) to it.
+		pl := int(binary.BigEndian.Uint16(ip[4:6]))
+		ul, err := header.IPv6(ip[:min(len(ip), ipv6HdrLen+pl)]).UpperLayer()
+		if err != nil {
+			l.st.TX.Drops[DropMalformed].Add(1)
+			return
+		}
+		if ul.Fragment {
+			l.fragDrop(FragUnsupported) // only directly after the IPv6 header
+			return
+		}
+		next, l4off = uint8(ul.Protocol), ul.Offset
+	}
+	l4 := ip[l4off:]
 	switch next {
 	case ipProtoFrag:
 		l.reassemble6(c, head, frameLen)
@@ -231,11 +247,22 @@ func (l *loop) handleIPv6(c *virtqueue.Chain, head []byte, frameLen int) {
 			return
 		}
 	}
-	if l.handleIPv6Flow(c, head, frameLen, next) {
+	if l.handleIPv6Flow(c, head, frameLen, next, l4off) {
 		return
 	}
 	l.st.TX.Drops[DropUnhandledProtocol].Add(1)
 	l.logUnknown("untranslated IPv6", head)
+}
+
+// isIPv6ExtensionHeader reports whether next names an IPv6 extension
+// header that header.IPv6.UpperLayer walks.
+func isIPv6ExtensionHeader(next uint8) bool {
+	switch header.IPProtocol(next) {
+	case header.IPProtocolHopByHop, header.IPProtocolRouting, header.IPProtocolDestOptions,
+		header.IPProtocolAH, header.IPProtocolFragment:
+		return true
+	}
+	return false
 }
 
 // serve lets a link service answer frame; a reply is queued for the guest.

@@ -62,18 +62,19 @@ func parseL3v4(head []byte, frameLen, ihl int, ip *l3Info) bool {
 	return true
 }
 
-// parseL3v6 fills ip from an IPv6 header without extension headers.
-func parseL3v6(head []byte, frameLen int, ip *l3Info) bool {
+// parseL3v6 fills ip from an IPv6 header whose upper layer starts at
+// l4off (after any extension headers).
+func parseL3v6(head []byte, frameLen, l4off int, ip *l3Info) bool {
 	h := head[ethHdrLen:]
 	pl := int(binary.BigEndian.Uint16(h[4:6]))
-	if ethHdrLen+ipv6HdrLen+pl > frameLen {
+	if ethHdrLen+ipv6HdrLen+pl > frameLen || l4off > ipv6HdrLen+pl {
 		return false
 	}
 	ip.v6 = true
 	ip.src = [16]byte(h[8:24])
 	ip.dst = [16]byte(h[24:40])
-	ip.l4Off = ethHdrLen + ipv6HdrLen
-	ip.l4Len = pl
+	ip.l4Off = ethHdrLen + l4off
+	ip.l4Len = ipv6HdrLen + pl - l4off
 	return true
 }
 
@@ -106,7 +107,7 @@ func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int
 }
 
 // handleIPv6Flow is handleIPv4Flow for IPv6.
-func (l *loop) handleIPv6Flow(c *virtqueue.Chain, head []byte, frameLen int, next uint8) bool {
+func (l *loop) handleIPv6Flow(c *virtqueue.Chain, head []byte, frameLen int, next uint8, l4off int) bool {
 	if l.protocolDisabled(next) {
 		return true
 	}
@@ -121,7 +122,7 @@ func (l *loop) handleIPv6Flow(c *virtqueue.Chain, head []byte, frameLen int, nex
 		return false
 	}
 	var ip l3Info
-	if !parseL3v6(head, frameLen, &ip) {
+	if !parseL3v6(head, frameLen, l4off, &ip) {
 		l.st.TX.Drops[DropMalformed].Add(1)
 		return true
 	}

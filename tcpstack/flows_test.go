@@ -354,3 +354,32 @@ func TestUDPFlowTableFullEvictsOldest(t *testing.T) {
 		t.Errorf("datagram dropped instead of evicting")
 	}
 }
+
+// TestUDPZeroLengthDropped: a UDP length of 0 (an IPv6 jumbogram's, which
+// no guest link carries) is malformed: dropped and counted, nothing sent.
+// It used to reach the socket layer as a negative length and panic the
+// loop, taking the daemon down.
+func TestUDPZeroLengthDropped(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		src, gw, network, addr := testGuest4, testGw4, "udp4", "127.0.0.1:0"
+		if v6 {
+			src, gw, network, addr = testGuest6, testGw6, "udp6", "[::1]:0"
+		}
+		port := udpEcho(t, network, addr)
+		p := newFlowPair(t, featMrg, nil)
+		p.start()
+		f := udpFrame(src, gw, 40000, port, []byte("abc"))
+		l4 := ethHdrLen + ipv4HdrLen
+		if v6 {
+			l4 = ethHdrLen + ipv6HdrLen
+		}
+		binary.BigEndian.PutUint16(f[l4+4:], 0)
+		p.addTX(f)
+		p.tx.send()
+		st := p.stats()
+		waitFor(t, "drop", 2*time.Second, func() bool { return st.Proto.UDPDrops[FromGuest][DropMalformed].Load() == 1 })
+		if n := st.Proto.UDPDatagrams[FromGuest].Load(); n != 0 {
+			t.Errorf("v6 %v: %d datagrams sent", v6, n)
+		}
+	}
+}

@@ -144,10 +144,10 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 	u := head[ip.l4Off:]
 	ulen := int(binary.BigEndian.Uint16(u[4:6]))
 	if ulen < udpHdrLen || ulen > ip.l4Len {
-		if !(ip.v6 && ulen == 0) { // jumbograms are not for us either
-			st.udpDrop(FromGuest, DropMalformed)
-			return
-		}
+		// Length 0 over IPv6 would be a jumbogram's, which no link of
+		// ours carries: malformed like any other short length.
+		st.udpDrop(FromGuest, DropMalformed)
+		return
 	}
 	if !ip.dstUnicast() {
 		st.udpDrop(FromGuest, DropUnhandledProtocol)

@@ -15,8 +15,16 @@ UNIT_PKGS = ./virtqueue/... ./vhostuser/... ./tcpstack/... ./metrics/... ./cmd/.
 
 all: build
 
+# The build says what it is (vunet --version, vunet_build_info): a release
+# tag when HEAD has one, and the commit (+dirty: uncommitted changes). Go
+# stamps these itself in a plain clone, but not in a git worktree or with
+# -buildvcs=false; these flags work everywhere.
+VERSION  ?= $(shell git describe --tags --exact-match --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo +dirty)
+LDFLAGS  ?= $(if $(VERSION),-X main.version=$(VERSION)) $(if $(REVISION:+dirty=),-X main.revision=$(REVISION))
+
 build:
-	$(GO) build -o $(BIN) ./cmd/vunet
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/vunet
 
 run: build
 	$(BIN) --socket $(SOCKET) --metrics $(METRICS) --print-qemu-args

@@ -13,89 +13,24 @@ import (
 
 // Sources are the counters a collector reads. Nil sources are skipped.
 type Sources struct {
-	// QueuePairs is the number of queue pairs offered; their rings are
-	// reported even before a front-end connects, so series do not appear
-	// and vanish with sessions.
+	// QueuePairs is the number of queue pairs offered.
 	QueuePairs int
 	// Control holds the vhost-user counters and the per-ring virtqueue stats.
 	Control *vhostuser.Stats
 	// PairStats returns the data-path counters of a queue pair, nil for a
-	// pair that never ran (reported as zeros). Usually tcpstack.Stack.PairStats.
+	// pair that never ran. Usually tcpstack.Stack.PairStats.
 	PairStats func(pair int) *tcpstack.QueueStats
 	// PairTCPStats returns the TCP translation counters of a queue pair,
 	// nil for a pair that never ran. Usually tcpstack.Stack.PairTCPStats.
 	PairTCPStats func(pair int) *tcpstack.TCPStats
+	// Build is exported as vunet_build_info.
+	Build BuildInfo
 }
 
-// zeroPair stands in for pairs that never ran.
+// zeroPair and zeroTCP stand in for queue 0 before it first runs.
 var (
 	zeroPair tcpstack.QueueStats
 	zeroTCP  tcpstack.TCPStats
-)
-
-const namespace = "vunet"
-
-// allDescs is every descriptor desc made, in declaration order: Describe
-// sends them all, so a new metric cannot be left out of it by hand.
-var allDescs []*prometheus.Desc
-
-func desc(name, help string, labels ...string) *prometheus.Desc {
-	d := prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
-	allDescs = append(allDescs, d)
-	return d
-}
-
-var (
-	queueLabels = []string{"queue", "direction"}
-
-	descFrames     = desc("queue_frames_total", "Ethernet frames moved through a queue (tx: from the guest, rx: placed in used descriptors).", queueLabels...)
-	descBytes      = desc("queue_bytes_total", "Ethernet bytes moved through a queue, virtio-net header excluded.", queueLabels...)
-	descBatches    = desc("queue_batches_total", "Used-ring publications (one per batch of frames).", queueLabels...)
-	descDrops      = desc("queue_drops_total", "Frames dropped by the data path, by reason.", "queue", "direction", "reason")
-	descNotify     = desc("queue_notifications_total", "Interrupts sent to the guest (call eventfd writes).", queueLabels...)
-	descSuppressed = desc("queue_notifications_suppressed_total", "Used-ring publications that needed no interrupt (EVENT_IDX or NO_INTERRUPT).", queueLabels...)
-	descKicks      = desc("queue_kicks_total", "Guest kicks read from the kick eventfd (coalesced).", queueLabels...)
-	descBadChains  = desc("queue_bad_chains_total", "Malformed descriptor chains returned to the guest with length 0.", queueLabels...)
-	descRXWaited   = desc("queue_rx_waited_for_descriptors_total", "Frames for the guest that found no RX descriptor and waited for a refill.", "queue")
-	descTXEther    = desc("queue_tx_frames_by_ethertype_total", "Frames from the guest by ethertype class.", "queue", "ethertype")
-	descRXWasted   = desc("queue_rx_chains_wasted_total", "RX chains returned to the guest empty (could be neither used nor rewound).", "queue")
-	descWakeups    = desc("queue_loop_wakeups_total", "Event-loop returns from epoll_wait.", "queue")
-	descLoopStarts = desc("queue_loop_starts_total", "Starts of the queue pair's event loop (ring rebuilds, reconnects).", "queue")
-	descMemFaults  = desc("queue_memory_faults_total", "Event loops stopped by a fault on guest memory (front-end shrank its memory file).", "queue")
-	descFlowsOpen  = desc("flows_opened_total", "UDP and ICMP echo flows opened (one host socket each).", "queue")
-	descFlowsClose = desc("flows_closed_total", "UDP and ICMP echo flows closed.", "queue")
-	descFlowsEvict = desc("flows_evicted_total", "Flows closed early to make room in a full flow table.", "queue")
-	descService    = desc("service_replies_total", "Frames produced by the link services (ARP, DHCP, DHCPv6, NDP).", "queue", "service")
-
-	descUDPFlows     = desc("udp_flows", "Live UDP flows (one host socket each).", "queue")
-	descICMPFlows    = desc("icmp_flows", "Live ICMP echo flows (one ping socket each).", "queue")
-	descUDPDatagrams = desc("udp_datagrams_total", "UDP datagrams translated (to_guest: delivered to the guest, from_guest: sent from a host socket).", "queue", "direction")
-	descUDPBytes     = desc("udp_payload_bytes_total", "UDP payload bytes translated.", "queue", "direction")
-	descUDPDrops     = desc("udp_drops_total", "UDP datagrams dropped, by reason (also in vunet_queue_drops_total).", "queue", "direction", "reason")
-	descEchoReq      = desc("icmp_echo_requests_total", "Guest ICMP/ICMPv6 echo requests sent out of a ping socket.", "queue")
-	descEchoRep      = desc("icmp_echo_replies_total", "ICMP/ICMPv6 echo replies delivered to the guest.", "queue")
-	descLeases       = desc("dhcp_leases_total", "Addresses handed to the guest (service dhcp: DHCPACK with an address; dhcpv6: REPLY with an IA address).", "queue", "service")
-	descFragments    = desc("ip_fragments_total", "IP fragments from the guest, by outcome (received, reassembled datagrams, and the reasons fragments or partial datagrams were given up).", "queue", "outcome")
-	descNDPSent      = desc("ndp_messages_sent_total", "NDP messages sent to the guest, by type (router_advert: solicited and periodic, neighbor_advert).", "queue", "type")
-
-	descTCPConns     = desc("tcp_connections", "Live TCP connections, by state.", "queue", "state")
-	descTCPConnects  = desc("tcp_connects_total", "Host connect() attempts for guest connections.", "queue")
-	descTCPConnFail  = desc("tcp_connect_failures_total", "Host connect() attempts refused, unreachable or timed out.", "queue")
-	descTCPTableFull = desc("tcp_table_full_total", "Guest SYNs refused because the connection table was full.", "queue")
-	descTCPAccepted  = desc("tcp_accepted_total", "Connections accepted on forwarded host ports.", "queue")
-	descTCPStalls    = desc("tcp_stalls_total", "Transitions into STALLED (guest window exhausted or all socket data in flight).", "queue")
-	descTCPClamps    = desc("tcp_window_clamp_workarounds_total", "TCP_WINDOW_CLAMP applications that reopen a host socket's window after a stall.", "queue")
-	descTCPRetrans   = desc("tcp_retransmissions_total", "Rewinds of the sequence sent to the guest, by cause.", "queue", "cause")
-	descTCPRSTSent   = desc("tcp_resets_sent_total", "RSTs sent to the guest.", "queue")
-	descTCPRSTRecv   = desc("tcp_resets_received_total", "RSTs received from the guest.", "queue")
-	descTCPBytes     = desc("tcp_payload_bytes_total", "TCP payload bytes translated (to_guest: committed to guest frames, from_guest: written to host sockets).", "queue", "direction")
-
-	descMessages  = desc("vhost_user_messages_total", "vhost-user requests received from the front-end, by request.", "request")
-	descErrors    = desc("vhost_user_errors_total", "vhost-user protocol errors, by reason.", "reason")
-	descConnected = desc("vhost_user_frontend_connected", "1 while a vhost-user front-end is connected.")
-	descSessions  = desc("vhost_user_sessions_total", "vhost-user front-end sessions started.")
-	descFeature   = desc("vhost_user_feature_negotiated", "Virtio feature bits acknowledged by the front-end in the current session (1 per set bit).", "bit")
-	descProtoFeat = desc("vhost_user_protocol_feature_negotiated", "vhost-user protocol feature bits acknowledged in the current session (1 per set bit).", "bit")
 )
 
 // collector reads Sources at scrape time.
@@ -105,8 +40,8 @@ type collector struct{ src Sources }
 func NewCollector(src Sources) prometheus.Collector { return &collector{src: src} }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range allDescs {
-		ch <- d
+	for _, f := range families {
+		ch <- f.desc
 	}
 }
 
@@ -114,41 +49,66 @@ func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels .
 	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 }
 
+// sparseCounter emits a series only once it has counted something. It is
+// for families labelled by reason: of 14 drop reasons × 2 directions most
+// cannot happen in a given direction, and series that are zero forever
+// cost every scrape and every dashboard.
+func sparseCounter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels ...string) {
+	if v != 0 {
+		counter(ch, d, v, labels...)
+	}
+}
+
 func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
 	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 }
 
+// Collect emits only label combinations that can happen. A queue pair's
+// series appear once the pair has run (queue 0's from the start, so a
+// dashboard has series before the guest boots): a guest that enables 4 of
+// 128 offered pairs shows 4 queues, not 128. A queue's series never vanish
+// after that; its counters survive ring rebuilds and reconnects.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	pairs := c.src.QueuePairs
-	if pairs < 1 {
-		pairs = 1
-	}
+	b := c.src.Build
+	gauge(ch, descBuildInfo, 1, b.Version, b.Revision, b.GoVersion)
+	pairs := max(c.src.QueuePairs, 1)
 	for p := 0; p < pairs && p < vhostuser.MaxQueuePairs; p++ {
-		q := strconv.Itoa(p)
+		var st *tcpstack.QueueStats
+		var tcp *tcpstack.TCPStats
+		if c.src.PairStats != nil {
+			st = c.src.PairStats(p)
+		}
+		if c.src.PairTCPStats != nil {
+			tcp = c.src.PairTCPStats(p)
+		}
+		var rx, tx *virtqueue.Stats
 		if c.src.Control != nil {
-			c.collectRing(ch, &c.src.Control.Rings[2*p], q, "rx")
-			c.collectRing(ch, &c.src.Control.Rings[2*p+1], q, "tx")
+			rx, tx = &c.src.Control.Rings[2*p], &c.src.Control.Rings[2*p+1]
+		}
+		if p > 0 && st == nil && tcp == nil && ringIdle(rx) && ringIdle(tx) {
+			continue
+		}
+		q := strconv.Itoa(p)
+		if rx != nil {
+			collectRing(ch, rx, q, dirToGuest)
+			collectRing(ch, tx, q, dirFromGuest)
 		}
 		if c.src.PairStats != nil {
-			st := c.src.PairStats(p)
 			if st == nil {
 				st = &zeroPair
 			}
 			collectPair(ch, st, q)
 		}
 		if c.src.PairTCPStats != nil {
-			st := c.src.PairTCPStats(p)
-			if st == nil {
-				st = &zeroTCP
+			if tcp == nil {
+				tcp = &zeroTCP
 			}
-			collectTCP(ch, st, q)
+			collectTCP(ch, tcp, q)
 		}
 	}
 	if s := c.src.Control; s != nil {
 		for r := vhostuser.Request(0); r < vhostuser.NumRequests; r++ {
-			if n := s.MessageCount(r); n > 0 {
-				counter(ch, descMessages, n, r.String())
-			}
+			sparseCounter(ch, descMessages, s.MessageCount(r), r.String())
 		}
 		for r := vhostuser.ErrorReason(0); r < vhostuser.NumErrorReasons; r++ {
 			counter(ch, descErrors, s.ErrorCount(r), r.String())
@@ -160,7 +120,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *collector) collectRing(ch chan<- prometheus.Metric, st *virtqueue.Stats, q, dir string) {
+// ringIdle reports whether a ring has counted nothing (or does not exist).
+func ringIdle(st *virtqueue.Stats) bool {
+	return st == nil || st.Notifies.Load()|st.NotifiesSuppressed.Load()|st.Kicks.Load()|st.BadChains.Load() == 0
+}
+
+func collectRing(ch chan<- prometheus.Metric, st *virtqueue.Stats, q, dir string) {
 	counter(ch, descNotify, st.Notifies.Load(), q, dir)
 	counter(ch, descSuppressed, st.NotifiesSuppressed.Load(), q, dir)
 	counter(ch, descKicks, st.Kicks.Load(), q, dir)
@@ -171,16 +136,16 @@ func collectPair(ch chan<- prometheus.Metric, st *tcpstack.QueueStats, q string)
 	for _, d := range []struct {
 		name string
 		s    *tcpstack.DirStats
-	}{{"tx", &st.TX}, {"rx", &st.RX}} {
+	}{{dirFromGuest, &st.TX}, {dirToGuest, &st.RX}} {
 		counter(ch, descFrames, d.s.Frames.Load(), q, d.name)
 		counter(ch, descBytes, d.s.Bytes.Load(), q, d.name)
 		counter(ch, descBatches, d.s.Batches.Load(), q, d.name)
 		for r := tcpstack.DropReason(0); r < tcpstack.NumDropReasons; r++ {
-			counter(ch, descDrops, d.s.Drops[r].Load(), q, d.name, r.String())
+			sparseCounter(ch, descDrops, d.s.Drops[r].Load(), q, d.name, r.String())
 		}
 	}
-	counter(ch, descRXWaited, st.RXWaitedForDescriptors.Load(), q)
-	counter(ch, descRXWasted, st.RXChainsWasted.Load(), q)
+	counter(ch, descDescWaits, st.RXWaitedForDescriptors.Load(), q)
+	counter(ch, descWasted, st.RXChainsWasted.Load(), q)
 	counter(ch, descWakeups, st.Wakeups.Load(), q)
 	counter(ch, descLoopStarts, st.LoopStarts.Load(), q)
 	counter(ch, descMemFaults, st.MemoryFaults.Load(), q)
@@ -188,7 +153,7 @@ func collectPair(ch chan<- prometheus.Metric, st *tcpstack.QueueStats, q string)
 	counter(ch, descFlowsClose, st.FlowsClosed.Load(), q)
 	counter(ch, descFlowsEvict, st.FlowsEvicted.Load(), q)
 	for e := tcpstack.EtherClass(0); e < tcpstack.NumEtherClasses; e++ {
-		counter(ch, descTXEther, st.TXByEtherType[e].Load(), q, e.String())
+		counter(ch, descEther, st.TXByEtherType[e].Load(), q, e.String())
 	}
 	for s := tcpstack.Service(0); s < tcpstack.NumServices; s++ {
 		counter(ch, descService, st.ServiceReplies[s].Load(), q, s.String())
@@ -203,7 +168,7 @@ func collectProto(ch chan<- prometheus.Metric, p *tcpstack.ProtoStats, q string)
 		counter(ch, descUDPDatagrams, p.UDPDatagrams[d].Load(), q, d.String())
 		counter(ch, descUDPBytes, p.UDPBytes[d].Load(), q, d.String())
 		for r := tcpstack.DropReason(0); r < tcpstack.NumDropReasons; r++ {
-			counter(ch, descUDPDrops, p.UDPDrops[d][r].Load(), q, d.String(), r.String())
+			sparseCounter(ch, descUDPDrops, p.UDPDrops[d][r].Load(), q, d.String(), r.String())
 		}
 	}
 	counter(ch, descEchoReq, p.ICMPEchoRequests.Load(), q)
@@ -214,14 +179,6 @@ func collectProto(ch chan<- prometheus.Metric, p *tcpstack.ProtoStats, q string)
 	counter(ch, descNDPSent, p.NeighborAdverts.Load(), q, "neighbor_advert")
 	for o := tcpstack.FragOutcome(0); o < tcpstack.NumFragOutcomes; o++ {
 		counter(ch, descFragments, p.Fragments[o].Load(), q, o.String())
-	}
-}
-
-func eachBit(v uint64, fn func(bit int)) {
-	for v != 0 {
-		b := bits.TrailingZeros64(v)
-		fn(b)
-		v &^= 1 << b
 	}
 }
 
@@ -241,6 +198,14 @@ func collectTCP(ch chan<- prometheus.Metric, st *tcpstack.TCPStats, q string) {
 	}
 	counter(ch, descTCPRSTSent, st.RSTSent.Load(), q)
 	counter(ch, descTCPRSTRecv, st.RSTReceived.Load(), q)
-	counter(ch, descTCPBytes, st.BytesToGuest.Load(), q, "to_guest")
-	counter(ch, descTCPBytes, st.BytesFromGuest.Load(), q, "from_guest")
+	counter(ch, descTCPBytes, st.BytesToGuest.Load(), q, dirToGuest)
+	counter(ch, descTCPBytes, st.BytesFromGuest.Load(), q, dirFromGuest)
+}
+
+func eachBit(v uint64, fn func(bit int)) {
+	for v != 0 {
+		b := bits.TrailingZeros64(v)
+		fn(b)
+		v &^= 1 << b
+	}
 }

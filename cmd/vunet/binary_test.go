@@ -70,7 +70,18 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 // startWrapped starts vunet under a wrapper command (such as unshare).
 func startWrapped(t *testing.T, wrapper []string, args ...string) *daemon {
 	t.Helper()
-	argv := append(append(append([]string(nil), wrapper...), vunetBinary(t), "--log-format", "json"), args...)
+	return startBinary(t, wrapper, vunetBinary(t), args...)
+}
+
+// startWith starts a vunet binary other than the default build.
+func startWith(t *testing.T, bin string, args ...string) *daemon {
+	t.Helper()
+	return startBinary(t, nil, bin, args...)
+}
+
+func startBinary(t *testing.T, wrapper []string, bin string, args ...string) *daemon {
+	t.Helper()
+	argv := append(append(append([]string(nil), wrapper...), bin, "--log-format", "json"), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -228,7 +239,7 @@ func TestSignalShutdownWithFrontEnd(t *testing.T) {
 			sock, pid := filepath.Join(dir, "v.sock"), filepath.Join(dir, "v.pid")
 			d := startDaemon(t, "--vhost-user", "-f", "-s", sock, "-P", pid)
 			start := d.waitMsg(t, "vunet starting", 10*time.Second)
-			if start["socket"] != sock || start["version"] != version || start["mode"] != "server" {
+			if start["socket"] != sock || start["version"] != binaryBuildInfo(t).Version || start["mode"] != "server" {
 				t.Errorf("start-up line %v", start)
 			}
 			waitFile(t, sock)

@@ -194,7 +194,7 @@ func TestRunExitCodes(t *testing.T) {
 		t.Fatalf("print-capabilities: code %d out %q", code, out.String())
 	}
 	out.Reset()
-	if code := run([]string{"--version"}, &out, &errb); code != 0 || out.String() != "vunet "+version+"\n" {
+	if code := run([]string{"--version"}, &out, &errb); code != 0 || out.String() != versionLine(buildInfo())+"\n" {
 		t.Fatalf("version: code %d out %q", code, out.String())
 	}
 	out.Reset()

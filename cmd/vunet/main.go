@@ -10,9 +10,6 @@ import (
 	"syscall"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -34,7 +31,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if opts.version {
-		fmt.Fprintf(stdout, "vunet %s\n", version)
+		fmt.Fprintln(stdout, versionLine(buildInfo()))
 		return 0
 	}
 	if opts.printCapabilities {

@@ -66,7 +66,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 			return err
 		}
 		reg := metrics.NewRegistry(metrics.Sources{QueuePairs: o.queues, Control: dev.Stats,
-			PairStats: stack.PairStats, PairTCPStats: stack.PairTCPStats})
+			PairStats: stack.PairStats, PairTCPStats: stack.PairTCPStats, Build: buildInfo()})
 		go func() {
 			if err := metrics.Serve(ctx, ln, reg, logger); err != nil {
 				logger.Error("metrics server stopped", "err", err)
@@ -291,7 +291,8 @@ func startupAttrs(o *options, sc *stackConfig, dev vhostuser.DeviceConfig) []any
 	case o.fd >= 0:
 		mode, sock = "fd", fmt.Sprintf("fd:%d", o.fd)
 	}
-	attrs := []any{"version", version, "mode", mode, "socket", sock, "queues", o.queues}
+	b := buildInfo()
+	attrs := []any{"version", b.Version, "revision", b.Revision, "mode", mode, "socket", sock, "queues", o.queues}
 	if o.socket != "" {
 		attrs = append(attrs, "socket_mode", fmt.Sprintf("%#o", uint32(o.socketMode)), "one_off", o.oneOff)
 	}

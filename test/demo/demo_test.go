@@ -46,9 +46,9 @@ func TestDemo(t *testing.T) {
 		labels []string
 		min    float64
 	}{
-		{"vunet_queue_frames_total", []string{"direction", "tx"}, 10},
-		{"vunet_queue_frames_total", []string{"direction", "rx"}, 10},
-		{"vunet_queue_bytes_total", []string{"direction", "rx"}, float64(page)},
+		{"vunet_queue_frames_total", []string{"direction", "from_guest"}, 10},
+		{"vunet_queue_frames_total", []string{"direction", "to_guest"}, 10},
+		{"vunet_queue_bytes_total", []string{"direction", "to_guest"}, float64(page)},
 		{"vunet_service_replies_total", []string{"service", "dhcp"}, 2},
 		{"vunet_tcp_connects_total", nil, 1},
 		{"vunet_tcp_payload_bytes_total", []string{"direction", "to_guest"}, float64(page)},

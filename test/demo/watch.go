@@ -160,16 +160,16 @@ func (d *demo) showMetrics(ctx context.Context) error {
 		m, err = d.scrape(ctx)
 		if err == nil && m.Sum("vunet_tcp_connects_total") >= 1 &&
 			m.Sum("vunet_service_replies_total", "service", "dhcp") >= 2 &&
-			m.Sum("vunet_queue_bytes_total", "direction", "rx") >= float64(len(d.web.page)) {
+			m.Sum("vunet_queue_bytes_total", "direction", "to_guest") >= float64(len(d.web.page)) {
 			break
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
 				return err
 			}
-			return fmt.Errorf("vunet's counters do not show the transfer: tcp_connects=%v dhcp_replies=%v rx_bytes=%v (want >=1, >=2, >=%d)",
+			return fmt.Errorf("vunet's counters do not show the transfer: tcp_connects=%v dhcp_replies=%v to_guest_bytes=%v (want >=1, >=2, >=%d)",
 				m.Sum("vunet_tcp_connects_total"), m.Sum("vunet_service_replies_total", "service", "dhcp"),
-				m.Sum("vunet_queue_bytes_total", "direction", "rx"), len(d.web.page))
+				m.Sum("vunet_queue_bytes_total", "direction", "to_guest"), len(d.web.page))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -177,9 +177,9 @@ func (d *demo) showMetrics(ctx context.Context) error {
 	d.say("vunet's counters (http://%s/metrics):", d.metrics)
 	row := func(label, value string) { d.detail("  %-34s %s", label, value) }
 	row("frames guest -> host (TX ring)", fmt.Sprintf("%.0f frames, %s",
-		m.Sum("vunet_queue_frames_total", "direction", "tx"), humanBytes(m.Sum("vunet_queue_bytes_total", "direction", "tx"))))
+		m.Sum("vunet_queue_frames_total", "direction", "from_guest"), humanBytes(m.Sum("vunet_queue_bytes_total", "direction", "from_guest"))))
 	row("frames host -> guest (RX ring)", fmt.Sprintf("%.0f frames, %s",
-		m.Sum("vunet_queue_frames_total", "direction", "rx"), humanBytes(m.Sum("vunet_queue_bytes_total", "direction", "rx"))))
+		m.Sum("vunet_queue_frames_total", "direction", "to_guest"), humanBytes(m.Sum("vunet_queue_bytes_total", "direction", "to_guest"))))
 	row("DHCP replies (OFFER, ACK)", fmt.Sprintf("%.0f", m.Sum("vunet_service_replies_total", "service", "dhcp")))
 	row("ARP replies", fmt.Sprintf("%.0f", m.Sum("vunet_service_replies_total", "service", "arp")))
 	row("TCP connections to the host", fmt.Sprintf("%.0f connect()ed, %.0f failed",

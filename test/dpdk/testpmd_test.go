@@ -118,25 +118,25 @@ func exchangeFrames(t *testing.T, bin, tap string, memMiB int) {
 		// After the warm-up every frame reaches vunet (the TAP has IPv6 off
 		// and no address, so the kernel adds none): the counters' growth
 		// must match what the test sent and received.
-		arp0 := m0.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "arp")
+		arp0 := m0.Sum("vunet_queue_classified_frames_total", "ethertype", "arp")
 		rep0 := m0.Sum("vunet_service_replies_total", "service", "arp")
-		other0 := m0.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other")
+		other0 := m0.Sum("vunet_queue_classified_frames_total", "ethertype", "other")
 		m, err := d.WaitMetric(5*time.Second, "injected frames counted", func(m qemu.Metrics) bool {
-			return m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other")-other0 >= probes
+			return m.Sum("vunet_queue_classified_frames_total", "ethertype", "other")-other0 >= probes
 		})
 		if err != nil {
 			t.Error(err)
 		}
 		if m != nil {
-			other := m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other") - other0
-			arps := m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "arp") - arp0
+			other := m.Sum("vunet_queue_classified_frames_total", "ethertype", "other") - other0
+			arps := m.Sum("vunet_queue_classified_frames_total", "ethertype", "arp") - arp0
 			replies := m.Sum("vunet_service_replies_total", "service", "arp") - rep0
 			t.Logf("vunet counted after warm-up: %v probes, %v ARP requests, %v ARP replies", other, arps, replies)
 			if other != probes || arps < rounds || arps > float64(arpSent-tries) || replies != arps {
 				t.Errorf("vunet counted %v probes, %v ARP requests, %v ARP replies after warm-up; want %d, %d..%d, = requests",
 					other, arps, replies, probes, rounds, arpSent-tries)
 			}
-			if rx := m.Sum("vunet_queue_frames_total", "direction", "rx"); rx < float64(rounds+1) {
+			if rx := m.Sum("vunet_queue_frames_total", "direction", "to_guest"); rx < float64(rounds+1) {
 				t.Errorf("vunet placed %v frames in RX, want >= %d ARP replies", rx, rounds+1)
 			}
 			if bad := m.Sum("vunet_queue_bad_chains_total") + m.Sum("vunet_vhost_user_errors_total"); bad != 0 {

@@ -44,10 +44,10 @@ func TestQEMUGuestARPFlood(t *testing.T) {
 		return
 	}
 	replies := m.Sum("vunet_service_replies_total", "service", "arp")
-	arps := m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "arp")
-	rx := m.Sum("vunet_queue_frames_total", "direction", "rx")
+	arps := m.Sum("vunet_queue_classified_frames_total", "ethertype", "arp")
+	rx := m.Sum("vunet_queue_frames_total", "direction", "to_guest")
 	ndp := m.Sum("vunet_service_replies_total", "service", "ndp")
-	disabled := m.Sum("vunet_queue_drops_total", "direction", "rx", "reason", "ring_disabled")
+	disabled := m.Sum("vunet_queue_drops_total", "direction", "to_guest", "reason", "ring_disabled")
 	// Every start of the queue pair announces the link: one gratuitous ARP
 	// (counted as an ARP service reply) and one router advertisement. QEMU
 	// starts the pair twice in a row at DRIVER_OK; the first start may be
@@ -63,7 +63,7 @@ func TestQEMUGuestARPFlood(t *testing.T) {
 	}
 	// TX drops are expected (the link check's probes, the guest's IPv6
 	// chatter); any other RX drop would be a lost ARP answer.
-	if bad := m.Sum("vunet_queue_drops_total", "direction", "rx") - disabled + m.Sum("vunet_queue_bad_chains_total"); bad != 0 || disabled > 2*(starts-1) {
+	if bad := m.Sum("vunet_queue_drops_total", "direction", "to_guest") - disabled + m.Sum("vunet_queue_bad_chains_total"); bad != 0 || disabled > 2*(starts-1) {
 		t.Errorf("%v RX drops or bad chains during the flood, %v announcements dropped for %v pair starts", bad, disabled, starts)
 		for k, v := range m {
 			if v != 0 && (strings.Contains(k, "drops_total") || strings.Contains(k, "service_replies")) {

@@ -122,9 +122,9 @@ func checkLinkMetrics(t *testing.T, d *qemu.Daemon, txFrames int) {
 	t.Helper()
 	want := float64(txFrames)
 	m, err := d.WaitMetric(5*time.Second, "probe frames and ARP reply counted", func(m qemu.Metrics) bool {
-		return m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other") >= want &&
+		return m.Sum("vunet_queue_classified_frames_total", "ethertype", "other") >= want &&
 			m.Sum("vunet_service_replies_total", "service", "arp") >= 1 &&
-			m.Sum("vunet_queue_frames_total", "direction", "rx") >= 1
+			m.Sum("vunet_queue_frames_total", "direction", "to_guest") >= 1
 	})
 	if err != nil {
 		t.Error(err)
@@ -138,12 +138,12 @@ func checkLinkMetrics(t *testing.T, d *qemu.Daemon, txFrames int) {
 		ok   bool
 	}{
 		// Exactly: nothing but the agent sends the experimental ethertype.
-		{"tx frames of ethertype other (the probes)", m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other"), m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "other") == want},
-		{"tx drops for unknown ethertype", m.Sum("vunet_queue_drops_total", "direction", "tx", "reason", "unknown_ethertype"), m.Sum("vunet_queue_drops_total", "direction", "tx", "reason", "unknown_ethertype") >= want},
-		{"tx frames of ethertype arp", m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "arp"), m.Sum("vunet_queue_tx_frames_by_ethertype_total", "ethertype", "arp") >= 1},
-		{"tx frames", m.Sum("vunet_queue_frames_total", "direction", "tx"), m.Sum("vunet_queue_frames_total", "direction", "tx") >= want+1},
+		{"tx frames of ethertype other (the probes)", m.Sum("vunet_queue_classified_frames_total", "ethertype", "other"), m.Sum("vunet_queue_classified_frames_total", "ethertype", "other") == want},
+		{"tx drops for unknown ethertype", m.Sum("vunet_queue_drops_total", "direction", "from_guest", "reason", "unknown_ethertype"), m.Sum("vunet_queue_drops_total", "direction", "from_guest", "reason", "unknown_ethertype") >= want},
+		{"tx frames of ethertype arp", m.Sum("vunet_queue_classified_frames_total", "ethertype", "arp"), m.Sum("vunet_queue_classified_frames_total", "ethertype", "arp") >= 1},
+		{"tx frames", m.Sum("vunet_queue_frames_total", "direction", "from_guest"), m.Sum("vunet_queue_frames_total", "direction", "from_guest") >= want+1},
 		{"ARP replies", m.Sum("vunet_service_replies_total", "service", "arp"), m.Sum("vunet_service_replies_total", "service", "arp") >= 1},
-		{"rx frames", m.Sum("vunet_queue_frames_total", "direction", "rx"), m.Sum("vunet_queue_frames_total", "direction", "rx") >= 1},
+		{"rx frames", m.Sum("vunet_queue_frames_total", "direction", "to_guest"), m.Sum("vunet_queue_frames_total", "direction", "to_guest") >= 1},
 		{"bad chains", m.Sum("vunet_queue_bad_chains_total"), m.Sum("vunet_queue_bad_chains_total") == 0},
 		{"vhost-user errors", m.Sum("vunet_vhost_user_errors_total"), m.Sum("vunet_vhost_user_errors_total") == 0},
 		{"front-end connected", m.Sum("vunet_vhost_user_frontend_connected"), m.Sum("vunet_vhost_user_frontend_connected") == 1},

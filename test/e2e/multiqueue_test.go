@@ -64,8 +64,8 @@ func TestQEMUGuestMultiQueue(t *testing.T) {
 		}
 		for p := 0; p < pairs; p++ {
 			t.Logf("pair %d: tx %v rx %v frames", p,
-				m.Sum("vunet_queue_frames_total", "queue", strconv.Itoa(p), "direction", "tx"),
-				m.Sum("vunet_queue_frames_total", "queue", strconv.Itoa(p), "direction", "rx"))
+				m.Sum("vunet_queue_frames_total", "queue", strconv.Itoa(p), "direction", "from_guest"),
+				m.Sum("vunet_queue_frames_total", "queue", strconv.Itoa(p), "direction", "to_guest"))
 		}
 	}
 	if err := vm.WaitExit(20 * time.Second); err != nil {

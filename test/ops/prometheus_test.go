@@ -90,8 +90,8 @@ func TestPrometheusScrapesVunet(t *testing.T) {
 
 	// Prometheus has the final values once it scraped after the guest ended.
 	want := map[string]map[string]float64{
-		"vunet_queue_frames_total": {"tx": 10, "rx": 10},
-		"vunet_queue_bytes_total":  {"tx": 1000, "rx": size},
+		"vunet_queue_frames_total": {"from_guest": 10, "to_guest": 10},
+		"vunet_queue_bytes_total":  {"from_guest": 1000, "to_guest": size},
 	}
 	var after map[string]map[string]float64
 	for {
@@ -113,9 +113,9 @@ func TestPrometheusScrapesVunet(t *testing.T) {
 			break
 		}
 		if ctx.Err() != nil || prom.exited() {
-			t.Fatalf("prometheus:%s (direct scrape: frames tx %v rx %v, bytes tx %v rx %v)", short,
-				direct.Sum("vunet_queue_frames_total", "direction", "tx"), direct.Sum("vunet_queue_frames_total", "direction", "rx"),
-				direct.Sum("vunet_queue_bytes_total", "direction", "tx"), direct.Sum("vunet_queue_bytes_total", "direction", "rx"))
+			t.Fatalf("prometheus:%s (direct scrape: frames from_guest %v to_guest %v, bytes from_guest %v to_guest %v)", short,
+				direct.Sum("vunet_queue_frames_total", "direction", "from_guest"), direct.Sum("vunet_queue_frames_total", "direction", "to_guest"),
+				direct.Sum("vunet_queue_bytes_total", "direction", "from_guest"), direct.Sum("vunet_queue_bytes_total", "direction", "to_guest"))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -128,20 +128,20 @@ func TestPrometheusScrapesVunet(t *testing.T) {
 		}
 	}
 	// The same through a range function, the way a rate panel asks.
-	inc, err := prom.query(ctx, client, `sum(increase(vunet_queue_bytes_total{direction="rx"}[5m]))`, time.Now())
+	inc, err := prom.query(ctx, client, `sum(increase(vunet_queue_bytes_total{direction="to_guest"}[5m]))`, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if inc[""] < size {
-		t.Errorf(`increase(vunet_queue_bytes_total{direction="rx"}[5m]) = %v, want >= %d`, inc[""], size)
+		t.Errorf(`increase(vunet_queue_bytes_total{direction="to_guest"}[5m]) = %v, want >= %d`, inc[""], size)
 	}
 	// Scraped during the transfer, not just before and after it: raw
 	// samples strictly between the start and the end of the download.
-	samples, err := prom.samples(ctx, client, `vunet_queue_bytes_total{direction="rx"}[5m]`)
+	samples, err := prom.samples(ctx, client, `vunet_queue_bytes_total{direction="to_guest"}[5m]`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, final := before["vunet_queue_bytes_total"]["rx"], after["vunet_queue_bytes_total"]["rx"]
+	base, final := before["vunet_queue_bytes_total"]["to_guest"], after["vunet_queue_bytes_total"]["to_guest"]
 	var during []float64
 	for _, v := range samples {
 		if v > base+size/16 && v < final-size/16 {

@@ -36,7 +36,7 @@ func (m Metrics) Get(name string, labels ...string) (float64, bool) {
 }
 
 // Sum adds every series of name whose labels include all of the given
-// label pairs, e.g. Sum("vunet_queue_frames_total", "direction", "tx").
+// label pairs, e.g. Sum("vunet_queue_frames_total", "direction", "from_guest").
 func (m Metrics) Sum(name string, labels ...string) float64 {
 	var want []string
 	for i := 0; i+1 < len(labels); i += 2 {

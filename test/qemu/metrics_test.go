@@ -8,26 +8,26 @@ import (
 func TestParseMetrics(t *testing.T) {
 	in := `# HELP vunet_queue_frames_total Ethernet frames.
 # TYPE vunet_queue_frames_total counter
-vunet_queue_frames_total{direction="tx",queue="0"} 16
-vunet_queue_frames_total{queue="1",direction="tx"} 4
-vunet_queue_frames_total{direction="rx",queue="0"} 1.5e+01
-vunet_queue_drops_total{direction="tx",queue="0",reason="a \"quoted\", reason"} 3
+vunet_queue_frames_total{direction="from_guest",queue="0"} 16
+vunet_queue_frames_total{queue="1",direction="from_guest"} 4
+vunet_queue_frames_total{direction="to_guest",queue="0"} 1.5e+01
+vunet_queue_drops_total{direction="from_guest",queue="0",reason="a \"quoted\", reason"} 3
 vunet_vhost_user_frontend_connected 1
 `
 	m, err := ParseMetrics(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := m.Get("vunet_queue_frames_total", "queue", "1", "direction", "tx"); !ok || v != 4 {
+	if v, ok := m.Get("vunet_queue_frames_total", "queue", "1", "direction", "from_guest"); !ok || v != 4 {
 		t.Errorf("queue 1 tx = %v, %v", v, ok)
 	}
-	if v := m.Sum("vunet_queue_frames_total", "direction", "tx"); v != 20 {
+	if v := m.Sum("vunet_queue_frames_total", "direction", "from_guest"); v != 20 {
 		t.Errorf("tx sum = %v, want 20", v)
 	}
 	if v := m.Sum("vunet_queue_frames_total"); v != 35 {
 		t.Errorf("all = %v, want 35", v)
 	}
-	if v, _ := m.Get("vunet_queue_drops_total", "direction", "tx", "queue", "0", "reason", `a "quoted", reason`); v != 3 {
+	if v, _ := m.Get("vunet_queue_drops_total", "direction", "from_guest", "queue", "0", "reason", `a "quoted", reason`); v != 3 {
 		t.Errorf("quoted label value: %v (series %v)", v, m)
 	}
 	if v, _ := m.Get("vunet_vhost_user_frontend_connected"); v != 1 {

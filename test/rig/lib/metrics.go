@@ -12,7 +12,7 @@ import (
 )
 
 // Metrics is one scrape of a Prometheus endpoint: value by series, written
-// exactly as exposed, e.g. vunet_queue_frames_total{direction="rx",queue="0"}.
+// exactly as exposed, e.g. vunet_queue_frames_total{direction="to_guest",queue="0"}.
 type Metrics map[string]float64
 
 // Sum adds every series named name whose label set contains each of the

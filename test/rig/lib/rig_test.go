@@ -97,10 +97,10 @@ func TestRigDHCPAndTCP(t *testing.T) {
 	transfer(t, r, true, n, 60*time.Second, false)
 	transfer(t, r, false, n, 60*time.Second, false)
 	m := metrics(t, r)
-	if tx := m.Sum("vunet_queue_frames_total", `direction="tx"`); tx < n/65536 {
+	if tx := m.Sum("vunet_queue_frames_total", `direction="from_guest"`); tx < n/65536 {
 		t.Errorf("back-end counted %v TX frames for %d bytes from the guest", tx, n)
 	}
-	if rx := m.Sum("vunet_queue_bytes_total", `direction="rx"`); rx < n {
+	if rx := m.Sum("vunet_queue_bytes_total", `direction="to_guest"`); rx < n {
 		t.Errorf("back-end counted %v RX bytes for %d bytes to the guest", rx, n)
 	}
 	healthy(t, r)
@@ -131,10 +131,10 @@ func TestRigRXStarvation(t *testing.T) {
 		t.Errorf("the slow reader never held RX buffers back")
 	}
 	m := metrics(t, r)
-	waited := m.Sum("vunet_queue_rx_waited_for_descriptors_total")
-	t.Logf("vunet_queue_rx_waited_for_descriptors_total = %v", waited)
+	waited := m.Sum("vunet_queue_descriptor_waits_total")
+	t.Logf("vunet_queue_descriptor_waits_total = %v", waited)
 	if waited == 0 {
-		t.Errorf("vunet_queue_rx_waited_for_descriptors_total is 0: the 16-entry RX ring never starved the back-end")
+		t.Errorf("vunet_queue_descriptor_waits_total is 0: the 16-entry RX ring never starved the back-end")
 	}
 	var retrans []string
 	for _, name := range m.Names() {
@@ -234,7 +234,7 @@ func TestRigUDPAndICMPEcho(t *testing.T) {
 		}
 	})
 	m := metrics(t, r)
-	if m.Sum("vunet_queue_frames_total", `direction="tx"`) == 0 {
+	if m.Sum("vunet_queue_frames_total", `direction="from_guest"`) == 0 {
 		t.Errorf("back-end counted no frames from the guest")
 	}
 	healthy(t, r)

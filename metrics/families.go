@@ -1,0 +1,116 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// The label vocabulary. One word per idea across every family: a query
+// that joins queue and TCP metrics on direction must not translate.
+const (
+	// The direction of traffic, said from the guest's side of the wire.
+	// virtio's own "tx"/"rx" name the rings as the guest's driver sees them
+	// (tx: the guest sends), which an operator on the host reads the other
+	// way round (a host NIC's tx leaves the host); to_guest and from_guest
+	// read the same from either side.
+	dirToGuest   = "to_guest"
+	dirFromGuest = "from_guest"
+)
+
+// family describes one exported metric family. Everything the exposition
+// says about a family comes from here, and the README table is checked
+// against the exposition (readme_test.go), so a new family is one line
+// here, one line in Collect and one README row.
+type family struct {
+	name   string // without the vunet_ prefix
+	kind   prometheus.ValueType
+	help   string
+	labels []string
+	desc   *prometheus.Desc
+}
+
+const namespace = "vunet"
+
+// families is every family fam made, in declaration order: Describe sends
+// them all, so none can be left out by hand.
+var families []*family
+
+func fam(kind prometheus.ValueType, name, help string, labels ...string) *prometheus.Desc {
+	f := &family{name: name, kind: kind, help: help, labels: labels,
+		desc: prometheus.NewDesc(namespace+"_"+name, help, labels, nil)}
+	families = append(families, f)
+	return f.desc
+}
+
+func counterFam(name, help string, labels ...string) *prometheus.Desc {
+	return fam(prometheus.CounterValue, name, help, labels...)
+}
+
+func gaugeFam(name, help string, labels ...string) *prometheus.Desc {
+	return fam(prometheus.GaugeValue, name, help, labels...)
+}
+
+// Label sets used by several families.
+var (
+	queueDir       = []string{"queue", "direction"}
+	queueDirReason = []string{"queue", "direction", "reason"}
+)
+
+// The families. Series of a queue appear once its pair has run (queue 0 from
+// the start); families labelled by reason carry only the reasons that
+// happened (see collector.go).
+var (
+	descBuildInfo = gaugeFam("build_info", "vunet's build: version (-ldflags main.version, else the module version), VCS revision (+dirty: uncommitted changes), Go version. Always 1.", "version", "revision", "goversion")
+
+	// Rings: the virtqueues as the control plane set them up.
+	descNotify     = counterFam("queue_notifications_total", "Interrupts sent to the guest (call eventfd writes).", queueDir...)
+	descSuppressed = counterFam("queue_notifications_suppressed_total", "Used-ring publications that needed no interrupt (EVENT_IDX or NO_INTERRUPT).", queueDir...)
+	descKicks      = counterFam("queue_kicks_total", "Guest kicks read from the kick eventfd (coalesced).", queueDir...)
+	descBadChains  = counterFam("queue_bad_chains_total", "Malformed descriptor chains returned to the guest with length 0.", queueDir...)
+
+	// The data path of a queue pair.
+	descFrames     = counterFam("queue_frames_total", "Ethernet frames moved through a queue (from_guest: taken from the guest, to_guest: placed in used descriptors).", queueDir...)
+	descBytes      = counterFam("queue_bytes_total", "Ethernet bytes moved through a queue, virtio-net header excluded.", queueDir...)
+	descBatches    = counterFam("queue_batches_total", "Used-ring publications (one per batch of frames).", queueDir...)
+	descDrops      = counterFam("queue_drops_total", "Frames dropped by the data path, by reason; a reason's series appears at its first drop.", queueDirReason...)
+	descEther      = counterFam("queue_classified_frames_total", "Frames from the guest with a whole Ethernet header, by ethertype class.", "queue", "ethertype")
+	descDescWaits  = counterFam("queue_descriptor_waits_total", "Frames for the guest that found no free descriptor and waited for the guest to refill its ring.", "queue")
+	descWasted     = counterFam("queue_wasted_chains_total", "Guest buffers returned to the guest empty (could be neither used nor rewound).", "queue")
+	descWakeups    = counterFam("queue_loop_wakeups_total", "Event-loop returns from epoll_wait.", "queue")
+	descLoopStarts = counterFam("queue_loop_starts_total", "Starts of the queue pair's event loop (ring rebuilds, reconnects).", "queue")
+	descMemFaults  = counterFam("queue_memory_faults_total", "Event loops stopped by a fault on guest memory (front-end shrank its memory file).", "queue")
+	descFlowsOpen  = counterFam("flows_opened_total", "UDP and ICMP echo flows opened (one host socket each).", "queue")
+	descFlowsClose = counterFam("flows_closed_total", "UDP and ICMP echo flows closed.", "queue")
+	descFlowsEvict = counterFam("flows_evicted_total", "Flows closed early to make room in a full flow table.", "queue")
+	descService    = counterFam("service_replies_total", "Frames produced by the link services (ARP, DHCP, DHCPv6, NDP) and ICMP echo replies, by service.", "queue", "service")
+
+	// UDP, ICMP and the link services.
+	descUDPFlows     = gaugeFam("udp_flows", "Live UDP flows (one host socket each).", "queue")
+	descICMPFlows    = gaugeFam("icmp_flows", "Live ICMP echo flows (one ping socket each).", "queue")
+	descUDPDatagrams = counterFam("udp_datagrams_total", "UDP datagrams translated (to_guest: delivered to the guest, from_guest: sent from a host socket).", queueDir...)
+	descUDPBytes     = counterFam("udp_payload_bytes_total", "UDP payload bytes translated.", queueDir...)
+	descUDPDrops     = counterFam("udp_drops_total", "UDP datagrams dropped, by reason (also in vunet_queue_drops_total); a reason's series appears at its first drop.", queueDirReason...)
+	descEchoReq      = counterFam("icmp_echo_requests_total", "Guest ICMP/ICMPv6 echo requests sent out of a ping socket.", "queue")
+	descEchoRep      = counterFam("icmp_echo_replies_total", "ICMP/ICMPv6 echo replies delivered to the guest.", "queue")
+	descLeases       = counterFam("dhcp_leases_total", "Addresses handed to the guest (service dhcp: DHCPACK with an address; dhcpv6: REPLY with an IA address).", "queue", "service")
+	descFragments    = counterFam("ip_fragments_total", "IP fragments from the guest, by outcome (received, reassembled datagrams, and the reasons fragments or partial datagrams were given up).", "queue", "outcome")
+	descNDPSent      = counterFam("ndp_messages_sent_total", "NDP messages sent to the guest, by type (router_advert: solicited and periodic, neighbor_advert).", "queue", "type")
+
+	// TCP translation.
+	descTCPConns     = gaugeFam("tcp_connections", "Live TCP connections, by state.", "queue", "state")
+	descTCPConnects  = counterFam("tcp_connects_total", "Host connect() attempts for guest connections.", "queue")
+	descTCPConnFail  = counterFam("tcp_connect_failures_total", "Host connect() attempts refused, unreachable or timed out.", "queue")
+	descTCPTableFull = counterFam("tcp_table_full_total", "Guest SYNs refused because the connection table was full.", "queue")
+	descTCPAccepted  = counterFam("tcp_accepted_total", "Connections accepted on forwarded host ports.", "queue")
+	descTCPStalls    = counterFam("tcp_stalls_total", "Transitions into STALLED (guest window exhausted or all socket data in flight).", "queue")
+	descTCPClamps    = counterFam("tcp_window_clamp_workarounds_total", "TCP_WINDOW_CLAMP applications that reopen a host socket's window after a stall.", "queue")
+	descTCPRetrans   = counterFam("tcp_retransmissions_total", "Rewinds of the sequence sent to the guest, by cause.", "queue", "cause")
+	descTCPRSTSent   = counterFam("tcp_resets_sent_total", "RSTs sent to the guest.", "queue")
+	descTCPRSTRecv   = counterFam("tcp_resets_received_total", "RSTs received from the guest.", "queue")
+	descTCPBytes     = counterFam("tcp_payload_bytes_total", "TCP payload bytes translated (to_guest: committed to guest frames, from_guest: written to host sockets).", queueDir...)
+
+	// The vhost-user control plane.
+	descMessages  = counterFam("vhost_user_messages_total", "vhost-user requests received from the front-end, by request; a request's series appears when it is first seen.", "request")
+	descErrors    = counterFam("vhost_user_errors_total", "vhost-user protocol errors, by reason.", "reason")
+	descConnected = gaugeFam("vhost_user_frontend_connected", "1 while a vhost-user front-end is connected.")
+	descSessions  = counterFam("vhost_user_sessions_total", "vhost-user front-end sessions started.")
+	descFeature   = gaugeFam("vhost_user_feature_negotiated", "Virtio feature bits acknowledged by the front-end in the current session (1 per set bit).", "bit")
+	descProtoFeat = gaugeFam("vhost_user_protocol_feature_negotiated", "vhost-user protocol feature bits acknowledged in the current session (1 per set bit).", "bit")
+)

@@ -2,22 +2,17 @@ package metrics
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"vunet/test/testenv"
 )
 
 // TestPromtoolCheckMetrics lints a scrape with Prometheus' own promtool,
 // every family present (sparse ones made non-zero).
 func TestPromtoolCheckMetrics(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("promtool not found (CI is set, so this fails instead of skipping): apt-get install prometheus")
-		}
-		t.Skip("promtool not found: apt-get install prometheus")
-	}
+	promtool := testenv.NeedTool(t, "promtool", "", "apt-get install prometheus")
 	for name, src := range map[string]Sources{"every family": everySeries(), "idle": func() Sources { s, _, _, _ := testSources(8); return s }()} {
 		text := scrape(t, src)
 		cmd := exec.Command(promtool, "check", "metrics")

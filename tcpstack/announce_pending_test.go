@@ -40,10 +40,10 @@ func TestAnnouncementNotADrop(t *testing.T) {
 	}
 
 	for i := 0; i < 4; i++ {
-		p.rx.addChain(nil, []uint32{2048})
+		p.rx.AddBuffers(nil, 2048)
 	}
-	p.rx.send()
-	waitFor(t, "announcement", 2*time.Second, func() bool { return p.rx.usedIdx() >= 1 })
+	p.rx.Send()
+	waitFor(t, "announcement", 2*time.Second, func() bool { return p.rx.UsedIdx() >= 1 })
 	time.Sleep(20 * time.Millisecond)
 	_, frames := p.rxRead(t)
 	arps := 0

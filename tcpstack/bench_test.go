@@ -10,16 +10,6 @@ import (
 	"vunet/virtqueue"
 )
 
-// repost makes the given chains available again (a driver recycling the same
-// buffers) with one avail.idx store, without allocating.
-func (r *testRing) repost(heads []uint16) {
-	for _, h := range heads {
-		binary.LittleEndian.PutUint16(r.m.buf[r.avail+4+2*uint64(r.availIdx%r.size):], h)
-		r.availIdx++
-	}
-	r.publish()
-}
-
 // benchLoop builds a pair's loop without running it, so a benchmark can call
 // its steps directly on the benchmark goroutine.
 func benchLoop(b testing.TB, p *testPair) *loop {
@@ -27,7 +17,7 @@ func benchLoop(b testing.TB, p *testPair) *loop {
 	ps := &pairState{st: new(QueueStats), tcpStats: new(TCPStats)}
 	ps.flows = newFlowTable(p.s.flowConfig(), ps.st, p.s.log)
 	ps.tcp = newTCPTable(p.s.tcpConfig(0), ps.tcpStats, epollSet{fd: -1})
-	p.qp.RX, p.qp.TX = p.rx.q, p.tx.q
+	p.qp.RX, p.qp.TX = p.rx.Q, p.tx.Q
 	l, err := newLoop(p.s, p.qp, ps)
 	if err != nil {
 		b.Fatal(err)
@@ -45,9 +35,8 @@ func benchTX(b *testing.B, frame []byte) {
 	l := benchLoop(b, p)
 	heads := make([]uint16, txBatchMax)
 	for i := range heads {
-		heads[i] = p.addTX(frame)
+		heads[i] = p.newTX(frame) // repost places and publishes them
 	}
-	p.tx.availIdx -= txBatchMax // repost publishes them
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame) * txBatchMax))
 	b.ResetTimer()
@@ -84,9 +73,8 @@ func BenchmarkRXWriteFrame(b *testing.B) {
 			per := (tc.size + 12 + int(tc.buf) - 1) / int(tc.buf)
 			heads := make([]uint16, 64*per)
 			for i := range heads {
-				heads[i] = p.rx.addChain(nil, []uint32{tc.buf})
+				heads[i] = p.rx.NewBuffers(nil, tc.buf)
 			}
-			p.rx.availIdx -= uint16(len(heads))
 			frame := otherFrame(0x88b5, tc.size)
 			b.ReportAllocs()
 			b.SetBytes(int64(tc.size * 64))
@@ -124,7 +112,7 @@ func benchUDPFlow(b *testing.B, p *testPair) (l *loop, remote int) {
 	l.tx.hdr = virtqueue.NetHdr{}
 	frame := udpFrame(testGuest4, testGw4, 40000, port, []byte("open"))
 	p.addTX(frame)
-	p.tx.publish()
+	p.tx.Post()
 	l.txBatch()
 	var buf [64]byte
 	_, from, err := unix.Recvfrom(remote, buf[:], 0)
@@ -151,9 +139,8 @@ func BenchmarkUDPFromGuest(b *testing.B) {
 	}
 	heads := make([]uint16, txBatchMax)
 	for i := range heads {
-		heads[i] = p.addTX(frame)
+		heads[i] = p.newTX(frame)
 	}
-	p.tx.availIdx -= txBatchMax
 	b.ReportAllocs()
 	b.SetBytes(1400 * txBatchMax)
 	b.ResetTimer()
@@ -180,9 +167,8 @@ func BenchmarkUDPToGuest(b *testing.B) {
 			l, remote := benchUDPFlow(b, p)
 			heads := make([]uint16, 64)
 			for i := range heads {
-				heads[i] = p.rx.addChain(nil, []uint32{2048})
+				heads[i] = p.rx.NewBuffers(nil, 2048)
 			}
-			p.rx.availIdx -= 64
 			payload := make([]byte, 1400)
 			b.ReportAllocs()
 			b.SetBytes(1400 * 64)

@@ -62,15 +62,15 @@ func TestCaptureSeesEveryFrame(t *testing.T) {
 			p := newFlowPair(t, tc.feat, func(c *Config) { c.Capture = rec })
 			port := udpEcho(t, "udp4", "127.0.0.1:0")
 			for i := 0; i < 32; i++ {
-				p.rx.addChain(nil, []uint32{tc.buf})
+				p.rx.AddBuffers(nil, tc.buf)
 			}
-			p.rx.publish()
+			p.rx.Post()
 			p.start()
 			arp := arpRequest(testGuestIP, testGwIP)
 			udp := udpFrame(testGuest4, testGw4, 40000, port, bytes.Repeat([]byte{0xa5}, tc.size))
 			p.addTX(arp)
 			p.addTX(udp)
-			p.tx.send()
+			p.tx.Send()
 			// gratuitous ARP, ARP reply, UDP echo
 			waitFor(t, "frames", 3*time.Second, func() bool { return p.stats().RX.Frames.Load() == 3 })
 			p.s.StopPair(0)
@@ -116,9 +116,8 @@ func BenchmarkCaptureRXWriteFrame(b *testing.B) {
 	per := (size + 12 + buf - 1) / buf
 	heads := make([]uint16, 64*per)
 	for i := range heads {
-		heads[i] = p.rx.addChain(nil, []uint32{buf})
+		heads[i] = p.rx.NewBuffers(nil, buf)
 	}
-	p.rx.availIdx -= uint16(len(heads))
 	frame := otherFrame(0x88b5, size)
 	b.ReportAllocs()
 	b.SetBytes(int64(size * 64))
@@ -147,9 +146,8 @@ func BenchmarkCaptureTXBatch(b *testing.B) {
 	frame := otherFrame(0x88b5, 1514)
 	heads := make([]uint16, txBatchMax)
 	for i := range heads {
-		heads[i] = p.addTX(frame)
+		heads[i] = p.newTX(frame)
 	}
-	p.tx.availIdx -= txBatchMax
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame) * txBatchMax))
 	b.ResetTimer()

@@ -68,9 +68,9 @@ func TestTXBatchOneUsedUpdate(t *testing.T) {
 	for i := 0; i < n; i++ {
 		p.addTX(otherFrame(0x88b5, 60+i))
 	}
-	p.tx.publish()
+	p.tx.Post()
 	p.start() // the loop looks at the ring on start, without a kick
-	waitFor(t, "TX used", 2*time.Second, func() bool { return p.tx.usedIdx() == n })
+	waitFor(t, "TX used", 2*time.Second, func() bool { return p.tx.UsedIdx() == n })
 	st := p.stats()
 	if got := st.TX.Frames.Load(); got != n {
 		t.Errorf("TX frames = %d, want %d", got, n)
@@ -78,7 +78,7 @@ func TestTXBatchOneUsedUpdate(t *testing.T) {
 	if got := st.TX.Batches.Load(); got != 1 {
 		t.Errorf("TX batches = %d, want 1", got)
 	}
-	if got := p.tx.stats.Notifies.Load() + p.tx.stats.NotifiesSuppressed.Load(); got != 1 {
+	if got := p.tx.Stats.Notifies.Load() + p.tx.Stats.NotifiesSuppressed.Load(); got != 1 {
 		t.Errorf("TX flushes with publication = %d, want 1 (one used.idx update)", got)
 	}
 	if got := st.TXByEtherType[EtherOther].Load(); got != n {
@@ -102,8 +102,8 @@ func TestTXBatchOneUsedUpdate(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		p.addTX(otherFrame(etherTypeIPv4, 20)) // runt IPv4 (no IP header)
 	}
-	p.tx.send()
-	waitFor(t, "second batch", 2*time.Second, func() bool { return p.tx.usedIdx() == n+3 })
+	p.tx.Send()
+	waitFor(t, "second batch", 2*time.Second, func() bool { return p.tx.UsedIdx() == n+3 })
 	if got := st.TX.Batches.Load(); got != 2 {
 		t.Errorf("TX batches = %d, want 2", got)
 	}
@@ -119,8 +119,8 @@ func TestTXBatchLargerThanBatchSize(t *testing.T) {
 	for i := 0; i < n; i++ {
 		p.addTX(otherFrame(0x88b5, 60))
 	}
-	p.tx.send()
-	waitFor(t, "TX used", 2*time.Second, func() bool { return p.tx.usedIdx() == n })
+	p.tx.Send()
+	waitFor(t, "TX used", 2*time.Second, func() bool { return p.tx.UsedIdx() == n })
 	if got, want := p.stats().TX.Batches.Load(), uint64((n+txBatchMax-1)/txBatchMax); got != want {
 		t.Errorf("batches = %d, want %d", got, want)
 	}
@@ -135,7 +135,7 @@ func (p *testPair) rxRead(t *testing.T) (hdrs []virtqueue.NetHdr, frames [][]byt
 		if !ok {
 			return
 		}
-		b := p.rx.written(head, n)
+		b := p.rx.Written(head, n)
 		var h virtqueue.NetHdr
 		if err := h.Decode(b[:p.hdrLen]); err != nil {
 			t.Fatal(err)
@@ -146,7 +146,7 @@ func (p *testPair) rxRead(t *testing.T) (hdrs []virtqueue.NetHdr, frames [][]byt
 			if !ok {
 				t.Fatalf("num_buffers %d but only %d used elements", h.NumBuffers, i)
 			}
-			data = append(data, p.rx.written(head, n)...)
+			data = append(data, p.rx.Written(head, n)...)
 		}
 		hdrs = append(hdrs, h)
 		frames = append(frames, data)
@@ -161,14 +161,14 @@ func TestARPRequestReply(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newTestPair(t, tc.feat, 64)
 			for i := 0; i < 4; i++ {
-				p.rx.addChain(nil, []uint32{2048})
+				p.rx.AddBuffers(nil, 2048)
 			}
-			p.rx.publish()
+			p.rx.Post()
 			p.start()
 			p.addTX(arpRequest(testGuestIP, testGwIP))
-			p.tx.send()
-			waitFor(t, "ARP reply", 2*time.Second, func() bool { return p.rx.usedIdx() == 1 })
-			if p.rx.callCount() == 0 {
+			p.tx.Send()
+			waitFor(t, "ARP reply", 2*time.Second, func() bool { return p.rx.UsedIdx() == 1 })
+			if p.rx.Calls() == 0 {
 				t.Errorf("no interrupt for the RX frame")
 			}
 			hdrs, frames := p.rxRead(t)
@@ -195,10 +195,10 @@ func TestARPRequestReply(t *testing.T) {
 			}
 			// A probe (sender 0.0.0.0) is not answered.
 			p.addTX(arpRequest([4]byte{}, testGuestIP))
-			p.tx.send()
-			waitFor(t, "probe consumed", 2*time.Second, func() bool { return p.tx.usedIdx() == 2 })
+			p.tx.Send()
+			waitFor(t, "probe consumed", 2*time.Second, func() bool { return p.tx.UsedIdx() == 2 })
 			time.Sleep(10 * time.Millisecond)
-			if p.rx.usedIdx() != 1 {
+			if p.rx.UsedIdx() != 1 {
 				t.Errorf("ARP probe answered")
 			}
 		})
@@ -214,17 +214,17 @@ func TestRXWaitsForDescriptors(t *testing.T) {
 			p := newTestPair(t, tc.feat, 64)
 			p.start()
 			p.addTX(arpRequest(testGuestIP, testGwIP))
-			p.tx.send()
+			p.tx.Send()
 			st := p.stats()
 			waitFor(t, "wait counted", 2*time.Second, func() bool { return st.RXWaitedForDescriptors.Load() == 1 })
-			if p.rx.usedIdx() != 0 {
+			if p.rx.UsedIdx() != 0 {
 				t.Fatalf("RX used without buffers")
 			}
 			// Refill as the guest does and kick only if the device asked.
-			p.rx.addChain(nil, []uint32{2048})
+			p.rx.AddBuffers(nil, 2048)
 			start := time.Now()
-			p.rx.send()
-			waitFor(t, "reply after refill", 2*time.Second, func() bool { return p.rx.usedIdx() == 1 })
+			p.rx.Send()
+			waitFor(t, "reply after refill", 2*time.Second, func() bool { return p.rx.UsedIdx() == 1 })
 			if d := time.Since(start); d > time.Second {
 				t.Errorf("reply took %v after the refill", d)
 			}
@@ -238,7 +238,7 @@ func TestRXWaitsForDescriptors(t *testing.T) {
 			// Once nothing waits, RX kicks are off again.
 			time.Sleep(5 * time.Millisecond)
 			if !virtqueue.HasFeature(tc.feat, virtqueue.FeatureRingEventIdx) {
-				if atomicLoad16(p.rx.u16(p.rx.used))&virtqueue.UsedFlagNoNotify == 0 {
+				if p.rx.UsedFlags()&virtqueue.UsedFlagNoNotify == 0 {
 					t.Errorf("RX kicks still enabled with nothing waiting")
 				}
 			}
@@ -253,15 +253,15 @@ func TestRXPendingOverflowDropsOldest(t *testing.T) {
 	for i := 0; i < n; i++ {
 		p.addTX(arpRequest(testGuestIP, [4]byte{10, 0, 2, byte(100 + i)}))
 	}
-	p.tx.send()
+	p.tx.Send()
 	st := p.stats()
-	waitFor(t, "TX consumed", 2*time.Second, func() bool { return p.tx.usedIdx() == n })
+	waitFor(t, "TX consumed", 2*time.Second, func() bool { return p.tx.UsedIdx() == n })
 	waitFor(t, "overflow counted", 2*time.Second, func() bool { return st.RX.Drops[DropPendingOverflow].Load() == 5 })
 	for i := 0; i < n; i++ {
-		p.rx.addChain(nil, []uint32{128})
+		p.rx.AddBuffers(nil, 128)
 	}
-	p.rx.send()
-	waitFor(t, "replies", 2*time.Second, func() bool { return p.rx.usedIdx() == pendingReplies })
+	p.rx.Send()
+	waitFor(t, "replies", 2*time.Second, func() bool { return p.rx.UsedIdx() == pendingReplies })
 	_, frames := p.rxRead(t)
 	if len(frames) != pendingReplies {
 		t.Fatalf("%d frames", len(frames))
@@ -276,13 +276,13 @@ func TestMRGRXBufSpanning(t *testing.T) {
 	p := newTestPair(t, featMrg, 64)
 	// 12-byte header + 42-byte ARP reply = 54 bytes: four 16-byte buffers.
 	for i := 0; i < 8; i++ {
-		p.rx.addChain(nil, []uint32{16})
+		p.rx.AddBuffers(nil, 16)
 	}
-	p.rx.publish()
+	p.rx.Post()
 	p.start()
 	p.addTX(arpRequest(testGuestIP, testGwIP))
-	p.tx.send()
-	waitFor(t, "spanning reply", 2*time.Second, func() bool { return p.rx.usedIdx() == 4 })
+	p.tx.Send()
+	waitFor(t, "spanning reply", 2*time.Second, func() bool { return p.rx.UsedIdx() == 4 })
 	hdrs, frames := p.rxRead(t)
 	if len(frames) != 1 || hdrs[0].NumBuffers != 4 {
 		t.Fatalf("frames %d, num_buffers %v", len(frames), hdrs)
@@ -291,7 +291,7 @@ func TestMRGRXBufSpanning(t *testing.T) {
 		t.Errorf("reassembled\n got %x\nwant %x", frames[0], want)
 	}
 	p.s.StopPair(0) // LastAvail belongs to the loop while it runs
-	if got := p.rx.q.LastAvail(); got != 4 {
+	if got := p.rx.Q.LastAvail(); got != 4 {
 		t.Errorf("RX LastAvail = %d, want 4 (unused reservations rewound)", got)
 	}
 }
@@ -299,12 +299,12 @@ func TestMRGRXBufSpanning(t *testing.T) {
 func TestMRGRXBufChainWithSeveralDescriptors(t *testing.T) {
 	p := newTestPair(t, featMrg, 64)
 	// A header split over two descriptors, then the frame over 3 more.
-	p.rx.addChain(nil, []uint32{5, 7, 20, 20, 20})
-	p.rx.publish()
+	p.rx.AddBuffers(nil, 5, 7, 20, 20, 20)
+	p.rx.Post()
 	p.start()
 	p.addTX(arpRequest(testGuestIP, testGwIP))
-	p.tx.send()
-	waitFor(t, "reply", 2*time.Second, func() bool { return p.rx.usedIdx() == 1 })
+	p.tx.Send()
+	waitFor(t, "reply", 2*time.Second, func() bool { return p.rx.UsedIdx() == 1 })
 	hdrs, frames := p.rxRead(t)
 	if len(frames) != 1 || hdrs[0].NumBuffers != 1 || !bytes.Equal(frames[0], arpReplyFor(testGuestIP, testGwIP)) {
 		t.Fatalf("hdr %+v frame %x", hdrs, frames)
@@ -314,17 +314,17 @@ func TestMRGRXBufChainWithSeveralDescriptors(t *testing.T) {
 func TestNoMRGFrameTooBigDropped(t *testing.T) {
 	p := newTestPair(t, featModern, 64)
 	for i := 0; i < 4; i++ {
-		p.rx.addChain(nil, []uint32{16})
+		p.rx.AddBuffers(nil, 16)
 	}
-	p.rx.publish()
+	p.rx.Post()
 	p.start()
 	p.addTX(arpRequest(testGuestIP, testGwIP))
-	p.tx.send()
+	p.tx.Send()
 	st := p.stats()
 	waitFor(t, "no-fit drop", 2*time.Second, func() bool { return st.RX.Drops[DropNoFit].Load() == 1 })
 	p.s.StopPair(0)
-	if p.rx.usedIdx() != 0 || p.rx.q.LastAvail() != 0 {
-		t.Errorf("used %d last avail %d, want 0 0", p.rx.usedIdx(), p.rx.q.LastAvail())
+	if p.rx.UsedIdx() != 0 || p.rx.Q.LastAvail() != 0 {
+		t.Errorf("used %d last avail %d, want 0 0", p.rx.UsedIdx(), p.rx.Q.LastAvail())
 	}
 }
 
@@ -332,35 +332,35 @@ func TestStopPairRewindsReservations(t *testing.T) {
 	p := newTestPair(t, featMrg, 64)
 	// Two 16-byte buffers cannot hold the 54-byte reply: both are reserved,
 	// then rewound.
-	p.rx.addChain(nil, []uint32{16})
-	p.rx.addChain(nil, []uint32{16})
-	p.rx.publish()
+	p.rx.AddBuffers(nil, 16)
+	p.rx.AddBuffers(nil, 16)
+	p.rx.Post()
 	p.start()
 	p.addTX(arpRequest(testGuestIP, testGwIP))
-	p.tx.send()
+	p.tx.Send()
 	st := p.stats()
 	waitFor(t, "waiting", 2*time.Second, func() bool { return st.RXWaitedForDescriptors.Load() == 1 })
 	p.s.StopPair(0)
-	if got := p.rx.q.LastAvail(); got != 0 {
+	if got := p.rx.Q.LastAvail(); got != 0 {
 		t.Errorf("RX LastAvail after stop = %d, want 0", got)
 	}
-	if got := p.tx.q.LastAvail(); got != 1 || p.tx.usedIdx() != 1 {
-		t.Errorf("TX LastAvail %d used %d, want 1 1", got, p.tx.usedIdx())
+	if got := p.tx.Q.LastAvail(); got != 1 || p.tx.UsedIdx() != 1 {
+		t.Errorf("TX LastAvail %d used %d, want 1 1", got, p.tx.UsedIdx())
 	}
-	if p.rx.usedIdx() != 0 {
-		t.Errorf("RX used %d, want 0", p.rx.usedIdx())
+	if p.rx.UsedIdx() != 0 {
+		t.Errorf("RX used %d, want 0", p.rx.UsedIdx())
 	}
 	// Restart on fresh queues: the rewound buffers are used again.
-	p.rx.addChain(nil, []uint32{16})
-	p.rx.addChain(nil, []uint32{16})
-	p.rx.publish()
+	p.rx.AddBuffers(nil, 16)
+	p.rx.AddBuffers(nil, 16)
+	p.rx.Post()
 	p.restart()
 	if st.LoopStarts.Load() != 2 {
 		t.Errorf("loop starts %d", st.LoopStarts.Load())
 	}
 	p.addTX(arpRequest(testGuestIP, testGwIP))
-	p.tx.send()
-	waitFor(t, "reply after restart", 2*time.Second, func() bool { return p.rx.usedIdx() == 4 })
+	p.tx.Send()
+	waitFor(t, "reply after restart", 2*time.Second, func() bool { return p.rx.UsedIdx() == 4 })
 	hdrs, frames := p.rxRead(t)
 	if len(frames) != 1 || hdrs[0].NumBuffers != 4 {
 		t.Fatalf("frames %d hdrs %+v", len(frames), hdrs)
@@ -371,21 +371,21 @@ func TestDisabledRings(t *testing.T) {
 	p := newTestPair(t, featModern, 64)
 	p.qp.TXEnabled = false
 	for i := 0; i < 4; i++ {
-		p.rx.addChain(nil, []uint32{2048})
+		p.rx.AddBuffers(nil, 2048)
 	}
-	p.rx.publish()
+	p.rx.Post()
 	p.start()
 	for i := 0; i < 5; i++ {
 		p.addTX(arpRequest(testGuestIP, testGwIP))
 	}
-	p.tx.send()
-	waitFor(t, "TX discarded", 2*time.Second, func() bool { return p.tx.usedIdx() == 5 })
+	p.tx.Send()
+	waitFor(t, "TX discarded", 2*time.Second, func() bool { return p.tx.UsedIdx() == 5 })
 	st := p.stats()
 	if got := st.TX.Drops[DropRingDisabled].Load(); got != 5 {
 		t.Errorf("ring-disabled drops = %d, want 5", got)
 	}
 	time.Sleep(10 * time.Millisecond)
-	if p.rx.usedIdx() != 0 || st.ServiceReplies[SvcARP].Load() != 0 {
+	if p.rx.UsedIdx() != 0 || st.ServiceReplies[SvcARP].Load() != 0 {
 		t.Errorf("disabled TX produced replies")
 	}
 
@@ -394,10 +394,10 @@ func TestDisabledRings(t *testing.T) {
 	p.qp.TXEnabled, p.qp.RXEnabled = true, false
 	p.restart()
 	p.addTX(arpRequest(testGuestIP, testGwIP))
-	p.tx.send()
+	p.tx.Send()
 	waitFor(t, "reply dropped", 2*time.Second, func() bool { return st.RX.Drops[DropRingDisabled].Load() == 1 })
 	p.s.StopPair(0)
-	if p.rx.usedIdx() != 0 || p.rx.q.LastAvail() != 0 {
+	if p.rx.UsedIdx() != 0 || p.rx.Q.LastAvail() != 0 {
 		t.Errorf("RX ring touched while disabled")
 	}
 }

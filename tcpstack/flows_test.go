@@ -181,13 +181,13 @@ func TestUDPFlowEcho(t *testing.T) {
 				port = udpEcho(t, "udp4", "127.0.0.1:0")
 			}
 			for i := 0; i < 16; i++ {
-				p.rx.addChain(nil, []uint32{tc.rxBufs})
+				p.rx.AddBuffers(nil, tc.rxBufs)
 			}
-			p.rx.publish()
+			p.rx.Post()
 			p.start()
 			payload := bytes.Repeat([]byte("0123456789abcdef"), tc.size/16+1)[:tc.size]
 			p.addTX(udpFrame(src, gw, 40000, port, payload))
-			p.tx.send()
+			p.tx.Send()
 			waitFor(t, "echo", 3*time.Second, func() bool { return p.rxFrames(1) == 1 })
 			p.s.StopPair(0)
 			hdrs, frames := p.rxReadIP(t)
@@ -211,16 +211,16 @@ func TestUDPFlowWaitsForRXBuffers(t *testing.T) {
 	for i := 0; i < n; i++ {
 		p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte{byte(i)}))
 	}
-	p.tx.send()
-	waitFor(t, "TX sent", 2*time.Second, func() bool { return p.tx.usedIdx() == n })
+	p.tx.Send()
+	waitFor(t, "TX sent", 2*time.Second, func() bool { return p.tx.UsedIdx() == n })
 	time.Sleep(50 * time.Millisecond) // echoes are queued on the host socket
 	if p.rxFrames(0) != 0 {
 		t.Fatal("frames without buffers")
 	}
 	for i := 0; i < n+p.announced; i++ {
-		p.rx.addChain(nil, []uint32{1536})
+		p.rx.AddBuffers(nil, 1536)
 	}
-	p.rx.send()
+	p.rx.Send()
 	waitFor(t, "echoes after refill", 2*time.Second, func() bool { return p.rxFrames(1) == n })
 	p.s.StopPair(0)
 	_, frames := p.rxReadIP(t)
@@ -235,17 +235,17 @@ func TestUDPFlowSurvivesRestartAndExpires(t *testing.T) {
 	p := newFlowPair(t, featModern, func(c *Config) { c.UDPTimeout = time.Second })
 	port := udpEcho(t, "udp4", "127.0.0.1:0")
 	for i := 0; i < 8; i++ {
-		p.rx.addChain(nil, []uint32{2048})
+		p.rx.AddBuffers(nil, 2048)
 	}
-	p.rx.publish()
+	p.rx.Post()
 	p.start()
 	p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte("a")))
-	p.tx.send()
+	p.tx.Send()
 	st := p.stats()
 	waitFor(t, "echo 1", 2*time.Second, func() bool { return p.rxFrames(1) == 1 })
 	p.restart()
 	p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte("b")))
-	p.tx.send()
+	p.tx.Send()
 	waitFor(t, "echo 2", 2*time.Second, func() bool { return p.rxFrames(2) == 2 })
 	if st.FlowsOpened.Load() != 1 {
 		t.Errorf("flows opened %d, want 1 (flow kept across restart)", st.FlowsOpened.Load())
@@ -257,7 +257,7 @@ func TestUDPToMulticastDropped(t *testing.T) {
 	p := newFlowPair(t, featModern, nil)
 	p.start()
 	p.addTX(udpFrame(testGuest4, netip.MustParseAddr("224.0.0.251"), 5353, 5353, []byte("mdns")))
-	p.tx.send()
+	p.tx.Send()
 	st := p.stats()
 	waitFor(t, "drop", 2*time.Second, func() bool { return st.TX.Drops[DropUnhandledProtocol].Load() == 1 })
 	if st.FlowsOpened.Load() != 0 {
@@ -288,9 +288,9 @@ func TestICMPEcho(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		p := newFlowPair(t, featModern, nil)
 		for i := 0; i < 8; i++ {
-			p.rx.addChain(nil, []uint32{2048})
+			p.rx.AddBuffers(nil, 2048)
 		}
-		p.rx.publish()
+		p.rx.Post()
 		p.start()
 		src, gw := testGuest4, testGw4
 		if v6 {
@@ -298,7 +298,7 @@ func TestICMPEcho(t *testing.T) {
 		}
 		payload := []byte("ping payload, odd length!")
 		p.addTX(icmpEchoFrame(src, gw, 0x1234, 7, payload))
-		p.tx.send()
+		p.tx.Send()
 		st := p.stats()
 		waitFor(t, "echo reply", 3*time.Second, func() bool { return p.rxFrames(1) == 1 })
 		p.s.StopPair(0)
@@ -343,8 +343,8 @@ func TestUDPFlowTableFullEvictsOldest(t *testing.T) {
 	p.start()
 	for i := 0; i < 3; i++ {
 		p.addTX(udpFrame(testGuest4, testGw4, uint16(40000+i), port, []byte("x")))
-		p.tx.send()
-		waitFor(t, "sent", 2*time.Second, func() bool { return p.tx.usedIdx() == uint16(i+1) })
+		p.tx.Send()
+		waitFor(t, "sent", 2*time.Second, func() bool { return p.tx.UsedIdx() == uint16(i+1) })
 	}
 	st := p.stats()
 	if st.FlowsOpened.Load() != 3 || st.FlowsEvicted.Load() != 1 || st.FlowsClosed.Load() != 1 {
@@ -375,7 +375,7 @@ func TestUDPZeroLengthDropped(t *testing.T) {
 		}
 		binary.BigEndian.PutUint16(f[l4+4:], 0)
 		p.addTX(f)
-		p.tx.send()
+		p.tx.Send()
 		st := p.stats()
 		waitFor(t, "drop", 2*time.Second, func() bool { return st.Proto.UDPDrops[FromGuest][DropMalformed].Load() == 1 })
 		if n := st.Proto.UDPDatagrams[FromGuest].Load(); n != 0 {

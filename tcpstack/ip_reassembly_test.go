@@ -319,9 +319,9 @@ func TestICMPEchoFragmented(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		p := newFlowPair(t, featMrg, nil)
 		for i := 0; i < 16; i++ {
-			p.rx.addChain(nil, []uint32{1536})
+			p.rx.AddBuffers(nil, 1536)
 		}
-		p.rx.publish()
+		p.rx.Post()
 		p.start()
 		src, gw, proto := testGuest4, testGw4, uint8(ipProtoICMP)
 		if v6 {
@@ -340,7 +340,7 @@ func TestICMPEchoFragmented(t *testing.T) {
 		for _, pc := range split(msg, 1232) {
 			p.addTX(fragFrame(src, gw, proto, 77, pc))
 		}
-		p.tx.send()
+		p.tx.Send()
 		waitFor(t, "echo reply", 3*time.Second, func() bool { return p.rxFrames(1) == 1 })
 		p.s.StopPair(0)
 		_, frames := p.rxReadIP(t)

@@ -37,12 +37,12 @@ func TestIPv6ExtensionHeadersDispatched(t *testing.T) {
 		port := uint16(ln.Addr().(*net.TCPAddr).Port)
 		p := newFlowPair(t, featMrg, nil)
 		for i := 0; i < 8; i++ {
-			p.rx.addChain(nil, []uint32{2048})
+			p.rx.AddBuffers(nil, 2048)
 		}
-		p.rx.publish()
+		p.rx.Post()
 		p.start()
 		p.addTX(withDestOpts(tcpGuestFrame(testGuest6, testGw6, 45000, port, 1000, 0, header.TCPFlagSYN, nil)))
-		p.tx.send()
+		p.tx.Send()
 		waitFor(t, "SYN-ACK", 3*time.Second, func() bool { return p.rxFrames(1) == 1 })
 		p.s.StopPair(0)
 		_, frames := p.rxReadIP(t)
@@ -55,13 +55,13 @@ func TestIPv6ExtensionHeadersDispatched(t *testing.T) {
 		port := udpEcho(t, "udp6", "[::1]:0")
 		p := newFlowPair(t, featMrg, nil)
 		for i := 0; i < 8; i++ {
-			p.rx.addChain(nil, []uint32{2048})
+			p.rx.AddBuffers(nil, 2048)
 		}
-		p.rx.publish()
+		p.rx.Post()
 		p.start()
 		payload := []byte("behind destination options")
 		p.addTX(withDestOpts(udpFrame(testGuest6, testGw6, 40000, port, payload)))
-		p.tx.send()
+		p.tx.Send()
 		waitFor(t, "echo", 3*time.Second, func() bool { return p.rxFrames(1) == 1 })
 		p.s.StopPair(0)
 		hdrs, frames := p.rxReadIP(t)

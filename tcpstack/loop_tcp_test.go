@@ -74,13 +74,13 @@ func TestTCPThroughLoop(t *testing.T) {
 
 	p := newFlowPair(t, featMrg, nil)
 	for i := 0; i < 32; i++ {
-		p.rx.addChain(nil, []uint32{2048})
+		p.rx.AddBuffers(nil, 2048)
 	}
-	p.rx.publish()
+	p.rx.Post()
 	p.start()
 	const gseq = 1000
 	p.addTX(tcpGuestFrame(testGuest4, testGw4, 45000, port, gseq, 0, header.TCPFlagSYN, nil))
-	p.tx.send()
+	p.tx.Send()
 
 	// Collect TCP segments to the guest as they come.
 	var segs []header.TCP
@@ -101,10 +101,10 @@ func TestTCPThroughLoop(t *testing.T) {
 				}
 			}
 			// Give the used buffers back, as the guest driver does.
-			for len(p.rx.freeDesc) > 0 && p.rx.q != nil {
-				p.rx.addChain(nil, []uint32{2048})
+			for p.rx.Free() > 0 && p.rx.Q != nil {
+				p.rx.AddBuffers(nil, 2048)
 			}
-			p.rx.send()
+			p.rx.Send()
 			time.Sleep(time.Millisecond)
 		}
 		t.Fatalf("no %s from the loop; segments seen: %d", what, len(segs))
@@ -127,7 +127,7 @@ func TestTCPThroughLoop(t *testing.T) {
 	defer conn.Close()
 
 	p.addTX(tcpGuestFrame(testGuest4, testGw4, 45000, port, gseq+1, hseq, header.TCPFlagACK|header.TCPFlagPSH, []byte("hello")))
-	p.tx.send()
+	p.tx.Send()
 	buf := make([]byte, 5)
 	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
 	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "hello" {

@@ -53,9 +53,9 @@ func TestGuestMemoryShrunkUnderLoop(t *testing.T) {
 								break
 							}
 						}
-						if len(p.tx.freeDesc) > 0 {
+						if p.tx.Free() > 0 {
 							p.addTX(frame)
-							p.tx.send()
+							p.tx.Send()
 						} else {
 							time.Sleep(50 * time.Microsecond)
 						}
@@ -65,13 +65,13 @@ func TestGuestMemoryShrunkUnderLoop(t *testing.T) {
 			} else {
 				close(senderDone)
 			}
-			if err := unix.Ftruncate(p.m.fd, 0); err != nil {
+			if err := unix.Ftruncate(p.mem.FD(), 0); err != nil {
 				t.Fatal(err)
 			}
 			close(stop)
 			<-senderDone
 			// A kick touches no guest memory on our side; the loop's Pop does.
-			p.tx.kickNow()
+			p.tx.KickNow()
 			st := p.stats()
 			waitFor(t, "memory fault counted", 5*time.Second, func() bool { return st.MemoryFaults.Load() == 1 })
 			stopped := make(chan struct{})
@@ -92,7 +92,7 @@ func TestGuestMemoryShrunkUnderLoop(t *testing.T) {
 				}
 			}
 			// The pair can be started again (on memory that works).
-			if err := unix.Ftruncate(p.m.fd, testMemSize); err != nil {
+			if err := unix.Ftruncate(p.mem.FD(), testMemSize); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -16,14 +16,14 @@ func TestUDPStats(t *testing.T) {
 	p := newFlowPair(t, featModern, nil)
 	port := udpEcho(t, "udp4", "127.0.0.1:0")
 	for i := 0; i < 8; i++ {
-		p.rx.addChain(nil, []uint32{2048})
+		p.rx.AddBuffers(nil, 2048)
 	}
-	p.rx.publish()
+	p.rx.Post()
 	p.start()
 	payload := bytes.Repeat([]byte("u"), 123)
 	p.addTX(udpFrame(testGuest4, testGw4, 40000, port, payload))
 	p.addTX(udpFrame(testGuest4, netip.AddrFrom4([4]byte{224, 0, 0, 251}), 5353, 5353, payload))
-	p.tx.send()
+	p.tx.Send()
 	waitFor(t, "echo", 3*time.Second, func() bool { return p.rxFrames(1) == 1 })
 	p.s.StopPair(0)
 	ps := &p.stats().Proto
@@ -58,16 +58,16 @@ func TestServiceStats(t *testing.T) {
 	p.s = New(Config{Logger: testLogger(), Addr: *svcTestConfig()})
 	t.Cleanup(p.s.Close)
 	for i := 0; i < 16; i++ {
-		p.rx.addChain(nil, []uint32{1536})
+		p.rx.AddBuffers(nil, 1536)
 	}
-	p.rx.publish()
+	p.rx.Post()
 	p.start()
 	p.addTX(svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""))
 	p.addTX(svcTestDHCPFrame(t, header.DHCPRequest, 0, "", opt(50, 192, 168, 10, 20)))
 	p.addTX(svcTestDHCPv6Frame(t, d6Solicit))           // ADVERTISE: no lease
 	p.addTX(svcTestDHCPv6Frame(t, svcTestSolicitRapid)) // REPLY with IA address
 	p.addTX(svcTestNSFrame(t, svcTestGuestLL, p.s.cfg.Addr.RouterLL().String(), true))
-	p.tx.send()
+	p.tx.Send()
 	st := p.stats()
 	// gratuitous ARP, RA, OFFER, ACK, ADVERTISE, REPLY, NA
 	waitFor(t, "replies", 3*time.Second, func() bool { return st.RX.Frames.Load() == 7 })

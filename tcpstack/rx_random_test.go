@@ -24,14 +24,14 @@ func TestRXWriterRandomized(t *testing.T) {
 		l := benchLoop(t, p)
 		w := &l.rx
 		nChains := 1 + rng.IntN(200)
-		for i := 0; i < nChains && len(p.rx.freeDesc) >= 3; i++ {
+		for i := 0; i < nChains && p.rx.Free() >= 3; i++ {
 			var bufs []uint32
 			for d := 0; d < 1+rng.IntN(3); d++ {
 				bufs = append(bufs, uint32(1+rng.IntN(3000)))
 			}
-			p.rx.addChain(nil, bufs)
+			p.rx.AddBuffers(nil, bufs...)
 		}
-		p.rx.publish()
+		p.rx.Post()
 
 		var want [][]byte
 		pattern := func(n int) []byte {
@@ -100,7 +100,7 @@ func TestRXWriterRandomized(t *testing.T) {
 			if int(n) < p.hdrLen {
 				continue // a chain given back empty
 			}
-			b := p.rx.written(head, n)
+			b := p.rx.Written(head, n)
 			var h virtqueue.NetHdr
 			h.Decode(b[:p.hdrLen])
 			data := append([]byte(nil), b[p.hdrLen:]...)
@@ -112,7 +112,7 @@ func TestRXWriterRandomized(t *testing.T) {
 				if !ok {
 					t.Fatalf("seed %d: frame cut short", seed)
 				}
-				data = append(data, p.rx.written(head, n)...)
+				data = append(data, p.rx.Written(head, n)...)
 			}
 			got = append(got, data)
 		}
@@ -124,7 +124,7 @@ func TestRXWriterRandomized(t *testing.T) {
 				t.Fatalf("seed %d: frame %d differs (len %d vs %d)", seed, i, len(got[i]), len(want[i]))
 			}
 		}
-		if la, used := p.rx.q.LastAvail(), p.rx.usedIdx(); la != used {
+		if la, used := p.rx.Q.LastAvail(), p.rx.UsedIdx(); la != used {
 			t.Fatalf("seed %d: LastAvail %d but %d used: chains leaked or double-used", seed, la, used)
 		}
 	}

@@ -18,14 +18,14 @@ func TestLinkServicesThroughLoop(t *testing.T) {
 	p.s = New(cfg)
 	t.Cleanup(p.s.Close)
 	for i := 0; i < 16; i++ {
-		p.rx.addChain(nil, []uint32{1536})
+		p.rx.AddBuffers(nil, 1536)
 	}
-	p.rx.publish()
+	p.rx.Post()
 	p.start()
 	p.addTX(svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""))
 	p.addTX(svcTestNSFrame(t, svcTestGuestLL, cfg.Addr.RouterLL().String(), true))
 	p.addTX(svcTestDHCPv6Frame(t, d6Solicit))
-	p.tx.send()
+	p.tx.Send()
 	st := p.stats()
 	waitFor(t, "replies", 3*time.Second, func() bool { return st.RX.Frames.Load() == 5 })
 	p.s.StopPair(0)

@@ -36,10 +36,10 @@ func TestTCPLoopRXWaitCounted(t *testing.T) {
 		remote: netip.AddrPortFrom(testGw4, uint16(ln.Addr().(*net.TCPAddr).Port)),
 		isn:    9000}
 	refill := func(n int) {
-		for i := 0; i < n && len(p.rx.freeDesc) > 0; i++ {
-			p.rx.addChain(nil, []uint32{2048})
+		for i := 0; i < n && p.rx.Free() > 0; i++ {
+			p.rx.AddBuffers(nil, 2048)
 		}
-		p.rx.send()
+		p.rx.Send()
 	}
 	sendTX := func(frame []byte) {
 		for {
@@ -48,7 +48,7 @@ func TestTCPLoopRXWaitCounted(t *testing.T) {
 			}
 		}
 		p.addTX(frame)
-		p.tx.send()
+		p.tx.Send()
 	}
 	var segs []tcpSeg
 	read := func() int {

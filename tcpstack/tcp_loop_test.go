@@ -26,9 +26,9 @@ func TestTCPLoopRXRefill(t *testing.T) {
 		remote: netip.AddrPortFrom(testGw4, uint16(ln.Addr().(*net.TCPAddr).Port)),
 		isn:    7000}
 	for i := 0; i < 8; i++ {
-		p.rx.addChain(nil, []uint32{2048})
+		p.rx.AddBuffers(nil, 2048)
 	}
-	p.rx.publish()
+	p.rx.Post()
 	p.start()
 	rxSegs := func() []tcpSeg {
 		hdrs, frames := p.rxReadIP(t)
@@ -50,7 +50,7 @@ func TestTCPLoopRXRefill(t *testing.T) {
 	var ob [40]byte
 	n := header.EncodeTCPOptions(ob[:], &header.TCPOptions{HasMSS: true, MSS: 1460, HasWindowScale: true, WindowScale: 7})
 	p.addTX(h.frame(header.TCPFlagSYN, h.isn, 0, 65535, ob[:n], nil))
-	p.tx.send()
+	p.tx.Send()
 	waitSegs("SYN-ACK", func(s []tcpSeg) bool { return len(s) >= 1 })
 	if s := segs[0]; s.flags != header.TCPFlagSYN|header.TCPFlagACK || s.ack != h.isn+1 {
 		t.Fatalf("bad SYN-ACK %+v", s)
@@ -58,7 +58,7 @@ func TestTCPLoopRXRefill(t *testing.T) {
 	h.seq, h.ack = h.isn+1, segs[0].seq+1
 	segs = nil
 	p.addTX(h.frame(header.TCPFlagACK, h.seq, h.ack, 65535, nil, []byte("hello from guest")))
-	p.tx.send()
+	p.tx.Send()
 	peer, err := ln.AcceptTCP()
 	if err != nil {
 		t.Fatal(err)
@@ -78,9 +78,9 @@ func TestTCPLoopRXRefill(t *testing.T) {
 		t.Fatalf("%d bytes without buffers", got)
 	}
 	for i := 0; i < 32; i++ {
-		p.rx.addChain(nil, []uint32{2048})
+		p.rx.AddBuffers(nil, 2048)
 	}
-	p.rx.send()
+	p.rx.Send()
 	waitSegs("all data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(data) })
 	if !bytes.Equal(tcpPayloadOf(segs), data) {
 		t.Fatalf("data corrupted")

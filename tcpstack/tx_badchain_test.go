@@ -33,17 +33,17 @@ func TestTXBadChainsReturned(t *testing.T) {
 				p.tx.corruptChain(p.addTX(otherFrame(0x88b5, 60)))
 			}
 			want := uint16(tc.good + tc.bad)
-			p.tx.send()
+			p.tx.Send()
 			if !tc.stop {
-				waitFor(t, "bad chains used", 2*time.Second, func() bool { return p.tx.usedIdx() == want })
+				waitFor(t, "bad chains used", 2*time.Second, func() bool { return p.tx.UsedIdx() == want })
 			} else {
-				waitFor(t, "bad chains popped", 2*time.Second, func() bool { return p.tx.stats.BadChains.Load() == uint64(tc.bad) })
+				waitFor(t, "bad chains popped", 2*time.Second, func() bool { return p.tx.Stats.BadChains.Load() == uint64(tc.bad) })
 			}
 			p.s.StopPair(0)
-			if got := p.tx.stats.BadChains.Load(); got != uint64(tc.bad) {
+			if got := p.tx.Stats.BadChains.Load(); got != uint64(tc.bad) {
 				t.Errorf("BadChains = %d, want %d", got, tc.bad)
 			}
-			if got, last := p.tx.usedIdx(), p.tx.q.LastAvail(); got != want || last != want {
+			if got, last := p.tx.UsedIdx(), p.tx.Q.LastAvail(); got != want || last != want {
 				t.Fatalf("after StopPair used.idx = %d, LastAvail = %d, want both %d", got, last, want)
 			}
 			for i := 0; i < int(want); i++ {

@@ -1,7 +1,6 @@
 package tcpstack
 
 import (
-	"encoding/binary"
 	"net/netip"
 	"testing"
 	"time"
@@ -25,21 +24,16 @@ func (r *testRing) setChainAt(area uint64, data []byte, splits []int) uint16 {
 	parts = append(parts, data[prev:])
 	addr := area
 	for i, p := range parts {
-		copy(r.m.buf[addr:], p)
-		d := r.m.buf[r.desc+16*uint64(i):]
-		binary.LittleEndian.PutUint64(d[0:], addr)
-		binary.LittleEndian.PutUint32(d[8:], uint32(len(p)))
+		copy(r.G.Bytes(addr, uint64(len(p))), p)
 		var flags, next uint16
 		if i+1 < len(parts) {
 			flags, next = virtqueue.DescFlagNext, uint16(i+1)
 		}
-		binary.LittleEndian.PutUint16(d[12:], flags)
-		binary.LittleEndian.PutUint16(d[14:], next)
+		r.SetDesc(uint16(i), addr, uint32(len(p)), flags, next)
 		addr += uint64(len(p))
 	}
-	binary.LittleEndian.PutUint16(r.m.buf[r.avail+4+2*uint64(r.availIdx%r.size):], 0)
-	r.availIdx++
-	r.publish()
+	r.PutAvail(0)
+	r.Post()
 	return 0
 }
 
@@ -72,19 +66,19 @@ func FuzzTXFrame(f *testing.F) {
 	p := newTestPair(f, featMrg, 64)
 	p.s.noHostSockets = true
 	p.start()
-	const area = 6 << 20
+	const area = testScratchBase
 	for i := 0; i < 32; i++ {
-		p.rx.addChain(nil, []uint32{256})
+		p.rx.AddBuffers(nil, 256)
 	}
-	p.rx.publish()
+	p.rx.Post()
 	f.Fuzz(func(t *testing.T, data []byte, s1, s2 int) {
 		if len(data) > 1<<16 {
 			return
 		}
-		want := p.tx.usedIdx() + 1
+		want := p.tx.UsedIdx() + 1
 		p.tx.setChainAt(area, data, []int{s1, s2})
-		p.tx.kickNow()
-		waitFor(t, "TX chain used", 5*time.Second, func() bool { return p.tx.usedIdx() == want })
+		p.tx.KickNow()
+		waitFor(t, "TX chain used", 5*time.Second, func() bool { return p.tx.UsedIdx() == want })
 		// Recycle RX buffers the replies used.
 		for {
 			head, _, ok := p.rx.popUsed()
@@ -92,7 +86,7 @@ func FuzzTXFrame(f *testing.F) {
 				break
 			}
 			p.rx.repost([]uint16{head})
-			p.rx.kickNow()
+			p.rx.KickNow()
 		}
 	})
 }

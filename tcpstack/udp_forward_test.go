@@ -45,9 +45,9 @@ func TestUDPForward(t *testing.T) {
 				guestPort = port
 			}
 			for i := 0; i < 16; i++ {
-				p.rx.addChain(nil, []uint32{2048})
+				p.rx.AddBuffers(nil, 2048)
 			}
-			p.rx.publish()
+			p.rx.Post()
 			p.start()
 			c, err := net.DialUDP(tc.network, nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(tc.host, port)))
 			if err != nil {
@@ -64,7 +64,7 @@ func TestUDPForward(t *testing.T) {
 			waitFor(t, "datagram to guest", 2*time.Second, func() bool { return st.RX.Frames.Load() >= announced+1 })
 			// The guest replies from its port to the peer as it saw it.
 			p.addTX(udpFrame(tc.guest, tc.gw, guestPort, peerPort, []byte("pong")))
-			p.tx.send()
+			p.tx.Send()
 			c.SetReadDeadline(time.Now().Add(2 * time.Second))
 			buf := make([]byte, 100)
 			n, err := c.Read(buf) // a connected socket: only from host:port

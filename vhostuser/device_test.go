@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/virtqueue"
+	"vunet/virtqueue/vqtest"
 )
 
 // harness drives a device directly (no socket), as the session loop does.
@@ -235,7 +236,8 @@ func messageCases() []msgCase {
 		{name: "SET_VRING_ADDR", req: ReqSetVringAddr, setup: addMem, payload: func(g *guestMem) []byte { return addr(g.ringAddr(1)) },
 			check: func(t *testing.T, h *harness) {
 				r := h.d.rings[1]
-				if !r.addrSet || r.addr.Desc != testUA+0x14000 || r.addr.Avail != testUA+0x15000 || r.addr.Used != testUA+0x16000 {
+				d, a, u := vqtest.RingLayout(testRingSize, ringGPA(1))
+				if !r.addrSet || r.addr.Desc != testUA+d || r.addr.Avail != testUA+a || r.addr.Used != testUA+u {
 					t.Errorf("ring %+v", r)
 				}
 			},
@@ -602,7 +604,7 @@ func TestMemoryTableChange(t *testing.T) {
 	// New memory: another memfd at the same addresses, plus a second region.
 	// The ring in it has moved on by 2 entries beyond what we consumed.
 	g2 := newGuestMem(t, testGPA, testUA, testSize)
-	copy(g2.buf, g1.buf)
+	copy(g2.bytes(), g1.bytes())
 	g2.offer(1, 2, false)
 	g3 := newGuestMem(t, 1<<30, testUA+1<<30, 1<<16)
 	h.ok(ReqSetMemTable, table(g2.spec, g3.spec), g2.dupFD(t), g3.dupFD(t))
@@ -797,7 +799,7 @@ func TestMemoryShrunkUnderUs(t *testing.T) {
 		h.ok(ReqSetVringAddr, addr(g.ringAddr(i)))
 	}
 	h.ok(ReqSetVringKick, u64(0), eventfd(t))
-	if err := unix.Ftruncate(g.fd, 0); err != nil {
+	if err := unix.Ftruncate(g.mem.FD(), 0); err != nil {
 		t.Fatal(err)
 	}
 	_, send, err := h.do(ReqSetVringKick, 0, u64(1), eventfd(t))

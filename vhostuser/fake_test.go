@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/virtqueue"
+	"vunet/virtqueue/vqtest"
 )
 
 // fakeDP is a recording DataPlane. onStart, if set, runs inside StartPair
@@ -145,12 +146,13 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// guestMem is shared memory standing in for guest RAM: a memfd mapped in the
-// test, announced to the device at a fake front-end address.
+// guestMem is guest RAM as a front-end has it: a memfd the test maps (the
+// device maps it from the fd it is sent), announced at a fake front-end
+// address, with vqtest's driver on each ring.
 type guestMem struct {
-	fd   int
-	buf  []byte
-	spec MemRegion
+	mem   *vqtest.GuestMemory
+	spec  MemRegion
+	rings map[int]*vqtest.Driver
 }
 
 const (
@@ -160,78 +162,74 @@ const (
 )
 
 func newGuestMem(t testing.TB, gpa, ua, size uint64) *guestMem {
-	t.Helper()
-	fd, err := unix.MemfdCreate("vunet-test-guest", unix.MFD_CLOEXEC)
-	if err != nil {
-		t.Fatalf("memfd: %v", err)
-	}
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		t.Fatalf("ftruncate: %v", err)
-	}
-	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatalf("mmap: %v", err)
-	}
-	g := &guestMem{fd: fd, buf: b, spec: MemRegion{GuestAddr: gpa, Size: size, UserAddr: ua}}
-	t.Cleanup(func() {
-		unix.Munmap(b)
-		unix.Close(fd)
-	})
-	return g
+	return namedGuestMem(t, "vunet-test-guest", gpa, ua, size)
 }
+
+// namedGuestMem is newGuestMem with a memfd name of its own (to find its
+// mappings in /proc/self/maps).
+func namedGuestMem(t testing.TB, name string, gpa, ua, size uint64) *guestMem {
+	t.Helper()
+	m, err := vqtest.NewFrontendMemory(name, virtqueue.RegionSpec{GuestAddr: gpa, Size: size, UserAddr: ua})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return &guestMem{mem: m, spec: MemRegion{GuestAddr: gpa, Size: size, UserAddr: ua}, rings: map[int]*vqtest.Driver{}}
+}
+
+// bytes is the driver's view of all of g.
+func (g *guestMem) bytes() []byte { return g.mem.Bytes(g.spec.GuestAddr, g.spec.Size) }
 
 // dupFD returns a new descriptor for the memfd (the device takes ownership
 // of what it receives).
 func (g *guestMem) dupFD(t testing.TB) int {
 	t.Helper()
-	fd, err := unix.Dup(g.fd)
+	fd, err := unix.Dup(g.mem.FD())
 	if err != nil {
 		t.Fatalf("dup: %v", err)
 	}
 	return fd
 }
 
-// Ring layout used by the tests: ring i's parts at fixed guest offsets,
-// buffers above them. All guest addresses are offsets into g.buf.
+// Ring layout used by the tests: ring i at a fixed guest offset, its
+// buffers above all rings.
 const testRingSize = 8
 
-func ringGPA(i int) (desc, avail, used uint64) {
-	base := uint64(0x10000 + i*0x4000)
-	return base, base + 0x1000, base + 0x2000
+func ringGPA(i int) uint64 { return 0x10000 + uint64(i)*0x4000 }
+
+// ring returns the driver of ring i, taking over what is in memory (a
+// copy of another guestMem's rings continues where that one stopped).
+func (g *guestMem) ring(i int) *vqtest.Driver {
+	d := g.rings[i]
+	if d == nil {
+		d = vqtest.ResumeDriver(g.mem, testRingSize, g.spec.GuestAddr+ringGPA(i),
+			g.spec.GuestAddr+0x80000+uint64(i)*0x8000, 0x8000)
+		g.rings[i] = d
+	}
+	return d
 }
 
+// ringAddr is ring i's SET_VRING_ADDR (it needs no memory: the fuzz seeds
+// use it on a bare spec).
 func (g *guestMem) ringAddr(i int) VringAddr {
-	d, a, u := ringGPA(i)
+	d, a, u := vqtest.RingLayout(testRingSize, g.spec.GuestAddr+ringGPA(i))
 	ua := g.spec.UserAddr - g.spec.GuestAddr
 	return VringAddr{Index: uint32(i), Desc: d + ua, Avail: a + ua, Used: u + ua}
 }
 
 // offer makes n more chains (one 64-byte buffer each) available on ring i.
 func (g *guestMem) offer(i, n int, writable bool) {
-	d, a, _ := ringGPA(i)
-	le := binary.LittleEndian
-	idx := le.Uint16(g.buf[a+2:])
+	d := g.ring(i)
+	d.Reclaim()
 	for k := 0; k < n; k++ {
-		slot := uint64(idx % testRingSize)
-		desc := g.buf[d+16*slot:]
-		le.PutUint64(desc, 0x80000+uint64(i)*0x8000+slot*0x800)
-		le.PutUint32(desc[8:], 64)
-		flags := uint16(0)
-		if writable {
-			flags = virtqueue.DescFlagWrite
+		if _, err := d.AddChain(vqtest.Buf{GPA: d.Alloc(64), Len: 64, Write: writable}); err != nil {
+			panic(err)
 		}
-		le.PutUint16(desc[12:], flags)
-		le.PutUint16(desc[14:], 0)
-		le.PutUint16(g.buf[a+4+2*slot:], uint16(slot))
-		idx++
 	}
-	le.PutUint16(g.buf[a+2:], idx)
+	d.Publish(false)
 }
 
-func (g *guestMem) usedIdx(i int) uint16 {
-	_, _, u := ringGPA(i)
-	return binary.LittleEndian.Uint16(g.buf[u+2:])
-}
+func (g *guestMem) usedIdx(i int) uint16 { return g.ring(i).UsedIdx() }
 
 // frontend is a minimal vhost-user front-end for tests: it writes requests
 // (with SCM_RIGHTS descriptors) and reads replies.

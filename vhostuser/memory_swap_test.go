@@ -22,33 +22,14 @@ func mappingsOf(t *testing.T, name string) int {
 	return strings.Count(string(b), "/memfd:"+name+" ")
 }
 
-// namedGuestMem is newGuestMem with its own memfd name, to find its
-// mappings in /proc/self/maps.
-func namedGuestMem(t *testing.T, name string) *guestMem {
-	t.Helper()
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Ftruncate(fd, testSize); err != nil {
-		t.Fatal(err)
-	}
-	b, err := unix.Mmap(fd, 0, testSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Munmap(b); unix.Close(fd) })
-	return &guestMem{fd: fd, buf: b, spec: MemRegion{GuestAddr: testGPA, Size: testSize, UserAddr: testUA}}
-}
-
 // TestMemorySwapFaultUnmapsOld: a new memory table whose file shrinks while
 // the pairs are restarted on it faults in the middle of the swap; the
 // connection goes, and the old table's mappings must be released, not
 // leaked (the device already points at the new table).
 func TestMemorySwapFaultUnmapsOld(t *testing.T) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true)) // as serveSession
-	oldMem := namedGuestMem(t, "vunet-swap-old")
-	newMem := namedGuestMem(t, "vunet-swap-new")
+	oldMem := namedGuestMem(t, "vunet-swap-old", testGPA, testUA, testSize)
+	newMem := namedGuestMem(t, "vunet-swap-new", testGPA, testUA, testSize)
 	h := newHarness(t, 2)
 	h.negotiate(OfferedProtocolFeatures)
 	h.ok(ReqSetMemTable, table(oldMem.spec), oldMem.dupFD(t))
@@ -60,13 +41,13 @@ func TestMemorySwapFaultUnmapsOld(t *testing.T) {
 	if n := mappingsOf(t, "vunet-swap-old"); n != 2 {
 		t.Fatalf("old memfd mapped %d times, want 2 (test and device)", n)
 	}
-	copy(newMem.buf, oldMem.buf)
+	copy(newMem.bytes(), oldMem.bytes())
 	// Once pair 0 runs on the new table, the front-end cuts the file below
 	// pair 1's rings: building pair 1's queues faults.
-	d1, _, _ := ringGPA(2)
+	d1 := ringGPA(2)
 	h.dp.setOnStart(func(qp virtqueue.QueuePair) {
 		if qp.Index == 0 {
-			unix.Ftruncate(newMem.fd, int64(d1))
+			unix.Ftruncate(newMem.mem.FD(), int64(d1))
 		}
 	})
 	_, send, err := h.do(ReqSetMemTable, 0, table(newMem.spec), newMem.dupFD(t))

@@ -1,7 +1,6 @@
 package vhostuser
 
 import (
-	"encoding/binary"
 	"testing"
 )
 
@@ -35,8 +34,7 @@ func TestVringErrFD(t *testing.T) {
 			h.setupPair(g, 0, true)
 			if tc.breakIt {
 				// avail.idx more than the ring size ahead of what was used.
-				_, a, _ := ringGPA(1)
-				binary.LittleEndian.PutUint16(g.buf[a+2:], 2+testRingSize+1)
+				g.ring(1).SetAvailIdx(2 + testRingSize + 1)
 			}
 			// A new call fd rebuilds the pair; the data plane pops.
 			h.ok(ReqSetVringCall, u64(1), eventfd(t))

@@ -1,133 +1,12 @@
-// Package vqtest simulates the driver (guest) side of split virtqueues over
-// memfd-backed guest memory, for tests of virtqueue and of the code built on
-// it. The memory is mapped twice, as a real front-end would have it: once
-// through virtqueue.MapRegion (the device's view) and once as one flat
-// mapping of the memfd (the driver's view).
-//
-// It is test support: misuse (addresses outside the memory, descriptor
-// exhaustion) panics or returns errors without trying to be clever.
 package vqtest
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"vunet/virtqueue"
 )
-
-// UserBase is added to guest addresses to make the front-end virtual
-// addresses of NewFlatMemory, so that tests notice mixing the two spaces.
-const UserBase = 0x7f00_0000_0000
-
-// GuestMemory is memfd-backed guest RAM.
-type GuestMemory struct {
-	fd      int
-	specs   []virtqueue.RegionSpec
-	regions []*virtqueue.Region
-	mem     *virtqueue.Memory
-	view    []byte // the whole memfd, driver side
-}
-
-// NewFlatMemory returns size bytes of guest memory at guest address 0 in
-// one region.
-func NewFlatMemory(size uint64) (*GuestMemory, error) {
-	return NewGuestMemory(virtqueue.RegionSpec{GuestAddr: 0, Size: size, UserAddr: UserBase, MmapOffset: 0})
-}
-
-// NewGuestMemory creates a memfd large enough for every spec's MmapOffset+Size
-// and maps each spec with virtqueue.MapRegion.
-func NewGuestMemory(specs ...virtqueue.RegionSpec) (*GuestMemory, error) {
-	var end uint64
-	for _, s := range specs {
-		end = max(end, s.MmapOffset+s.Size)
-	}
-	fd, err := unix.MemfdCreate("vqtest-guest", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("memfd: %w", err)
-	}
-	g := &GuestMemory{fd: fd, specs: specs}
-	if err := unix.Ftruncate(fd, int64(end)); err != nil {
-		g.Close()
-		return nil, fmt.Errorf("ftruncate: %w", err)
-	}
-	if end > 0 {
-		g.view, err = unix.Mmap(fd, 0, int(end), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		if err != nil {
-			g.Close()
-			return nil, fmt.Errorf("mmap driver view: %w", err)
-		}
-	}
-	for _, s := range specs {
-		r, err := virtqueue.MapRegion(fd, s)
-		if err != nil {
-			g.Close()
-			return nil, err
-		}
-		g.regions = append(g.regions, r)
-	}
-	if g.mem, err = virtqueue.NewMemory(g.regions); err != nil {
-		g.Close()
-		return nil, err
-	}
-	return g, nil
-}
-
-// Memory returns the device's view.
-func (g *GuestMemory) Memory() *virtqueue.Memory { return g.mem }
-
-// FD returns the memfd (owned by g).
-func (g *GuestMemory) FD() int { return g.fd }
-
-// Close unmaps everything and closes the memfd.
-func (g *GuestMemory) Close() error {
-	var errs []error
-	for _, r := range g.regions {
-		errs = append(errs, r.Unmap())
-	}
-	g.regions = nil
-	if g.view != nil {
-		errs = append(errs, unix.Munmap(g.view))
-		g.view = nil
-	}
-	if g.fd >= 0 {
-		errs = append(errs, unix.Close(g.fd))
-		g.fd = -1
-	}
-	return errors.Join(errs...)
-}
-
-func (g *GuestMemory) spec(gpa uint64) (virtqueue.RegionSpec, bool) {
-	for _, s := range g.specs {
-		if gpa >= s.GuestAddr && gpa-s.GuestAddr < s.Size {
-			return s, true
-		}
-	}
-	return virtqueue.RegionSpec{}, false
-}
-
-// Bytes returns the driver's view of n bytes at gpa, which must lie in one
-// region. It panics otherwise (test misuse).
-func (g *GuestMemory) Bytes(gpa, n uint64) []byte {
-	s, ok := g.spec(gpa)
-	if !ok || n > s.Size-(gpa-s.GuestAddr) {
-		panic(fmt.Sprintf("vqtest: guest range %#x+%#x not in one region", gpa, n))
-	}
-	off := s.MmapOffset + gpa - s.GuestAddr
-	return g.view[off : off+n : off+n]
-}
-
-// UserAddr translates gpa into the front-end virtual address space.
-func (g *GuestMemory) UserAddr(gpa uint64) uint64 {
-	s, ok := g.spec(gpa)
-	if !ok {
-		panic(fmt.Sprintf("vqtest: guest address %#x not mapped", gpa))
-	}
-	return s.UserAddr + gpa - s.GuestAddr
-}
 
 // Buf is one buffer of a chain the driver offers.
 type Buf struct {
@@ -161,20 +40,42 @@ type Driver struct {
 // avail, then used 4-aligned) and uses [dataGPA, dataGPA+dataSize) for
 // Alloc. The ring memory is zeroed.
 func NewDriver(g *GuestMemory, size uint16, ringGPA, dataGPA, dataSize uint64) *Driver {
-	d := &Driver{G: g, Size: size, DescGPA: ringGPA}
-	d.AvailGPA = ringGPA + virtqueue.DescTableSize(size)
-	d.UsedGPA = (d.AvailGPA + virtqueue.AvailRingSize(size) + 3) &^ 3
-	d.desc = g.Bytes(d.DescGPA, virtqueue.DescTableSize(size))
-	d.avail = g.Bytes(d.AvailGPA, virtqueue.AvailRingSize(size))
-	d.used = g.Bytes(d.UsedGPA, virtqueue.UsedRingSize(size))
+	d := ResumeDriver(g, size, ringGPA, dataGPA, dataSize)
 	clear(d.desc)
 	clear(d.avail)
 	clear(d.used)
+	d.availIdx, d.lastUsed = 0, 0
+	return d
+}
+
+// RingLayout returns where a Driver puts the parts of a ring of size
+// entries laid out at ringGPA: the descriptor table first, the avail ring
+// after it, the used ring 4-aligned after that.
+func RingLayout(size uint16, ringGPA uint64) (desc, avail, used uint64) {
+	desc = ringGPA
+	avail = desc + virtqueue.DescTableSize(size)
+	used = (avail + virtqueue.AvailRingSize(size) + 3) &^ 3
+	return desc, avail, used
+}
+
+// ResumeDriver takes over a ring that already exists in guest memory at
+// ringGPA (laid out as NewDriver does), as a driver would after the
+// memory was copied or handed over: the avail and used indices are read
+// from the ring, nothing is cleared, and every descriptor counts as free
+// (chains placed before are not reclaimed).
+func ResumeDriver(g *GuestMemory, size uint16, ringGPA, dataGPA, dataSize uint64) *Driver {
+	d := &Driver{G: g, Size: size}
+	d.DescGPA, d.AvailGPA, d.UsedGPA = RingLayout(size, ringGPA)
+	d.desc = g.Bytes(d.DescGPA, virtqueue.DescTableSize(size))
+	d.avail = g.Bytes(d.AvailGPA, virtqueue.AvailRingSize(size))
+	d.used = g.Bytes(d.UsedGPA, virtqueue.UsedRingSize(size))
 	d.chainDescs = make(map[uint16][]uint16)
 	for i := int(size) - 1; i >= 0; i-- {
 		d.free = append(d.free, uint16(i))
 	}
 	d.dataNext, d.dataEnd = dataGPA, dataGPA+dataSize
+	d.availIdx = virtqueue.LoadUint16(d.u16(d.avail, 2))
+	d.lastUsed = d.UsedIdx()
 	return d
 }
 
@@ -199,7 +100,9 @@ func (d *Driver) Config(eventIdx, indirect bool) virtqueue.Config {
 }
 
 // Alloc returns n bytes of data memory (8-aligned), panicking when the data
-// area is exhausted; Reset frees everything.
+// area is exhausted. Data memory is never freed: a test that posts buffers
+// without end reposts its chains (PutAvail) or writes them at a fixed
+// place (SetDesc).
 func (d *Driver) Alloc(n uint64) uint64 {
 	a := (d.dataNext + 7) &^ 7
 	if a+n > d.dataEnd {
@@ -230,6 +133,16 @@ func (d *Driver) DescTable() []byte { return d.desc }
 // AddChain writes bufs as a chain of free descriptors and places its head
 // in the next avail slot, unpublished (see Publish).
 func (d *Driver) AddChain(bufs ...Buf) (head uint16, err error) {
+	head, err = d.NewChain(bufs...)
+	if err == nil {
+		d.PutAvail(head)
+	}
+	return head, err
+}
+
+// NewChain writes bufs as a chain of free descriptors without placing it in
+// the avail ring (PutAvail does, as often as the test likes).
+func (d *Driver) NewChain(bufs ...Buf) (head uint16, err error) {
 	if len(bufs) == 0 || len(bufs) > len(d.free) {
 		return 0, fmt.Errorf("vqtest: %d buffers, %d free descriptors", len(bufs), len(d.free))
 	}
@@ -250,8 +163,57 @@ func (d *Driver) AddChain(bufs ...Buf) (head uint16, err error) {
 		d.SetDesc(ids[i], b.GPA, b.Len, flags, next)
 	}
 	d.chainDescs[ids[0]] = ids
-	d.PutAvail(ids[0])
 	return ids[0], nil
+}
+
+// AddBuffers allocates a chain's buffers, copies readable's contents into
+// the device-readable ones, adds writable device-writable buffers of the
+// given lengths after them, and places the chain in the avail ring,
+// unpublished. It panics when descriptors or data memory run out.
+func (d *Driver) AddBuffers(readable [][]byte, writable ...uint32) (head uint16) {
+	head = d.NewBuffers(readable, writable...)
+	d.PutAvail(head)
+	return head
+}
+
+// NewBuffers is AddBuffers without placing the chain in the avail ring.
+func (d *Driver) NewBuffers(readable [][]byte, writable ...uint32) (head uint16) {
+	bufs := make([]Buf, 0, len(readable)+len(writable))
+	for _, r := range readable {
+		gpa := d.Alloc(uint64(len(r)))
+		copy(d.G.Bytes(gpa, uint64(len(r))), r)
+		bufs = append(bufs, Buf{GPA: gpa, Len: uint32(len(r))})
+	}
+	for _, n := range writable {
+		bufs = append(bufs, Buf{GPA: d.Alloc(uint64(n)), Len: n, Write: true})
+	}
+	head, err := d.NewChain(bufs...)
+	if err != nil {
+		panic(err)
+	}
+	return head
+}
+
+// Written returns a copy of the first n bytes the device wrote into the
+// device-writable buffers of the chain at head (read through the
+// descriptor table, which still holds the chain after PopUsed).
+func (d *Driver) Written(head uint16, n uint32) []byte {
+	var out []byte
+	for i, hops := head, 0; n > 0 && hops < int(d.Size); hops++ {
+		e := d.desc[16*int(i) : 16*int(i)+16]
+		addr, l := binary.LittleEndian.Uint64(e[0:]), binary.LittleEndian.Uint32(e[8:])
+		flags, next := binary.LittleEndian.Uint16(e[12:]), binary.LittleEndian.Uint16(e[14:])
+		if flags&virtqueue.DescFlagWrite != 0 {
+			l = min(l, n)
+			out = append(out, d.G.Bytes(addr, uint64(l))...)
+			n -= l
+		}
+		if flags&virtqueue.DescFlagNext == 0 {
+			break
+		}
+		i = next
+	}
+	return out
 }
 
 // PutAvail places head in the next avail slot without publishing it.
@@ -282,20 +244,32 @@ func (d *Driver) SetAvailIdx(v uint16) {
 // Reclaim returns the used elements published since the last call and
 // frees their descriptors.
 func (d *Driver) Reclaim() []Used {
-	idx := d.UsedIdx()
 	var out []Used
-	for ; d.lastUsed != idx; d.lastUsed++ {
-		u := d.UsedElem(d.lastUsed)
-		out = append(out, u)
-		if ids, ok := d.chainDescs[uint16(u.ID)]; ok {
-			d.free = append(d.free, ids...)
-			delete(d.chainDescs, uint16(u.ID))
+	for {
+		u, ok := d.PopUsed()
+		if !ok {
+			return out
 		}
+		out = append(out, u)
 	}
-	return out
 }
 
-// LastUsed returns the used index up to which Reclaim has consumed.
+// PopUsed returns the next used element, if any, and frees its descriptors.
+func (d *Driver) PopUsed() (Used, bool) {
+	if d.UsedIdx() == d.lastUsed {
+		return Used{}, false
+	}
+	u := d.UsedElem(d.lastUsed)
+	d.lastUsed++
+	if ids, ok := d.chainDescs[uint16(u.ID)]; ok {
+		d.free = append(d.free, ids...)
+		delete(d.chainDescs, uint16(u.ID))
+	}
+	return u, true
+}
+
+// LastUsed returns the used index up to which Reclaim and PopUsed have
+// consumed.
 func (d *Driver) LastUsed() uint16 { return d.lastUsed }
 
 // Free returns the number of free descriptors.

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"vunet/tcpstack"
+	"vunet/tcpstack/addrpolicy"
 	"vunet/vhostuser"
 	"vunet/virtqueue"
 )
@@ -149,6 +150,11 @@ func collectPair(ch chan<- prometheus.Metric, st *tcpstack.QueueStats, q string)
 	counter(ch, descWakeups, st.Wakeups.Load(), q)
 	counter(ch, descLoopStarts, st.LoopStarts.Load(), q)
 	counter(ch, descMemFaults, st.MemoryFaults.Load(), q)
+	for p := addrpolicy.Proto(0); p < addrpolicy.NumProtos; p++ {
+		for r := addrpolicy.Reason(1); r < addrpolicy.NumReasons; r++ { // 0 is "allowed"
+			sparseCounter(ch, descPolicy, st.PolicyDrops[p][r].Load(), q, p.String(), r.String())
+		}
+	}
 	counter(ch, descFlowsOpen, st.FlowsOpened.Load(), q)
 	counter(ch, descFlowsClose, st.FlowsClosed.Load(), q)
 	counter(ch, descFlowsEvict, st.FlowsEvicted.Load(), q)

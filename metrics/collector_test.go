@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"vunet/tcpstack"
+	"vunet/tcpstack/addrpolicy"
 	"vunet/vhostuser"
 )
 
@@ -94,6 +95,8 @@ func TestCollectorReadsCounters(t *testing.T) {
 	st.Proto.RouterAdverts.Add(5)
 	st.Proto.NeighborAdverts.Add(7)
 	st.Proto.Fragments[tcpstack.FragReassembled].Add(8)
+	st.PolicyDrops[addrpolicy.UDP][addrpolicy.DstLoopback].Add(9)
+	st.TX.Drops[tcpstack.DropPolicy].Add(9)
 
 	want := map[string]string{
 		`vunet_build_info{goversion="go1.26.0",revision="0123456789abcdef0123456789abcdef01234567+dirty",version="1.2.3"}`: "1",
@@ -133,6 +136,8 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_ndp_messages_sent_total{queue="1",type="neighbor_advert"}`:           "7",
 		`vunet_ip_fragments_total{outcome="reassembled",queue="1"}`:                 "8",
 		`vunet_ip_fragments_total{outcome="overlap",queue="0"}`:                     "0",
+		`vunet_policy_drops_total{proto="udp",queue="1",reason="dst_loopback"}`:     "9",
+		`vunet_queue_drops_total{direction="from_guest",queue="1",reason="policy"}`: "9",
 	}
 	lines := samples(scrape(t, src))
 	for k, v := range want {
@@ -145,6 +150,7 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_queue_drops_total{direction="from_guest",queue="1",reason="runt"}`,
 		`vunet_queue_drops_total{direction="to_guest",queue="1",reason="unknown_ethertype"}`,
 		`vunet_udp_drops_total{direction="from_guest",queue="1",reason="no_fit"}`,
+		`vunet_policy_drops_total{proto="tcp",queue="1",reason="dst_loopback"}`,
 		`vunet_vhost_user_messages_total{request="` + vhostuser.ReqSetOwner.String() + `"}`,
 	} {
 		if v, ok := lines[k]; ok {

@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"vunet/tcpstack"
+	"vunet/tcpstack/addrpolicy"
 	"vunet/vhostuser"
 )
 
@@ -66,6 +67,7 @@ func everySeries() Sources {
 		st[0].RX.Drops[r].Add(1)
 		st[0].Proto.UDPDrops[tcpstack.ToGuest][r].Add(1)
 	}
+	st[0].PolicyDrops[addrpolicy.TCP][addrpolicy.DstLoopback].Add(1)
 	return src
 }
 

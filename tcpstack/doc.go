@@ -19,6 +19,11 @@
 // the flow table in flow_table.go; fragmented UDP and ICMP datagrams are
 // reassembled first, ip_reassembly.go); TCP segments go to the TCP table
 // (tcp_*.go), which writes its frames through the same RX reservations.
+// Before a guest flow opens a host socket (a TCP connection, a UDP or ICMP
+// echo flow) the address policy of package addrpolicy decides whether it
+// may and which host address it uses (the gateway mapping, the DNS
+// forward); refusals are counted in QueueStats.PolicyDrops and logged at a
+// rate limit (addr_policy.go).
 // Forwarded host ports (passt's -t and -u, [Config.TCPForwards] and
 // [Config.UDPForwards], opened by [Open]) bring host peers' connections and
 // datagrams to the guest (tcp_inbound.go, udp_forward.go). Config.Capture
@@ -28,7 +33,7 @@
 // sockets with each new loop.
 //
 // [Stack] implements the vhost-user back-end's data-plane interface
-// structurally. The package imports only virtqueue and tcpstack/header of
-// vunet's packages: it must not import vhostuser, metrics or cmd, so the
+// structurally. The package imports only virtqueue, tcpstack/header and
+// tcpstack/addrpolicy of vunet's packages: it must not import vhostuser, metrics or cmd, so the
 // control plane and the exporters stay replaceable around it.
 package tcpstack

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/addrpolicy"
 )
 
 // flowKind says which translation a flow does.
@@ -49,10 +51,7 @@ type flow struct {
 // flowConfig is the part of the Stack's Config the flows use.
 type flowConfig struct {
 	maxFlows                int
-	gw4, gw6                netip.Addr // the gateway as the guest addresses it
-	gw6Global               netip.Addr // the host's own IPv6 router, if the guest uses it
-	dnsFwd4, dnsFwd6        netip.Addr // host loopback resolvers behind the gateway's port 53
-	mapGateway              bool
+	policy                  *addrpolicy.Policy // what flows may reach and where they go
 	ourMAC                  [6]byte
 	udpTimeout, icmpTimeout time.Duration
 	bind4, bind6            netip.Addr // source addresses of host sockets (Config.Outbound4/6)
@@ -78,6 +77,7 @@ type flowTable struct {
 	rHead, rCount int
 
 	ep        epollSet
+	policy    policyGate
 	noSockets bool // Stack.noHostSockets
 	io        sockIO
 	now       time.Time
@@ -103,6 +103,7 @@ func newFlowTable(cfg flowConfig, st *QueueStats, log *slog.Logger) *flowTable {
 		byKey:  make(map[flowKey]int32, cfg.maxFlows),
 		readyQ: make([]int32, cfg.maxFlows),
 		ep:     epollSet{fd: -1},
+		policy: policyGate{pol: cfg.policy, st: st, log: log},
 	}
 	for i := cfg.maxFlows - 1; i >= 0; i-- {
 		ft.free = append(ft.free, int32(i))
@@ -146,15 +147,25 @@ func (ft *flowTable) attach(ep epollSet) error {
 // registrations).
 func (ft *flowTable) detach() { ft.ep = epollSet{fd: -1} }
 
-// lookup returns the flow for key, opening its host socket when absent.
-func (ft *flowTable) lookup(key *flowKey) (int32, bool) {
+// lookup returns the flow for key, opening its host socket when absent and
+// the address policy allows it. A failure is counted as a TX drop and
+// returned as why.
+func (ft *flowTable) lookup(key *flowKey) (i int32, why DropReason, ok bool) {
 	if i, ok := ft.byKey[*key]; ok {
 		ft.flows[i].lastUsed = ft.now
-		return i, true
+		return i, 0, true
+	}
+	proto := addrpolicy.UDP
+	if key.kind == flowICMP {
+		proto = addrpolicy.ICMP
+	}
+	v := ft.policy.outbound(ft.now, proto, key.guestAddr(), netip.AddrPortFrom(key.remoteAddr(), key.remotePort))
+	if !v.Allowed() {
+		return 0, DropPolicy, false
 	}
 	if ft.noSockets {
 		ft.st.TX.Drops[DropNoFlow].Add(1)
-		return 0, false
+		return 0, DropNoFlow, false
 	}
 	if len(ft.free) == 0 {
 		// Full: the least recently used flow makes room, so a guest that
@@ -166,21 +177,22 @@ func (ft *flowTable) lookup(key *flowKey) (int32, bool) {
 	var fd int
 	var err error
 	if key.kind == flowICMP {
-		fd, err = ft.openICMP(key)
+		fd, err = ft.openICMP(key, v.Host)
 	} else {
-		fd, err = ft.openUDP(key)
+		fd, err = ft.openUDP(key, v.Host)
 	}
 	if err != nil {
 		ft.st.TX.Drops[DropNoFlow].Add(1)
 		ft.warn("cannot open host socket for flow", "err", err, "kind", key.kind,
-			"remote", key.remoteAddr(), "port", key.remotePort)
-		return 0, false
+			"remote", key.remoteAddr(), "port", key.remotePort, "host", v.Host)
+		return 0, DropNoFlow, false
 	}
-	i, ok := ft.adopt(key, fd)
+	i, ok = ft.adopt(key, fd)
 	if !ok {
 		ft.st.TX.Drops[DropNoFlow].Add(1)
+		return 0, DropNoFlow, false
 	}
-	return i, ok
+	return i, 0, true
 }
 
 // adopt makes fd, an open host socket, the flow for key. The table must
@@ -374,28 +386,6 @@ func (ft *flowTable) expire(now time.Time) {
 	ft.nextSweep = now.Add(ft.sweepInterval())
 }
 
-// hostAddr maps the address and port the guest talks to onto the host
-// address the socket connects to: the gateway is the host itself (loopback),
-// and its DNS port leads to a loopback resolver when one was detected.
-func (ft *flowTable) hostAddr(a netip.Addr, port uint16) netip.Addr {
-	if !ft.cfg.mapGateway {
-		return a
-	}
-	if a.Is4() && ft.cfg.gw4.IsValid() && a == ft.cfg.gw4 {
-		if port == 53 && ft.cfg.dnsFwd4.IsValid() {
-			return ft.cfg.dnsFwd4
-		}
-		return netip.AddrFrom4([4]byte{127, 0, 0, 1})
-	}
-	if a.Is6() && ((ft.cfg.gw6.IsValid() && a == ft.cfg.gw6) || (ft.cfg.gw6Global.IsValid() && a == ft.cfg.gw6Global)) {
-		if port == 53 && ft.cfg.dnsFwd6.IsValid() {
-			return ft.cfg.dnsFwd6
-		}
-		return netip.IPv6Loopback()
-	}
-	return a
-}
-
 func (ft *flowTable) warn(msg string, args ...any) {
 	if ft.now.Sub(ft.lastWarn) < time.Second {
 		return
@@ -410,9 +400,9 @@ func (ft *flowTable) nextIPID() uint16 {
 }
 
 // openDgram opens a non-blocking datagram socket of proto connected to
-// the host address for key's remote end.
-func (ft *flowTable) openDgram(key *flowKey, proto int) (int, error) {
-	remote := ft.hostAddr(key.remoteAddr(), key.remotePort)
+// host, where the address policy sends key's remote end.
+func (ft *flowTable) openDgram(key *flowKey, host netip.AddrPort, proto int) (int, error) {
+	remote := host.Addr()
 	family := unix.AF_INET
 	if key.v6 {
 		family = unix.AF_INET6
@@ -427,16 +417,9 @@ func (ft *flowTable) openDgram(key *flowKey, proto int) (int, error) {
 	}
 	var sa unix.Sockaddr
 	if key.v6 {
-		sa6 := &unix.SockaddrInet6{Port: int(key.remotePort), Addr: remote.As16()}
-		if remote.Is6() && remote.IsLinkLocalUnicast() {
-			// A link-local remote other than the gateway has no host scope
-			// to go to; the kernel refuses it, and so do we.
-			unix.Close(fd)
-			return -1, unix.EHOSTUNREACH
-		}
-		sa = sa6
+		sa = &unix.SockaddrInet6{Port: int(host.Port()), Addr: remote.As16()}
 	} else {
-		sa = &unix.SockaddrInet4{Port: int(key.remotePort), Addr: remote.As4()}
+		sa = &unix.SockaddrInet4{Port: int(host.Port()), Addr: remote.As4()}
 	}
 	if err := unix.Connect(fd, sa); err != nil {
 		unix.Close(fd)

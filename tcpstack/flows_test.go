@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
 	"vunet/virtqueue"
 )
@@ -29,6 +30,11 @@ func newFlowPair(t testing.TB, features uint64, mod func(*Config)) *testPair {
 	cfg.Addr.IPv4.PrefixLen = 24
 	cfg.Addr.IPv4.Gateway = testGw4
 	cfg.Addr.IPv6.GatewayLL = testGw6
+	// The guest's IPv6 prefix, so its fd00::15 is its own to the address
+	// policy; without periodic RAs, which these tests do not count.
+	cfg.Addr.IPv6.Addr = testGuest6
+	cfg.Addr.IPv6.PrefixLen = 64
+	cfg.Addr.NoRA = true
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -259,9 +265,12 @@ func TestUDPToMulticastDropped(t *testing.T) {
 	p.addTX(udpFrame(testGuest4, netip.MustParseAddr("224.0.0.251"), 5353, 5353, []byte("mdns")))
 	p.tx.Send()
 	st := p.stats()
-	waitFor(t, "drop", 2*time.Second, func() bool { return st.TX.Drops[DropUnhandledProtocol].Load() == 1 })
+	waitFor(t, "drop", 2*time.Second, func() bool { return st.TX.Drops[DropPolicy].Load() == 1 })
 	if st.FlowsOpened.Load() != 0 {
 		t.Error("flow opened for multicast")
+	}
+	if n := st.PolicyDrops[addrpolicy.UDP][addrpolicy.DstMulticast].Load(); n != 1 {
+		t.Errorf("policy drops udp/dst_multicast = %d, want 1", n)
 	}
 }
 

@@ -91,6 +91,7 @@ func (s *Stack) pairStateLocked(index int) *pairState {
 		ps.flows = newFlowTable(s.flowConfig(), ps.st, s.log.With("pair", index))
 		ps.flows.noSockets = s.noHostSockets
 		ps.tcp = newTCPTable(s.tcpConfig(index), ps.tcpStats, epollSet{fd: -1})
+		ps.tcp.policy = policyGate{pol: s.policy, st: ps.st, log: ps.tcp.log}
 		s.pairs[index] = ps
 	}
 	return ps

@@ -3,6 +3,7 @@ package tcpstack
 import (
 	"encoding/binary"
 	"errors"
+	"net/netip"
 
 	"golang.org/x/sys/unix"
 
@@ -32,14 +33,10 @@ func (l *loop) icmpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) bool {
 	if m[0] != echo || m[1] != 0 {
 		return false
 	}
-	if !ip.dstUnicast() {
-		l.st.TX.Drops[DropUnhandledProtocol].Add(1)
-		return true
-	}
 	ft := l.flows
 	key := flowKey{kind: flowICMP, v6: ip.v6, guestIP: ip.src, remoteIP: ip.dst,
 		guestPort: binary.BigEndian.Uint16(m[4:6])}
-	i, ok := ft.lookup(&key)
+	i, _, ok := ft.lookup(&key)
 	if !ok {
 		return true
 	}
@@ -53,12 +50,12 @@ func (l *loop) icmpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) bool {
 	return true
 }
 
-func (ft *flowTable) openICMP(key *flowKey) (int, error) {
+func (ft *flowTable) openICMP(key *flowKey, host netip.AddrPort) (int, error) {
 	proto := unix.IPPROTO_ICMP
 	if key.v6 {
 		proto = unix.IPPROTO_ICMPV6
 	}
-	fd, err := ft.openDgram(key, proto)
+	fd, err := ft.openDgram(key, host, proto)
 	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
 		return -1, errors.New("ping sockets not permitted: widen net.ipv4.ping_group_range to include our group")
 	}

@@ -37,8 +37,8 @@ func TestUDPStats(t *testing.T) {
 		{"datagrams from guest", int64(ps.UDPDatagrams[FromGuest].Load()), 1},
 		{"bytes to guest", int64(ps.UDPBytes[ToGuest].Load()), 123},
 		{"bytes from guest", int64(ps.UDPBytes[FromGuest].Load()), 123},
-		{"multicast drop", int64(ps.UDPDrops[FromGuest][DropUnhandledProtocol].Load()), 1},
-		{"multicast drop in tx drops", int64(p.stats().TX.Drops[DropUnhandledProtocol].Load()), 1},
+		{"multicast drop", int64(ps.UDPDrops[FromGuest][DropPolicy].Load()), 1},
+		{"multicast drop in tx drops", int64(p.stats().TX.Drops[DropPolicy].Load()), 1},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"vunet/tcpstack/addrpolicy"
 	"vunet/virtqueue"
 )
 
@@ -21,7 +22,9 @@ type Config struct {
 	// the gateway with it. A zero OurMAC means DefaultOurMAC.
 	Addr AddrConfig
 	// NoMapGateway disables the mapping of guest flows to the gateway
-	// address onto the host's loopback (127.0.0.1, ::1).
+	// address onto the host's loopback (127.0.0.1, ::1): the guest then
+	// reaches nothing on the host's loopback except through the DNS
+	// forward (Addr.DNSForward4/6). See package addrpolicy.
 	NoMapGateway bool
 	// MaxFlows bounds the UDP and ICMP echo flows of one queue pair
 	// (default 1024); a datagram that needs a new flow beyond it is dropped.
@@ -63,8 +66,9 @@ const DefaultMTU = 65520
 // SessionEnder, MTUSetter) directly: the control plane drives it with no
 // adapter in between.
 type Stack struct {
-	cfg Config
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	policy *addrpolicy.Policy // what guest flows may reach, and where they go
 
 	mtu      atomic.Int64
 	guestMAC atomic.Uint64 // learned or announced guest MAC, 48 bits; 0 = unknown
@@ -109,10 +113,11 @@ func New(cfg Config) *Stack {
 		cfg.ICMPTimeout = 60 * time.Second
 	}
 	s := &Stack{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		loops: make(map[int]*loop),
-		pairs: make(map[int]*pairState),
+		cfg:    cfg,
+		log:    cfg.Logger,
+		policy: newAddrPolicy(&cfg),
+		loops:  make(map[int]*loop),
+		pairs:  make(map[int]*pairState),
 	}
 	s.mtu.Store(int64(cfg.Addr.EffectiveMTU()))
 	// A configured guest MAC addresses frames to the guest (forwarded
@@ -296,12 +301,6 @@ func (s *Stack) tcpConfig(index int) TCPConfig {
 	c := s.cfg.TCP
 	c.OurMAC = s.cfg.Addr.OurMAC
 	c.MTU = s.cfg.Addr.EffectiveMTU()
-	c.GatewayV4 = s.cfg.Addr.IPv4.Gateway
-	c.GatewayV6 = s.gateway6()
-	if !s.cfg.Addr.Disable6 {
-		c.GatewayV6Global = s.cfg.Addr.IPv6.Gateway
-	}
-	c.NoMapGateway = c.NoMapGateway || s.cfg.NoMapGateway
 	c.BindV4, c.BindV6 = s.cfg.Outbound4, s.cfg.Outbound6
 	c.TokenTag = tagTCP
 	if c.Logger == nil {
@@ -315,12 +314,7 @@ func (s *Stack) flowConfig() flowConfig {
 	a := &s.cfg.Addr
 	return flowConfig{
 		maxFlows:    s.cfg.MaxFlows,
-		gw4:         a.IPv4.Gateway,
-		gw6:         s.gateway6(),
-		gw6Global:   a.IPv6.Gateway,
-		dnsFwd4:     a.DNSForward4,
-		dnsFwd6:     a.DNSForward6,
-		mapGateway:  !s.cfg.NoMapGateway,
+		policy:      s.policy,
 		guest4:      a.IPv4.Addr,
 		guest6:      a.IPv6.Addr,
 		bind4:       s.cfg.Outbound4,

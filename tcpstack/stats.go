@@ -1,6 +1,10 @@
 package tcpstack
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"vunet/tcpstack/addrpolicy"
+)
 
 // DropReason says why a frame was discarded instead of being translated or
 // delivered. The values index [DirStats.Drops].
@@ -41,6 +45,9 @@ const (
 	// given up: overlapping, invalid, timed out, evicted, or not
 	// reassembled (TCP); see ProtoStats.Fragments.
 	DropFragment
+	// DropPolicy: a guest packet the address policy refused (see
+	// QueueStats.PolicyDrops for the reason).
+	DropPolicy
 
 	// NumDropReasons is the number of drop reasons (array size).
 	NumDropReasons
@@ -61,6 +68,7 @@ var dropReasonNames = [NumDropReasons]string{
 	DropNoFlow:            "no_flow",
 	DropProtocolDisabled:  "protocol_disabled",
 	DropFragment:          "fragment",
+	DropPolicy:            "policy",
 }
 
 // String returns the metric label value for the reason.
@@ -163,4 +171,7 @@ type QueueStats struct {
 	// (the front-end shrank or unmapped the file behind a region). The
 	// pair stays inert until the control plane stops and rebuilds it.
 	MemoryFaults atomic.Uint64
+	// PolicyDrops counts guest packets the address policy refused, by
+	// protocol and reason (each is also a TX drop, DropPolicy).
+	PolicyDrops [addrpolicy.NumProtos][addrpolicy.NumReasons]atomic.Uint64
 }

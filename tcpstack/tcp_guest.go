@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
 )
 
@@ -125,16 +126,23 @@ func (t *tcpTable) HandleGuestFrame(now time.Time, head []byte, frame [][]byte, 
 	if !parseTCPFrame(head, frameLen, sg) {
 		return false
 	}
-	t.learnGuest(sg)
 	s, ok := t.byKey[sg.key]
 	if !ok {
+		// Connections exist only where the address policy let them; a
+		// segment without one is judged before it opens one or gets an RST.
+		v := t.policy.outbound(now, addrpolicy.TCP, sg.src, netip.AddrPortFrom(sg.dst, sg.dstPort))
+		if !v.Allowed() {
+			return true
+		}
+		t.learnGuest(sg)
 		if sg.flags&(header.TCPFlagSYN|header.TCPFlagACK|header.TCPFlagRST|header.TCPFlagFIN) == header.TCPFlagSYN {
-			t.connect(now, sg)
+			t.connect(now, sg, v.Host)
 		} else {
 			t.queueRST(sg)
 		}
 		return true
 	}
+	t.learnGuest(sg)
 	f := &t.flows[s]
 	t.guestSegment(now, f, sg, frame, skip)
 	if f.state != tcpFree {
@@ -161,10 +169,10 @@ func (t *tcpTable) ipHdrLen(v6 bool) int {
 	return header.IPv4MinimumSize
 }
 
-// connect starts a host connection for a guest SYN.
-func (t *tcpTable) connect(now time.Time, sg *tcpSegment) {
-	if !sg.src.IsGlobalUnicast() && !sg.src.IsLinkLocalUnicast() && !sg.src.IsPrivate() && !sg.src.IsLoopback() ||
-		!sg.dst.IsValid() || sg.dst.IsMulticast() || sg.dst.IsUnspecified() || sg.srcPort == 0 || sg.dstPort == 0 {
+// connect starts a host connection to host (where the address policy sends
+// the guest's destination) for a guest SYN.
+func (t *tcpTable) connect(now time.Time, sg *tcpSegment, host netip.AddrPort) {
+	if sg.srcPort == 0 || sg.dstPort == 0 {
 		return
 	}
 	f := t.alloc(sg.key)
@@ -197,16 +205,15 @@ func (t *tcpTable) connect(now time.Time, sg *tcpSegment) {
 	f.seqAckFromGuest = f.iss
 	f.created, f.lastActivity = now, now
 
-	dst := t.mapRemote(sg.dst)
-	if dst.IsLoopback() {
+	if host.Addr().IsLoopback() {
 		f.flags |= flLocal
 	}
 	t.stats.Connects.Add(1)
-	fd, inProgress, err := t.dial(netip.AddrPortFrom(dst, sg.dstPort), t.cfg.SndBuf, t.cfg.RcvBuf)
+	fd, inProgress, err := t.dial(host, t.cfg.SndBuf, t.cfg.RcvBuf)
 	t.setState(f, tcpConnecting)
 	if err != nil {
 		t.stats.ConnectFailures.Add(1)
-		t.log.Debug("tcp connect failed", "dst", dst, "port", sg.dstPort, "err", err)
+		t.log.Debug("tcp connect failed", "dst", host, "err", err)
 		t.resetFlow(f, now)
 		return
 	}

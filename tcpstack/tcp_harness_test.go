@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
 	"vunet/virtqueue"
 )
@@ -122,12 +123,13 @@ type tcpSeg struct {
 
 // tcpHarness drives a tcpTable as the loop would, with a simulated guest.
 type tcpHarness struct {
-	t     testing.TB
-	tab   *tcpTable
-	poll  *tcpEpollPoller
-	w     *tcpFakeWriter
-	now   time.Time
-	stats *TCPStats
+	t      testing.TB
+	tab    *tcpTable
+	poll   *tcpEpollPoller
+	w      *tcpFakeWriter
+	now    time.Time
+	stats  *TCPStats
+	qstats *QueueStats // the policy's drop counters
 
 	guest, remote netip.AddrPort
 	guestMAC      [6]byte
@@ -139,6 +141,19 @@ type tcpHarness struct {
 	blocked       bool
 }
 
+// tcpHarnessPolicy is the harness guest's address policy: the guest is
+// 10.0.2.15/24 and fd00::15/64 behind 10.0.2.2, fe80::1 and fd00::2, all
+// mapped to the host's loopback.
+var tcpHarnessPolicy = addrpolicy.Config{
+	Guest4:         netip.MustParsePrefix("10.0.2.15/24"),
+	Guest6:         netip.MustParsePrefix("fd00::15/64"),
+	LinkLocal6:     true,
+	Gateway4:       netip.MustParseAddr("10.0.2.2"),
+	Gateway6:       netip.MustParseAddr("fe80::1"),
+	Gateway6Global: netip.MustParseAddr("fd00::2"),
+	MapGateway:     true,
+}
+
 func tcpNewHarness(t testing.TB, cfg TCPConfig) *tcpHarness {
 	t.Helper()
 	h := &tcpHarness{
@@ -147,6 +162,7 @@ func tcpNewHarness(t testing.TB, cfg TCPConfig) *tcpHarness {
 		w:        tcpNewFakeWriter(1 << 20),
 		now:      time.Unix(1_000_000, 0),
 		stats:    new(TCPStats),
+		qstats:   new(QueueStats),
 		guest:    netip.MustParseAddrPort("10.0.2.15:40000"),
 		guestMAC: [6]byte{0x52, 0x54, 0, 0x12, 0x34, 0x56},
 		isn:      1_000_000,
@@ -155,10 +171,8 @@ func tcpNewHarness(t testing.TB, cfg TCPConfig) *tcpHarness {
 	if cfg.OurMAC == ([6]byte{}) {
 		cfg.OurMAC = DefaultOurMAC
 	}
-	if !cfg.GatewayV4.IsValid() {
-		cfg.GatewayV4 = netip.MustParseAddr("10.0.2.2")
-	}
 	h.tab = newTCPTable(cfg, h.stats, h.poll)
+	h.tab.policy = policyGate{pol: addrpolicy.New(tcpHarnessPolicy), st: h.qstats, log: h.tab.log}
 	t.Cleanup(h.tab.Close)
 	return h
 }

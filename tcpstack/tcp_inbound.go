@@ -147,17 +147,11 @@ func (t *tcpTable) accept(now time.Time, i int) {
 
 // inbound opens the guest side of an accepted connection.
 func (t *tcpTable) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort uint16) bool {
-	remote := peer.Addr()
+	// A loopback peer appears as the gateway, which the guest answers.
+	remote, _ := t.policy.pol.InboundSource(peer.Addr())
 	guest := t.guestV4
-	if remote.Is4() {
-		if remote.IsLoopback() && t.cfg.GatewayV4.IsValid() {
-			remote = t.cfg.GatewayV4 // the guest answers its gateway, which is us
-		}
-	} else {
+	if remote.Is6() {
 		guest = t.guestV6
-		if remote.IsLoopback() && t.cfg.GatewayV6.IsValid() {
-			remote = t.cfg.GatewayV6
-		}
 	}
 	if !guest.IsValid() || t.guestMAC == ([6]byte{}) || !remote.IsValid() {
 		t.log.Debug("tcp forward: guest address unknown, connection refused", "peer", peer)

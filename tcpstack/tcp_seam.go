@@ -63,16 +63,6 @@ type TCPConfig struct {
 	OurMAC [6]byte
 	// MTU of the guest link (default 65520): frames without GSO stay within it.
 	MTU int
-	// GatewayV4 and GatewayV6 are the guest's gateway addresses; guest
-	// connections to them go to the host's loopback (127.0.0.1 / ::1)
-	// unless NoMapGateway is set.
-	GatewayV4, GatewayV6 netip.Addr
-	// GatewayV6Global is the host's global IPv6 router address, which the
-	// guest may also use for the gateway (as for UDP flows); connections
-	// to it go to ::1 as well. Invalid means none.
-	GatewayV6Global netip.Addr
-	// NoMapGateway disables the gateway → loopback mapping.
-	NoMapGateway bool
 	// BindV4 and BindV6, when valid, are the source addresses host
 	// sockets bind to before connecting (Config.Outbound4/6).
 	BindV4, BindV6 netip.Addr

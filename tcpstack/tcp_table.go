@@ -7,6 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/addrpolicy"
+
 	"vunet/virtqueue"
 )
 
@@ -45,6 +47,9 @@ type tcpTable struct {
 	listeners        []tcpListener
 	guestMAC         [6]byte
 	guestV4, guestV6 netip.Addr
+
+	// policy decides which guest connections may be made, and to where.
+	policy policyGate
 
 	// dial opens the host socket; tests and fuzzing replace it.
 	dial func(dst netip.AddrPort, sndBuf, rcvBuf int) (fd int, inProgress bool, err error)
@@ -87,6 +92,8 @@ func newTCPTable(cfg TCPConfig, stats *TCPStats, p tcpPoller) *tcpTable {
 		peekOff: !cfg.NoPeekOffset && tcpPeekOffsetSupported(),
 		bufs:    make([][]byte, 0, tcpIovMax),
 		dial:    tcpDialer(cfg.BindV4, cfg.BindV6),
+		// Until the Stack sets the real one: a policy that refuses all.
+		policy: policyGate{pol: addrpolicy.New(addrpolicy.Config{}), st: new(QueueStats), log: cfg.Logger},
 	}
 	for i := cfg.MaxFlows - 1; i >= 0; i-- {
 		t.flows[i].slot = int32(i)
@@ -348,20 +355,3 @@ func (t *tcpTable) noteTimer(d time.Time) {
 // none. The loop arms its timerfd to it after each iteration and calls
 // Timers when it fires.
 func (t *tcpTable) NextTimer() time.Time { return t.nextTimer }
-
-// mapRemote returns the host address a guest connection to a goes to.
-func (t *tcpTable) mapRemote(a netip.Addr) netip.Addr {
-	if t.cfg.NoMapGateway {
-		return a
-	}
-	if t.cfg.GatewayV4.IsValid() && a == t.cfg.GatewayV4 {
-		return netip.AddrFrom4([4]byte{127, 0, 0, 1})
-	}
-	if t.cfg.GatewayV6.IsValid() && a == t.cfg.GatewayV6 {
-		return netip.IPv6Loopback()
-	}
-	if t.cfg.GatewayV6Global.IsValid() && a == t.cfg.GatewayV6Global {
-		return netip.IPv6Loopback()
-	}
-	return a
-}

@@ -3,6 +3,7 @@ package tcpstack
 import (
 	"encoding/binary"
 	"errors"
+	"net/netip"
 
 	"golang.org/x/sys/unix"
 
@@ -34,15 +35,6 @@ type l3Info struct {
 	src, dst [16]byte // guest (source) and remote (destination) address
 	l4Off    int      // offset of the L4 header from the frame start
 	l4Len    int      // L4 length per the IP header
-}
-
-// dstUnicast reports whether the destination is an address a connected
-// socket can reach: not multicast, not broadcast, not unspecified.
-func (ip *l3Info) dstUnicast() bool {
-	if ip.v6 {
-		return ip.dst[0] != 0xff && ip.dst != [16]byte{}
-	}
-	return ip.dst[0] < 224 && [4]byte(ip.dst[:4]) != [4]byte{}
 }
 
 // parseL3v4 fills ip from an IPv4 header in the copied head of a frame.
@@ -149,10 +141,6 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 		st.udpDrop(FromGuest, DropMalformed)
 		return
 	}
-	if !ip.dstUnicast() {
-		st.udpDrop(FromGuest, DropUnhandledProtocol)
-		return
-	}
 	ft := l.flows
 	key := flowKey{kind: flowUDP, v6: ip.v6, guestIP: ip.src, remoteIP: ip.dst,
 		guestPort: binary.BigEndian.Uint16(u[0:2]), remotePort: binary.BigEndian.Uint16(u[2:4])}
@@ -160,9 +148,9 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 		st.udpDrop(FromGuest, DropMalformed)
 		return
 	}
-	i, ok := ft.lookup(&key)
+	i, why, ok := ft.lookup(&key)
 	if !ok {
-		st.Proto.UDPDrops[FromGuest][DropNoFlow].Add(1) // lookup counted the drop
+		st.Proto.UDPDrops[FromGuest][why].Add(1) // lookup counted the TX drop
 		return
 	}
 	fd := ft.flows[i].fd
@@ -203,8 +191,8 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 	}
 }
 
-func (ft *flowTable) openUDP(key *flowKey) (int, error) {
-	return ft.openDgram(key, 0)
+func (ft *flowTable) openUDP(key *flowKey, host netip.AddrPort) (int, error) {
+	return ft.openDgram(key, host, 0)
 }
 
 // readUDP moves datagrams from flow i's socket into guest RX buffers.

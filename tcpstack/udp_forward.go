@@ -212,12 +212,9 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 // address and the forward's guest port.
 func (ft *flowTable) forwardKey(lis *udpListener, peer netip.AddrPort) (flowKey, bool) {
 	k := flowKey{kind: flowUDP, v6: lis.v6, guestPort: lis.guestPort, remotePort: peer.Port()}
-	src := peer.Addr()
-	if src.IsLoopback() {
-		src = ft.cfg.gw4
-		if lis.v6 {
-			src = ft.cfg.gw6
-		}
+	src, ok := ft.cfg.policy.InboundSource(peer.Addr())
+	if !ok {
+		return k, false
 	}
 	dst := ft.cfg.guest4
 	if lis.v6 {

@@ -165,6 +165,10 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 	if err := applyDNSForward(o, &addr); err != nil {
 		return nil, err
 	}
+	noMap := o.noMapGW || o.mapHostLoopbackNone
+	if noMap {
+		dropImplicitLoopbackDNS(o, &addr, sc)
+	}
 	switch {
 	case o.searchNone:
 		addr.Search = nil
@@ -177,7 +181,6 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 	addr.NoRA = addr.NoRA || o.noRA
 	addr.Hostname, addr.FQDN = o.hostname, o.fqdn
 
-	noMap := o.noMapGW || o.mapHostLoopbackNone
 	if o.mapHostLoopback != "" && !o.mapHostLoopbackNone {
 		a, _ := parseAddr(o.mapHostLoopback)
 		if a != addr.IPv4.Gateway && a != addr.IPv6.Gateway && a != addr.RouterLL() {
@@ -200,11 +203,10 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 		Outbound4:    o.outbound4,
 		Outbound6:    o.outbound6,
 		TCP: tcpstack.TCPConfig{
-			MaxFlows:     o.maxTCPFlows,
-			IdleTimeout:  o.tcpIdleTimeout,
-			SndBuf:       o.tcpSndBuf,
-			RcvBuf:       o.tcpRcvBuf,
-			NoMapGateway: noMap,
+			MaxFlows:    o.maxTCPFlows,
+			IdleTimeout: o.tcpIdleTimeout,
+			SndBuf:      o.tcpSndBuf,
+			RcvBuf:      o.tcpRcvBuf,
 		},
 	}
 
@@ -323,6 +325,40 @@ func applyDNSForward(o *options, addr *tcpstack.AddrConfig) error {
 		addr.DNSForward6 = o.dnsHost6
 	}
 	return nil
+}
+
+// dropImplicitLoopbackDNS withdraws a DNS forward to a host loopback
+// resolver that only /etc/resolv.conf asked for: with the gateway mapping
+// off the guest reaches nothing on the host's loopback, and only an
+// explicit --dns-forward or --dns-host keeps such a forward (passt, too,
+// skips loopback resolvers with --no-map-gw). The gateway that stood for
+// the resolver leaves the guest's DNS list unless --dns named it.
+func dropImplicitLoopbackDNS(o *options, addr *tcpstack.AddrConfig, sc *stackConfig) {
+	userDNS := len(o.dns) > 0 || o.dnsNone
+	if !o.dnsForward4.IsValid() && !o.dnsHost4.IsValid() && addr.DNSForward4.IsLoopback() {
+		sc.notes = append(sc.notes, fmt.Sprintf("host resolver %v is on the host's loopback, out of the guest's reach with the gateway mapping off: not forwarded (give --dns-forward to forward it)", addr.DNSForward4))
+		if !userDNS {
+			addr.DNS4 = withoutAddr(addr.DNS4, addr.IPv4.Gateway)
+		}
+		addr.DNSForward4 = netip.Addr{}
+	}
+	if !o.dnsForward6.IsValid() && !o.dnsHost6.IsValid() && addr.DNSForward6.IsLoopback() {
+		sc.notes = append(sc.notes, fmt.Sprintf("host resolver %v is on the host's loopback, out of the guest's reach with the gateway mapping off: not forwarded (give --dns-forward to forward it)", addr.DNSForward6))
+		if !userDNS {
+			addr.DNS6 = withoutAddr(addr.DNS6, addr.RouterLL())
+		}
+		addr.DNSForward6 = netip.Addr{}
+	}
+}
+
+func withoutAddr(list []netip.Addr, a netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, x := range list {
+		if x != a {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func containsAddr(list []netip.Addr, a netip.Addr) bool {

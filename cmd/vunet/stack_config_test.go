@@ -88,7 +88,7 @@ func TestStackConfigOverrides(t *testing.T) {
 		!slices.Equal(a.Search, []string{"a.example", "b.example"}) {
 		t.Errorf("dns %v %v search %v", a.DNS4, a.DNS6, a.Search)
 	}
-	if a.NoDHCP || !a.NoDHCPv6 || a.NoNDP || !a.NoRA || !sc.cfg.NoMapGateway || !sc.cfg.TCP.NoMapGateway {
+	if a.NoDHCP || !a.NoDHCPv6 || a.NoNDP || !a.NoRA || !sc.cfg.NoMapGateway {
 		t.Errorf("switches %+v", a)
 	}
 	if sc.cfg.MaxFlows != 7 || sc.cfg.TCP.MaxFlows != 9 || sc.cfg.TCP.SndBuf != 4096 || sc.cfg.TCP.RcvBuf != 0 {
@@ -151,6 +151,29 @@ func TestStackConfigDNSForwardAndMapping(t *testing.T) {
 	}
 	if sc := mustBuild(t, "--map-host-loopback", "none"); !sc.cfg.NoMapGateway {
 		t.Error("--map-host-loopback none kept the mapping")
+	}
+	// With the mapping off, the loopback resolver found in resolv.conf is
+	// out of reach (no forward, the gateway leaves the DNS list) unless
+	// --dns-forward or --dns-host asks for it.
+	for _, off := range []string{"--no-map-gw", "--map-host-loopback=none"} {
+		sc := mustBuild(t, off)
+		if a := sc.cfg.Addr; a.DNSForward4.IsValid() || slices.Contains(a.DNS4, ap("192.0.2.1")) {
+			t.Errorf("%s: dns forward %v, dns %v: the host's loopback resolver is still reached", off, a.DNSForward4, a.DNS4)
+		}
+		if !slices.ContainsFunc(sc.notes, func(n string) bool { return strings.Contains(n, "127.0.0.53") }) {
+			t.Errorf("%s: no note about the dropped resolver: %q", off, sc.notes)
+		}
+		sc = mustBuild(t, off, "--dns-forward", "192.0.2.1")
+		if a := sc.cfg.Addr; a.DNSForward4 != ap("127.0.0.53") || a.DNS4[0] != ap("192.0.2.1") {
+			t.Errorf("%s --dns-forward: dns forward %v, dns %v", off, a.DNSForward4, a.DNS4)
+		}
+		sc = mustBuild(t, off, "--dns-host", "127.0.0.53")
+		if a := sc.cfg.Addr; a.DNSForward4 != ap("127.0.0.53") {
+			t.Errorf("%s --dns-host: dns forward %v", off, a.DNSForward4)
+		}
+	}
+	if sc := mustBuild(t); sc.cfg.Addr.DNSForward4 != ap("127.0.0.53") {
+		t.Errorf("mapping on: dns forward %v", sc.cfg.Addr.DNSForward4)
 	}
 	if err := configErr(t, "--map-host-loopback", "192.0.2.77"); err == nil || !strings.Contains(err.Error(), "only the gateway") {
 		t.Errorf("map other address: %v", err)

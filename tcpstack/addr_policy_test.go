@@ -1,0 +1,324 @@
+package tcpstack
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/header"
+)
+
+// loopbackSpellings are the ways a guest can write a host loopback address
+// in an IPv4 or IPv6 header.
+var loopbackSpellings = []string{
+	"127.0.0.1", "127.9.9.9", "::1",
+	"::ffff:127.0.0.1", "::ffff:127.9.9.9", "::127.0.0.1", "::127.9.9.9",
+}
+
+// loopbackListeners are host TCP and UDP listeners on 127.0.0.1, 127.9.9.9
+// and ::1 at one port, recording what reaches them.
+type loopbackListeners struct {
+	mu       sync.Mutex
+	accepted map[string]int      // listener address → connections accepted
+	received map[string][]string // listener address → datagrams received
+}
+
+func listenLoopbacks(t *testing.T, port uint16) *loopbackListeners {
+	t.Helper()
+	ll := &loopbackListeners{accepted: map[string]int{}, received: map[string][]string{}}
+	for _, a := range []string{"127.0.0.1", "127.9.9.9", "::1"} {
+		ap := netip.AddrPortFrom(netip.MustParseAddr(a), port).String()
+		ln, err := net.Listen("tcp", ap)
+		if err != nil {
+			t.Fatalf("listen tcp %s: %v", ap, err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				ll.mu.Lock()
+				ll.accepted[a]++
+				ll.mu.Unlock()
+				c.Close()
+			}
+		}()
+		pc, err := net.ListenPacket("udp", ap)
+		if err != nil {
+			t.Fatalf("listen udp %s: %v", ap, err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				n, _, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				ll.mu.Lock()
+				ll.received[a] = append(ll.received[a], string(buf[:n]))
+				ll.mu.Unlock()
+			}
+		}()
+	}
+	return ll
+}
+
+func (ll *loopbackListeners) reset() {
+	ll.mu.Lock()
+	defer ll.mu.Unlock()
+	ll.accepted, ll.received = map[string]int{}, map[string][]string{}
+}
+
+func (ll *loopbackListeners) snapshot() (map[string]int, map[string][]string) {
+	ll.mu.Lock()
+	defer ll.mu.Unlock()
+	acc, rec := map[string]int{}, map[string][]string{}
+	for k, v := range ll.accepted {
+		acc[k] = v
+	}
+	for k, v := range ll.received {
+		rec[k] = append([]string(nil), v...)
+	}
+	return acc, rec
+}
+
+// TestPolicyHostLoopbackUnreachable sends guest TCP SYNs, UDP datagrams
+// and echo requests to every loopback spelling, and from loopback sources
+// to the gateway, through the real loop, with the gateway mapping on and
+// off: host loopback listeners see nothing of them, each is counted as a
+// policy drop, and no RST or reply goes back. With the mapping on, the
+// gateway address still reaches the 127.0.0.1 listeners. It runs in a
+// private network namespace, where the listeners are the only loopback
+// services and the mapping-off gateway has no route.
+func TestPolicyHostLoopbackUnreachable(t *testing.T) {
+	if !inPrivateNetns(t, pingAllowed) {
+		return
+	}
+	const port = 5999
+	ll := listenLoopbacks(t, port)
+	for _, mapGW := range []bool{true, false} {
+		ll.reset()
+		p := newFlowPair(t, featModern, func(c *Config) { c.NoMapGateway = !mapGW })
+		for i := 0; i < 64; i++ {
+			p.rx.AddBuffers(nil, 2048)
+		}
+		p.rx.Post()
+		p.start()
+		sent := 0
+		send := func(f []byte) {
+			p.addTX(f)
+			sent++
+		}
+		for i, s := range loopbackSpellings {
+			d := netip.MustParseAddr(s)
+			src := testGuest4
+			if d.Is6() {
+				src = testGuest6
+			}
+			send(tcpGuestFrame(src, d, 40000+uint16(i), port, 1000, 0, header.TCPFlagSYN, nil))
+			send(udpFrame(src, d, 40000+uint16(i), port, []byte("to "+s)))
+			send(icmpEchoFrame(src, d, 0x100+uint16(i), 1, []byte("ping "+s)))
+		}
+		// Loopback sources, to the gateway.
+		lo4, lo6 := netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()
+		send(tcpGuestFrame(lo4, testGw4, 41000, port, 1000, 0, header.TCPFlagSYN, nil))
+		send(tcpGuestFrame(lo6, testGw6, 41001, port, 1000, 0, header.TCPFlagSYN, nil))
+		send(udpFrame(lo4, testGw4, 41000, port, []byte("from 127.0.0.1")))
+		send(udpFrame(lo6, testGw6, 41001, port, []byte("from ::1")))
+		send(icmpEchoFrame(lo4, testGw4, 0x200, 1, []byte("ping from lo")))
+		send(icmpEchoFrame(lo6, testGw6, 0x201, 1, []byte("ping from lo")))
+		// The legitimate gateway traffic, last.
+		send(udpFrame(testGuest4, testGw4, 42000, port, []byte("legit")))
+		send(tcpGuestFrame(testGuest4, testGw4, 42000, port, 1000, 0, header.TCPFlagSYN, nil))
+		p.tx.Send()
+		st := p.stats()
+		waitFor(t, "TX frames", 3*time.Second, func() bool { return st.TX.Frames.Load() == uint64(sent) })
+		if mapGW {
+			waitFor(t, "the mapped gateway", 3*time.Second, func() bool {
+				acc, rec := ll.snapshot()
+				return acc["127.0.0.1"] == 1 && len(rec["127.0.0.1"]) == 1
+			})
+		}
+		time.Sleep(300 * time.Millisecond) // anything that was going to arrive has
+		acc, rec := ll.snapshot()
+		wantAcc, wantRec := 0, []string(nil)
+		if mapGW {
+			wantAcc, wantRec = 1, []string{"legit"}
+		}
+		for _, a := range []string{"127.0.0.1", "127.9.9.9", "::1"} {
+			w, wr := 0, []string(nil)
+			if a == "127.0.0.1" {
+				w, wr = wantAcc, wantRec
+			}
+			if acc[a] != w || len(rec[a]) != len(wr) || len(wr) == 1 && rec[a][0] != wr[0] {
+				t.Errorf("map=%v: host %s accepted %d connections, received %q; want %d, %q", mapGW, a, acc[a], rec[a], w, wr)
+			}
+		}
+		pd := &st.PolicyDrops
+		n := uint64(len(loopbackSpellings))
+		for _, c := range []struct {
+			proto  addrpolicy.Proto
+			reason addrpolicy.Reason
+			want   uint64
+		}{
+			{addrpolicy.TCP, addrpolicy.DstLoopback, n},
+			{addrpolicy.UDP, addrpolicy.DstLoopback, n},
+			{addrpolicy.ICMP, addrpolicy.DstLoopback, n},
+			{addrpolicy.TCP, addrpolicy.SrcLoopback, 2},
+			{addrpolicy.UDP, addrpolicy.SrcLoopback, 2},
+			{addrpolicy.ICMP, addrpolicy.SrcLoopback, 2},
+		} {
+			if got := pd[c.proto][c.reason].Load(); got != c.want {
+				t.Errorf("map=%v: policy drops %v/%v = %d, want %d", mapGW, c.proto, c.reason, got, c.want)
+			}
+		}
+		if got, want := st.TX.Drops[DropPolicy].Load(), 3*n+6; got != want {
+			t.Errorf("map=%v: tx drops policy = %d, want %d", mapGW, got, want)
+		}
+		if got, want := st.Proto.UDPDrops[FromGuest][DropPolicy].Load(), n+2; got != want {
+			t.Errorf("map=%v: udp drops policy = %d, want %d", mapGW, got, want)
+		}
+		if got, want := st.FlowsOpened.Load(), uint64(0); mapGW && got != 1 || !mapGW && got != want {
+			t.Errorf("map=%v: %d flows opened", mapGW, got)
+		}
+		// Refused segments get no RST and refused pings no reply: the only
+		// frame to the guest answers the gateway SYN, a SYN-ACK from the
+		// mapped gateway, or an RST when the real one (mapping off) has
+		// no route in this namespace.
+		wantFlags := header.TCPFlagRST | header.TCPFlagACK
+		if mapGW {
+			wantFlags = header.TCPFlagSYN | header.TCPFlagACK
+		}
+		waitFor(t, "the answer to the gateway SYN", 3*time.Second, func() bool { return p.rxFrames(1) >= 1 })
+		_, frames := p.rxReadIP(t)
+		if len(frames) != 1 {
+			t.Fatalf("map=%v: %d frames to the guest, want 1", mapGW, len(frames))
+		}
+		if seg := guestTCP(t, frames[0], testGw4, testGuest4); seg == nil || seg.Flags() != wantFlags || seg.DestinationPort() != 42000 {
+			t.Errorf("map=%v: frame to the guest %x, want flags %v to port 42000", mapGW, frames[0], wantFlags)
+		}
+		p.s.Close()
+	}
+}
+
+// TestPolicyTCPDNSForward: DNS over TCP to the gateway goes to the DNS
+// forward's resolver, mapping on or off, as UDP does; other gateway ports
+// follow the mapping.
+func TestPolicyTCPDNSForward(t *testing.T) {
+	for _, mapGW := range []bool{true, false} {
+		h := tcpNewHarness(t, TCPConfig{})
+		pc := tcpHarnessPolicy
+		pc.MapGateway = mapGW
+		pc.DNSForward4 = netip.MustParseAddr("127.0.0.53")
+		pc.DNSForward6 = netip.MustParseAddr("::1")
+		h.tab.policy.pol = addrpolicy.New(pc)
+		var dialed []netip.AddrPort
+		h.tab.dial = func(dst netip.AddrPort, _, _ int) (int, bool, error) {
+			dialed = append(dialed, dst)
+			return -1, false, unix.ECONNREFUSED
+		}
+		cases := []struct{ guest, remote, want string }{
+			{"10.0.2.15:40000", "10.0.2.2:53", "127.0.0.53:53"},
+			{"[fd00::15]:40000", "[fe80::1]:53", "[::1]:53"},
+			{"10.0.2.15:40001", "10.0.2.2:80", map[bool]string{true: "127.0.0.1:80", false: "10.0.2.2:80"}[mapGW]},
+		}
+		for _, c := range cases {
+			dialed = nil
+			h.guest, h.remote = netip.MustParseAddrPort(c.guest), netip.MustParseAddrPort(c.remote)
+			h.sendSYN(header.TCPOptions{})
+			if len(dialed) != 1 || dialed[0] != netip.MustParseAddrPort(c.want) {
+				t.Errorf("map=%v: SYN to %s dialed %v, want %s", mapGW, c.remote, dialed, c.want)
+			}
+		}
+	}
+}
+
+// TestPolicyTCPRefusedQuietly: a refused SYN or stray segment opens no
+// socket and gets no RST (the guest is not told what exists), but is
+// counted and logged at a rate limit.
+func TestPolicyTCPRefusedQuietly(t *testing.T) {
+	h := tcpNewHarness(t, TCPConfig{})
+	var dialed int
+	h.tab.dial = func(netip.AddrPort, int, int) (int, bool, error) {
+		dialed++
+		return -1, false, unix.ECONNREFUSED
+	}
+	logged := &countingHandler{}
+	h.tab.policy.log = slog.New(logged)
+	for i, s := range loopbackSpellings {
+		guest := "10.0.2.15"
+		if netip.MustParseAddr(s).Is6() {
+			guest = "fd00::15"
+		}
+		h.guest = netip.AddrPortFrom(netip.MustParseAddr(guest), 40000+uint16(i))
+		h.remote = netip.AddrPortFrom(netip.MustParseAddr(s), 80)
+		h.sendSYN(header.TCPOptions{})
+		h.inject(h.frame(header.TCPFlagACK, 5, 6, 100, nil, []byte("x")))
+	}
+	if dialed != 0 {
+		t.Errorf("%d dials", dialed)
+	}
+	if segs := h.flush(); len(segs) != 0 {
+		t.Errorf("%d segments to the guest, want none", len(segs))
+	}
+	n := uint64(2 * len(loopbackSpellings))
+	if got := h.qstats.PolicyDrops[addrpolicy.TCP][addrpolicy.DstLoopback].Load(); got != n {
+		t.Errorf("policy drops = %d, want %d", got, n)
+	}
+	if logged.n != 1 {
+		t.Errorf("%d log lines within a second, want 1", logged.n)
+	}
+	h.now = h.now.Add(2 * policyLogInterval)
+	h.sendSYN(header.TCPOptions{})
+	if logged.n != 2 || logged.last["suppressed"] != n-1 {
+		t.Errorf("after the interval: %d lines, suppressed=%v; want 2, %d", logged.n, logged.last["suppressed"], n-1)
+	}
+}
+
+// TestPolicyInboundFromLoopbackAndOwnAddress: forwarded connections from
+// the host's loopback or from the guest's own address appear from the
+// gateway, with the mapping on or off.
+func TestPolicyInboundFromLoopbackAndOwnAddress(t *testing.T) {
+	for _, mapGW := range []bool{true, false} {
+		pc := tcpHarnessPolicy
+		pc.MapGateway = mapGW
+		pol := addrpolicy.New(pc)
+		for _, c := range []struct{ peer, want string }{
+			{"127.0.0.1", "10.0.2.2"}, {"::1", "fe80::1"}, {"10.0.2.15", "10.0.2.2"}, {"192.0.2.9", "192.0.2.9"},
+		} {
+			got, ok := pol.InboundSource(netip.MustParseAddr(c.peer))
+			if !ok || got != netip.MustParseAddr(c.want) {
+				t.Errorf("map=%v: peer %s appears as %v %v, want %s", mapGW, c.peer, got, ok, c.want)
+			}
+		}
+	}
+}
+
+// countingHandler counts log records and keeps the last one's attributes.
+type countingHandler struct {
+	n    int
+	last map[string]any
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.n++
+	h.last = map[string]any{}
+	r.Attrs(func(a slog.Attr) bool {
+		h.last[a.Key] = a.Value.Any()
+		return true
+	})
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }

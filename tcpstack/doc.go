@@ -34,6 +34,7 @@
 //
 // [Stack] implements the vhost-user back-end's data-plane interface
 // structurally. The package imports only virtqueue, tcpstack/header and
-// tcpstack/addrpolicy of vunet's packages: it must not import vhostuser, metrics or cmd, so the
-// control plane and the exporters stay replaceable around it.
+// tcpstack/addrpolicy of vunet's packages: it must not import vhostuser,
+// metrics or cmd, so the control plane and the exporters stay replaceable
+// around it.
 package tcpstack

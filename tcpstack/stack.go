@@ -287,15 +287,6 @@ func (s *Stack) PairTCPStats(index int) *TCPStats {
 	return nil
 }
 
-// gateway6 returns the IPv6 address the guest uses for the host: the
-// link-local router address it learns from our router advertisements.
-func (s *Stack) gateway6() netip.Addr {
-	if !s.cfg.Addr.Disable6 {
-		return s.cfg.Addr.RouterLL()
-	}
-	return netip.Addr{}
-}
-
 // tcpConfig derives pair index's TCP settings.
 func (s *Stack) tcpConfig(index int) TCPConfig {
 	c := s.cfg.TCP

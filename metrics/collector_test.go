@@ -136,7 +136,7 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_ndp_messages_sent_total{queue="1",type="neighbor_advert"}`:           "7",
 		`vunet_ip_fragments_total{outcome="reassembled",queue="1"}`:                 "8",
 		`vunet_ip_fragments_total{outcome="overlap",queue="0"}`:                     "0",
-		`vunet_policy_drops_total{proto="udp",queue="1",reason="dst_loopback"}`:     "9",
+		`vunet_policy_drops_total{protocol="udp",queue="1",reason="dst_loopback"}`:     "9",
 		`vunet_queue_drops_total{direction="from_guest",queue="1",reason="policy"}`: "9",
 	}
 	lines := samples(scrape(t, src))
@@ -150,7 +150,7 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_queue_drops_total{direction="from_guest",queue="1",reason="runt"}`,
 		`vunet_queue_drops_total{direction="to_guest",queue="1",reason="unknown_ethertype"}`,
 		`vunet_udp_drops_total{direction="from_guest",queue="1",reason="no_fit"}`,
-		`vunet_policy_drops_total{proto="tcp",queue="1",reason="dst_loopback"}`,
+		`vunet_policy_drops_total{protocol="tcp",queue="1",reason="dst_loopback"}`,
 		`vunet_vhost_user_messages_total{request="` + vhostuser.ReqSetOwner.String() + `"}`,
 	} {
 		if v, ok := lines[k]; ok {

@@ -76,7 +76,7 @@ var (
 	descWakeups    = counterFam("queue_loop_wakeups_total", "Event-loop returns from epoll_wait.", "queue")
 	descLoopStarts = counterFam("queue_loop_starts_total", "Starts of the queue pair's event loop (ring rebuilds, reconnects).", "queue")
 	descMemFaults  = counterFam("queue_memory_faults_total", "Event loops stopped by a fault on guest memory (front-end shrank its memory file).", "queue")
-	descPolicy     = counterFam("policy_drops_total", "Guest packets refused by the address policy, by protocol and reason (also in vunet_queue_drops_total as reason policy); a series appears at its first drop.", "queue", "proto", "reason")
+	descPolicy     = counterFam("policy_drops_total", "Guest packets refused by the address policy, by protocol and reason (also in vunet_queue_drops_total as reason policy); a series appears at its first drop.", "queue", "protocol", "reason")
 	descFlowsOpen  = counterFam("flows_opened_total", "UDP and ICMP echo flows opened (one host socket each).", "queue")
 	descFlowsClose = counterFam("flows_closed_total", "UDP and ICMP echo flows closed.", "queue")
 	descFlowsEvict = counterFam("flows_evicted_total", "Flows closed early to make room in a full flow table.", "queue")

@@ -1,0 +1,104 @@
+package hostsock
+
+import (
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Socket options and queue sizes, read and set with the caller's or the
+// stack's memory: x/sys/unix's wrappers allocate for some of them.
+
+// GetInt reads an int socket option.
+func GetInt(fd, level, opt int) (int, error) {
+	var v int32
+	l := uint32(4)
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt),
+		uintptr(unsafe.Pointer(&v)), uintptr(unsafe.Pointer(&l)), 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(v), nil
+}
+
+// SetInt sets an int socket option.
+func SetInt(fd, level, opt, val int) error {
+	v := int32(val)
+	_, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt),
+		uintptr(unsafe.Pointer(&v)), 4, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// TCPInfo reads TCP_INFO into info and reports whether it could.
+func TCPInfo(fd int, info *unix.TCPInfo) bool {
+	l := uint32(unsafe.Sizeof(*info))
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_TCP, unix.TCP_INFO,
+		uintptr(unsafe.Pointer(info)), uintptr(unsafe.Pointer(&l)), 0)
+	return e == 0
+}
+
+// SendMemory reads SO_MEMINFO: the send buffer limit (sk_sndbuf) and the
+// memory the send and retransmit queues take (sk_wmem_queued), both in the
+// kernel's truesize accounting, the units its write checks use.
+func SendMemory(fd int) (sndbuf, queued int, ok bool) {
+	var m [unix.SK_MEMINFO_VARS]uint32
+	l := uint32(unsafe.Sizeof(m))
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
+		uintptr(unsafe.Pointer(&m)), uintptr(unsafe.Pointer(&l)), 0)
+	if e != 0 || l <= unix.SK_MEMINFO_WMEM_QUEUED*4 {
+		return 0, 0, false
+	}
+	return int(m[unix.SK_MEMINFO_SNDBUF]), int(m[unix.SK_MEMINFO_WMEM_QUEUED]), true
+}
+
+// SendQueued is SIOCOUTQ: bytes in a stream socket's send queue, unsent or
+// unacknowledged (0 when it cannot be read).
+func SendQueued(fd int) int {
+	v, _ := ioctlInt(fd, unix.SIOCOUTQ)
+	return v
+}
+
+// NextDatagram is SIOCINQ on a datagram socket: the size of the next
+// queued datagram.
+func NextDatagram(fd int) (int, error) { return ioctlInt(fd, unix.SIOCINQ) }
+
+func ioctlInt(fd int, req uint) (int, error) {
+	var v int32
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(unsafe.Pointer(&v)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(v), nil
+}
+
+// CloseWithReset closes fd so that a TCP peer sees RST, not FIN
+// (SO_LINGER 0).
+func CloseWithReset(fd int) {
+	l := unix.Linger{Onoff: 1, Linger: 0}
+	_, _, _ = unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_LINGER,
+		uintptr(unsafe.Pointer(&l)), unsafe.Sizeof(l), 0)
+	unix.Close(fd)
+}
+
+var peekOffset struct {
+	once sync.Once
+	ok   bool
+}
+
+// PeekOffsetSupported probes once whether TCP sockets take SO_PEEK_OFF
+// (Linux 6.9 and later).
+func PeekOffsetSupported() bool {
+	peekOffset.once.Do(func() {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return
+		}
+		peekOffset.ok = SetInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0) == nil
+		unix.Close(fd)
+	})
+	return peekOffset.ok
+}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"vunet/tcpstack/linksvc"
 	"vunet/virtqueue"
 )
 
@@ -40,14 +41,14 @@ func arpRequest(senderIP, targetIP [4]byte) []byte {
 func arpReplyFor(senderIP, targetIP [4]byte) []byte {
 	f := make([]byte, 42)
 	copy(f[0:6], testGuestMAC[:])
-	copy(f[6:12], DefaultOurMAC[:])
+	copy(f[6:12], linksvc.DefaultOurMAC[:])
 	binary.BigEndian.PutUint16(f[12:], etherTypeARP)
 	a := f[14:]
 	binary.BigEndian.PutUint16(a[0:], 1)
 	binary.BigEndian.PutUint16(a[2:], etherTypeIPv4)
 	a[4], a[5] = 6, 4
 	binary.BigEndian.PutUint16(a[6:], 2)
-	copy(a[8:14], DefaultOurMAC[:])
+	copy(a[8:14], linksvc.DefaultOurMAC[:])
 	copy(a[14:18], targetIP[:])
 	copy(a[18:24], testGuestMAC[:])
 	copy(a[24:28], senderIP[:])
@@ -56,7 +57,7 @@ func arpReplyFor(senderIP, targetIP [4]byte) []byte {
 
 func otherFrame(etherType uint16, n int) []byte {
 	f := make([]byte, n)
-	copy(f[0:6], DefaultOurMAC[:])
+	copy(f[0:6], linksvc.DefaultOurMAC[:])
 	copy(f[6:12], testGuestMAC[:])
 	binary.BigEndian.PutUint16(f[12:], etherType)
 	return f
@@ -425,7 +426,7 @@ func TestAnnounceAndMTU(t *testing.T) {
 	if mac, ok := s.GuestMAC(); !ok || mac != testGuestMAC {
 		t.Fatalf("GuestMAC = %v %v", mac, ok)
 	}
-	if s.MTU() != DefaultMTU {
+	if s.MTU() != linksvc.DefaultMTU {
 		t.Fatalf("MTU %d", s.MTU())
 	}
 	s.SetMTU(1500)

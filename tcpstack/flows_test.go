@@ -10,6 +10,7 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/linksvc"
 	"vunet/virtqueue"
 )
 
@@ -83,7 +84,7 @@ func guestIPFrame(src, dst netip.Addr, proto header.IPProtocol, l4 []byte) []byt
 			HopLimit: 64, Source: src, Destination: dst})
 	}
 	f := make([]byte, ethHdrLen)
-	header.EncodeEthernet(f, header.MAC(DefaultOurMAC), header.MAC(testGuestMAC), et)
+	header.EncodeEthernet(f, header.MAC(linksvc.DefaultOurMAC), header.MAC(testGuestMAC), et)
 	f = append(f, ipb...)
 	return append(f, l4...)
 }
@@ -117,7 +118,7 @@ func checkUDPFrame(t *testing.T, vh virtqueue.NetHdr, frame []byte, src, dst net
 	if err != nil {
 		t.Fatal(err)
 	}
-	if eth.Destination() != header.MAC(testGuestMAC) || eth.Source() != header.MAC(DefaultOurMAC) {
+	if eth.Destination() != header.MAC(testGuestMAC) || eth.Source() != header.MAC(linksvc.DefaultOurMAC) {
 		t.Errorf("MACs %v -> %v", eth.Source(), eth.Destination())
 	}
 	var l4 []byte

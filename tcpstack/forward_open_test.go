@@ -5,10 +5,12 @@ import (
 	"net/netip"
 	"strconv"
 	"testing"
+
+	"vunet/tcpstack/linksvc"
 )
 
 func TestOpenTCPForwards(t *testing.T) {
-	s := New(Config{Addr: AddrConfig{IPv4: IPv4Config{Addr: netip.MustParseAddr("10.0.2.15"), PrefixLen: 24, Gateway: netip.MustParseAddr("10.0.2.2")}}})
+	s := New(Config{Addr: linksvc.AddrConfig{IPv4: linksvc.IPv4Config{Addr: netip.MustParseAddr("10.0.2.15"), PrefixLen: 24, Gateway: netip.MustParseAddr("10.0.2.2")}}})
 	ports, err := s.OpenTCPForwards([]TCPForward{
 		{HostAddr: netip.MustParseAddr("127.0.0.1"), GuestPort: 22},
 		{HostAddr: netip.MustParseAddr("127.0.0.1"), GuestPort: 80},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/linksvc"
 	"vunet/virtqueue"
 )
 
@@ -33,7 +34,7 @@ type fragPiece struct {
 func fragFrame(src, dst netip.Addr, proto uint8, id uint32, p fragPiece) []byte {
 	f := make([]byte, ethHdrLen)
 	if src.Is4() {
-		header.EncodeEthernet(f, header.MAC(DefaultOurMAC), header.MAC(testGuestMAC), header.EtherTypeIPv4)
+		header.EncodeEthernet(f, header.MAC(linksvc.DefaultOurMAC), header.MAC(testGuestMAC), header.EtherTypeIPv4)
 		ip := make([]byte, ipv4HdrLen)
 		header.EncodeIPv4(ip, &header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + len(p.data)), ID: uint16(id), TTL: 64,
 			Protocol: header.IPProtocol(proto), Source: src, Destination: dst})
@@ -46,7 +47,7 @@ func fragFrame(src, dst netip.Addr, proto uint8, id uint32, p fragPiece) []byte 
 		binary.BigEndian.PutUint16(ip[10:12], ^header.Checksum(ip, 0))
 		f = append(f, ip...)
 	} else {
-		header.EncodeEthernet(f, header.MAC(DefaultOurMAC), header.MAC(testGuestMAC), header.EtherTypeIPv6)
+		header.EncodeEthernet(f, header.MAC(linksvc.DefaultOurMAC), header.MAC(testGuestMAC), header.EtherTypeIPv6)
 		ip := make([]byte, ipv6HdrLen+8)
 		header.EncodeIPv6(ip, &header.IPv6Fields{PayloadLength: uint16(8 + len(p.data)), NextHeader: ipProtoFrag,
 			HopLimit: 64, Source: src, Destination: dst})

@@ -10,12 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
+	"vunet/tcpstack/linksvc"
 )
 
 // tcpSYNFrame is a guest SYN to dst:port.
 func tcpSYNFrame(src, dst netip.Addr, sport, dport uint16) []byte {
 	b := make([]byte, ethHdrLen+ipv4HdrLen+header.TCPMinimumSize)
-	off := header.EncodeEthernet(b, header.MAC(DefaultOurMAC), header.MAC(testGuestMAC), header.EtherTypeIPv4)
+	off := header.EncodeEthernet(b, header.MAC(linksvc.DefaultOurMAC), header.MAC(testGuestMAC), header.EtherTypeIPv4)
 	off += header.EncodeIPv4(b[off:], &header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + header.TCPMinimumSize),
 		TTL: 64, Protocol: header.IPProtocolTCP, Source: src, Destination: dst})
 	header.EncodeTCP(b[off:], &header.TCPFields{SrcPort: sport, DstPort: dport, SeqNum: 1,
@@ -41,7 +43,7 @@ func TestProtocolKnobs(t *testing.T) {
 		{"no_udp", func(c *Config) { c.NoUDP = true },
 			func(p uint16) []byte { return udpFrame(testGuest4, testGw4, 40000, p, []byte("x")) }, 1, 0, 0, 0},
 		{"no_udp_dhcp_served", func(c *Config) { c.NoUDP = true },
-			func(uint16) []byte { return svcTestDHCPFrame(t, header.DHCPDiscover, 0, "") }, 0, 0, 0, 1},
+			func(uint16) []byte { return guestframe.DHCP(header.DHCPDiscover, 0, "") }, 0, 0, 0, 1},
 		{"no_icmp", func(c *Config) { c.NoICMP = true },
 			func(uint16) []byte { return icmpEchoFrame(testGuest4, testGw4, 7, 1, []byte("ping")) }, 1, 0, 0, 0},
 		{"tcp_on", nil, func(p uint16) []byte { return tcpSYNFrame(testGuest4, testGw4, 40000, p) }, 0, 0, 1, 0},
@@ -155,58 +157,5 @@ func TestForwardBindsInterface(t *testing.T) {
 	}
 	if _, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1"), Iface: "nosuchif0"}); err == nil {
 		t.Errorf("forward on a missing interface opened")
-	}
-}
-
-// TestDHCPNames: --hostname and --fqdn reach the guest as DHCP options 12
-// and 81 and DHCPv6 option 39, and nothing is sent when they are unset.
-func TestDHCPNames(t *testing.T) {
-	for _, tc := range []struct {
-		name, host, fqdn string
-		want12, want81   []byte
-		want39           []byte
-	}{
-		{"unset", "", "", nil, nil, nil},
-		{"hostname", "guest1", "", []byte("guest1"), nil, nil},
-		{"both", "guest1", "guest1.example.org",
-			[]byte("guest1"),
-			append([]byte{0x0c, 0xff, 0xff}, "\x06guest1\x07example\x03org\x00"...),
-			append([]byte{0x04}, "\x06guest1\x07example\x03org\x00"...)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := svcTestConfig()
-			cfg.Hostname, cfg.FQDN = tc.host, tc.fqdn
-			if err := cfg.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			out := make([]byte, 2048)
-			n := (&DHCPService{Config: cfg}).Handle(svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""), out)
-			_, _, udp := svcTestUDP4Reply(t, out[:n])
-			m, err := header.ParseDHCPv4(udp.Payload())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for code, want := range map[uint8][]byte{12: tc.want12, 81: tc.want81} {
-				got, ok := m.Option(code)
-				if ok != (want != nil) || !bytes.Equal(got, want) {
-					t.Errorf("option %d = %q (%v), want %q", code, got, ok, want)
-				}
-			}
-			n = (&DHCPv6Service{Config: cfg}).Handle(svcTestDHCPv6Frame(t, d6Solicit), out)
-			_, ip := svcTestIPv6Reply(t, out[:n], header.IPProtocolUDP, 64)
-			m6, err := header.ParseDHCPv6(ip.Payload()[8:])
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, ok := m6.Option(39)
-			if ok != (tc.want39 != nil) || !bytes.Equal(got, tc.want39) {
-				t.Errorf("dhcpv6 option 39 = %q (%v), want %q", got, ok, tc.want39)
-			}
-		})
-	}
-	bad := svcTestConfig()
-	bad.FQDN = "a..b"
-	if bad.Validate() == nil {
-		t.Errorf("invalid FQDN accepted")
 	}
 }

@@ -11,15 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/linksvc"
 	"vunet/virtqueue"
 )
-
-// linkService answers a guest frame itself (ARP, DHCP, DHCPv6, NDP): it writes
-// a reply frame into out and returns its length, 0 for no reply. It must not
-// allocate and must not keep frame or out.
-type linkService interface {
-	Handle(frame []byte, out []byte) (n int)
-}
 
 // loop is the event loop of one queue pair. Everything but quit/done and the
 // stats atomics is touched only by the loop's own goroutine.
@@ -38,10 +32,8 @@ type loop struct {
 	quit atomic.Bool
 	done chan struct{}
 
-	svc       [NumServices]linkService
-	ndp       *NDPService
-	arp       *ARPService
-	nextRA    time.Time // next unsolicited Router Advertisement; zero: none
+	link      *linksvc.Link // ARP, DHCP, DHCPv6, NDP answers and announcements
+	nextRA    time.Time     // next unsolicited Router Advertisement; zero: none
 	tx        txPath
 	rx        rxWriter
 	pending   replyRing
@@ -86,7 +78,7 @@ func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState) (*loop, error) {
 	l.rx.init(qp.RX, st, l.log, qp.Features, qp.RXEnabled)
 	l.rx.setCapture(s.cfg.Capture, qp.Index)
 	l.guestCsum = virtqueue.HasFeature(qp.Features, virtqueue.FeatureNetGuestCsum)
-	l.svc, l.ndp, l.arp = s.newServices()
+	l.link = linksvc.New(&s.cfg.Addr)
 	if err := l.openFDs(); err != nil {
 		l.closeFDs()
 		if l.wakefd >= 0 {

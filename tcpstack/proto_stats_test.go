@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 )
 
 // TestUDPStats: a UDP echo counts one datagram and its payload bytes each
@@ -55,18 +56,18 @@ func TestUDPStats(t *testing.T) {
 // and NAs count as sent.
 func TestServiceStats(t *testing.T) {
 	p := newTestPair(t, featMrg, 64)
-	p.s = New(Config{Logger: testLogger(), Addr: *svcTestConfig()})
+	p.s = New(Config{Logger: testLogger(), Addr: linkConfig()})
 	t.Cleanup(p.s.Close)
 	for i := 0; i < 16; i++ {
 		p.rx.AddBuffers(nil, 1536)
 	}
 	p.rx.Post()
 	p.start()
-	p.addTX(svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""))
-	p.addTX(svcTestDHCPFrame(t, header.DHCPRequest, 0, "", opt(50, 192, 168, 10, 20)))
-	p.addTX(svcTestDHCPv6Frame(t, d6Solicit))           // ADVERTISE: no lease
-	p.addTX(svcTestDHCPv6Frame(t, svcTestSolicitRapid)) // REPLY with IA address
-	p.addTX(svcTestNSFrame(t, svcTestGuestLL, p.s.cfg.Addr.RouterLL().String(), true))
+	p.addTX(guestframe.DHCP(header.DHCPDiscover, 0, ""))
+	p.addTX(guestframe.DHCP(header.DHCPRequest, 0, "", guestframe.Opt(50, 192, 168, 10, 20)))
+	p.addTX(guestframe.DHCPv6(dhcpv6Solicit))      // ADVERTISE: no lease
+	p.addTX(guestframe.DHCPv6(dhcpv6SolicitRapid)) // REPLY with IA address
+	p.addTX(guestframe.NS(guestframe.GuestLL, p.s.cfg.Addr.RouterLL(), true))
 	p.tx.Send()
 	st := p.stats()
 	// gratuitous ARP, RA, OFFER, ACK, ADVERTISE, REPLY, NA

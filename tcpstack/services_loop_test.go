@@ -2,10 +2,14 @@ package tcpstack
 
 import (
 	"encoding/binary"
+	"encoding/hex"
+	"net/netip"
 	"testing"
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
+	"vunet/tcpstack/linksvc"
 )
 
 // TestLinkServicesThroughLoop sends a DHCP DISCOVER, a Neighbor Solicitation
@@ -14,7 +18,7 @@ import (
 // makes (gratuitous ARP, Router Advertisement).
 func TestLinkServicesThroughLoop(t *testing.T) {
 	p := newTestPair(t, featMrg, 64)
-	cfg := Config{Logger: testLogger(), Addr: *svcTestConfig()}
+	cfg := Config{Logger: testLogger(), Addr: linkConfig()}
 	p.s = New(cfg)
 	t.Cleanup(p.s.Close)
 	for i := 0; i < 16; i++ {
@@ -22,9 +26,9 @@ func TestLinkServicesThroughLoop(t *testing.T) {
 	}
 	p.rx.Post()
 	p.start()
-	p.addTX(svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""))
-	p.addTX(svcTestNSFrame(t, svcTestGuestLL, cfg.Addr.RouterLL().String(), true))
-	p.addTX(svcTestDHCPv6Frame(t, d6Solicit))
+	p.addTX(guestframe.DHCP(header.DHCPDiscover, 0, ""))
+	p.addTX(guestframe.NS(guestframe.GuestLL, cfg.Addr.RouterLL(), true))
+	p.addTX(guestframe.DHCPv6(dhcpv6Solicit))
 	p.tx.Send()
 	st := p.stats()
 	waitFor(t, "replies", 3*time.Second, func() bool { return st.RX.Frames.Load() == 5 })
@@ -66,4 +70,31 @@ func TestLinkServicesThroughLoop(t *testing.T) {
 			t.Errorf("%v replies = %d, want %d", svc, got, n)
 		}
 	}
+}
+
+// linkConfig is the link the service tests answer for: the addresses the
+// guestframe requests ask for.
+func linkConfig() linksvc.AddrConfig {
+	return linksvc.AddrConfig{
+		OurMAC: guestframe.OurMAC,
+		IPv4: linksvc.IPv4Config{Addr: netip.MustParseAddr("192.168.10.20"), PrefixLen: 24,
+			Gateway: netip.MustParseAddr("192.168.10.1")},
+		IPv6: linksvc.IPv6Config{Addr: netip.MustParseAddr("2001:db8:10::20"), PrefixLen: 64,
+			GatewayLL: netip.MustParseAddr("fe80::1")},
+	}
+}
+
+// DHCPv6 SOLICITs (xid 0x1a2b3c, a DUID-LLT, an empty IA_NA), plain and
+// with Rapid Commit.
+var (
+	dhcpv6Solicit      = mustHex("011a2b3c0001000e000100012b3c4d5e5254001234560006000400170018000800020000" + "0003000c000034560000000000000000")
+	dhcpv6SolicitRapid = append(append([]byte(nil), dhcpv6Solicit...), 0, 14, 0, 0)
+)
+
+func mustHex(s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/linksvc"
 	"vunet/virtqueue"
 )
 
@@ -19,8 +20,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Addr is what the guest is told about its link (addresses, gateway,
 	// resolvers, MTU); the link services answer from it and the flows map
-	// the gateway with it. A zero OurMAC means DefaultOurMAC.
-	Addr AddrConfig
+	// the gateway with it. A zero OurMAC means linksvc.DefaultOurMAC.
+	Addr linksvc.AddrConfig
 	// NoMapGateway disables the mapping of guest flows to the gateway
 	// address onto the host's loopback (127.0.0.1, ::1): the guest then
 	// reaches nothing on the host's loopback except through the DNS
@@ -53,13 +54,6 @@ type Config struct {
 	// and logger are filled in from the fields above.
 	TCP TCPConfig
 }
-
-// DefaultOurMAC is the stack's own MAC address unless configured, the one
-// passt uses, so guests configured for passt see the same neighbour.
-var DefaultOurMAC = [6]byte{0x9a, 0x55, 0x9a, 0x55, 0x9a, 0x55}
-
-// DefaultMTU is the guest MTU unless configured, as in passt.
-const DefaultMTU = 65520
 
 // Stack is the data plane: it runs one event loop per started queue pair.
 // It implements virtqueue's data-plane contract (DataPlane, Announcer,
@@ -101,7 +95,7 @@ func New(cfg Config) *Stack {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Addr.OurMAC.IsZero() {
-		cfg.Addr.OurMAC = DefaultOurMAC
+		cfg.Addr.OurMAC = linksvc.DefaultOurMAC
 	}
 	if cfg.MaxFlows <= 0 {
 		cfg.MaxFlows = 1024

@@ -9,6 +9,7 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/linksvc"
 	"vunet/virtqueue"
 )
 
@@ -34,7 +35,7 @@ func FuzzTCPGuestFrame(f *testing.F) {
 	f.Add(h.frame(header.TCPFlagSYN, 7, 0, 65535, ob[:n], nil), 10)
 
 	f.Fuzz(func(t *testing.T, frame []byte, split int) {
-		tab := newTCPTable(TCPConfig{MaxFlows: 4, OurMAC: DefaultOurMAC}, nil, nil)
+		tab := newTCPTable(TCPConfig{MaxFlows: 4, OurMAC: linksvc.DefaultOurMAC}, nil, nil)
 		tab.policy.pol, tab.policy.log = addrpolicy.New(tcpHarnessPolicy), testLogger()
 		tab.dial = func(netip.AddrPort, int, int) (int, bool, error) { return -1, false, unix.ECONNREFUSED }
 		// An established connection without a socket, matching the seeds.

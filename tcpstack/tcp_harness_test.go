@@ -13,6 +13,7 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/linksvc"
 	"vunet/virtqueue"
 )
 
@@ -169,7 +170,7 @@ func tcpNewHarness(t testing.TB, cfg TCPConfig) *tcpHarness {
 		wnd:      65535,
 	}
 	if cfg.OurMAC == ([6]byte{}) {
-		cfg.OurMAC = DefaultOurMAC
+		cfg.OurMAC = linksvc.DefaultOurMAC
 	}
 	h.tab = newTCPTable(cfg, h.stats, h.poll)
 	h.tab.policy = policyGate{pol: addrpolicy.New(tcpHarnessPolicy), st: h.qstats, log: h.tab.log}
@@ -187,7 +188,7 @@ func (h *tcpHarness) frame(fl header.TCPFlags, seq, ack uint32, wnd uint16, opts
 	}
 	tcpLen := header.TCPMinimumSize + (len(opts)+3)/4*4
 	b := make([]byte, header.EthernetMinimumSize+ipLen+tcpLen+len(payload))
-	off := header.EncodeEthernet(b, header.MAC(DefaultOurMAC), header.MAC(h.guestMAC), et)
+	off := header.EncodeEthernet(b, header.MAC(linksvc.DefaultOurMAC), header.MAC(h.guestMAC), et)
 	if v6 {
 		off += header.EncodeIPv6(b[off:], &header.IPv6Fields{PayloadLength: uint16(tcpLen + len(payload)),
 			NextHeader: header.IPProtocolTCP, HopLimit: 64, Source: h.guest.Addr(), Destination: h.remote.Addr()})
@@ -263,7 +264,7 @@ func (h *tcpHarness) parse(frames []tcpFakeFrame) []tcpSeg {
 		if err != nil {
 			h.t.Fatalf("bad ethernet: %v", err)
 		}
-		if eth.Destination() != header.MAC(h.guestMAC) || eth.Source() != header.MAC(DefaultOurMAC) {
+		if eth.Destination() != header.MAC(h.guestMAC) || eth.Source() != header.MAC(linksvc.DefaultOurMAC) {
 			h.t.Fatalf("bad MACs %v %v", eth.Destination(), eth.Source())
 		}
 		var src, dst netip.Addr

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"vunet/tcpstack/linksvc"
 	"vunet/virtqueue"
 )
 
@@ -110,7 +111,7 @@ func (c *TCPConfig) setDefaults() {
 		c.MaxFlows = 4096
 	}
 	if c.MTU <= 0 {
-		c.MTU = DefaultMTU
+		c.MTU = linksvc.DefaultMTU
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/linksvc"
 	"vunet/virtqueue"
 )
 
@@ -43,6 +44,7 @@ type txPath struct {
 	hdr     virtqueue.NetHdr
 	head    [virtqueue.NetHdrLen + txHeadLen]byte
 	full    [txFullMax]byte
+	pkt     header.Packet // the frame being dispatched, parsed
 	broken  bool
 	lastLog time.Time // rate limit for the per-frame debug line
 }
@@ -265,19 +267,33 @@ func isIPv6ExtensionHeader(next uint8) bool {
 	return false
 }
 
-// serve lets a link service answer frame; a reply is queued for the guest.
+// serve lets link service svc answer frame; a reply is queued for the guest
+// and counted by what the service says it built.
 func (l *loop) serve(svc Service, frame []byte) {
-	h := l.svc[svc]
-	if h == nil {
+	p := &l.tx.pkt
+	if header.ParseFrame(frame, len(frame), p) != nil {
+		return
+	}
+	var answer func(*header.Packet, []byte, []byte) (int, linksvc.Reply)
+	switch svc {
+	case SvcARP:
+		answer = l.link.ARP
+	case SvcDHCP:
+		answer = l.link.DHCP
+	case SvcDHCPv6:
+		answer = l.link.DHCPv6
+	case SvcNDP:
+		answer = l.link.NDP
+	default:
 		l.st.TX.Drops[DropUnhandledProtocol].Add(1)
 		return
 	}
-	n := h.Handle(frame, l.pending.next())
+	n, kind := answer(p, frame, l.pending.next())
 	if n <= 0 {
 		return
 	}
 	l.st.ServiceReplies[svc].Add(1)
-	l.st.countServiceReply(svc, l.pending.next()[:n])
+	l.st.countServiceReply(svc, kind)
 	l.queueReply(n)
 }
 

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"vunet/tcpstack/linksvc"
 )
 
 // TestUDPForward: a datagram from a host peer to a forwarded port reaches
@@ -26,8 +28,8 @@ func TestUDPForward(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newTestPair(t, featModern, 256)
 			cfg := Config{Logger: testLogger()}
-			cfg.Addr.IPv4 = IPv4Config{Addr: testGuest4, PrefixLen: 24, Gateway: testGw4}
-			cfg.Addr.IPv6 = IPv6Config{Addr: testGuest6, PrefixLen: 64, GatewayLL: testGw6}
+			cfg.Addr.IPv4 = linksvc.IPv4Config{Addr: testGuest4, PrefixLen: 24, Gateway: testGw4}
+			cfg.Addr.IPv6 = linksvc.IPv6Config{Addr: testGuest6, PrefixLen: 64, GatewayLL: testGw6}
 			cfg.Addr.GuestMAC = testGuestMAC
 			cfg.UDPForwards = []UDPForward{{HostAddr: tc.host, GuestPort: tc.guestPort}}
 			s, res, err := Open(cfg)
@@ -116,7 +118,7 @@ func TestOpenForwardsOptional(t *testing.T) {
 	tport := uint16(taken.LocalAddr().(*net.UDPAddr).Port)
 	lo := netip.MustParseAddr("127.0.0.1")
 	cfg := Config{Logger: testLogger()}
-	cfg.Addr.IPv4 = IPv4Config{Addr: testGuest4, PrefixLen: 24, Gateway: testGw4}
+	cfg.Addr.IPv4 = linksvc.IPv4Config{Addr: testGuest4, PrefixLen: 24, Gateway: testGw4}
 	for _, tc := range []struct {
 		name     string
 		optional bool

@@ -30,7 +30,7 @@ type options struct {
 	runAs      string
 
 	// Guest addressing. Unset values (invalid addresses, -1 numbers) keep
-	// the host-derived defaults of tcpstack.DetectHostDefaults.
+	// the host-derived defaults of linksvc.DetectHostDefaults.
 	addr4, addr6       addrValue
 	prefix4            int // -n; -1 = unset
 	gw4, gw6           addrValue

@@ -11,6 +11,7 @@ import (
 
 	"vunet/cmd/vunet/portspec"
 	"vunet/tcpstack"
+	"vunet/tcpstack/linksvc"
 )
 
 // stackConfig is everything the data plane is built from, with the notes
@@ -24,9 +25,9 @@ type stackConfig struct {
 	warnings    []string
 }
 
-// hostDefaults is tcpstack.DetectHostDefaults, replaceable in tests so they
+// hostDefaults is linksvc.DetectHostDefaults, replaceable in tests so they
 // do not depend on the machine's routes.
-var hostDefaults = tcpstack.DetectHostDefaults
+var hostDefaults = linksvc.DetectHostDefaults
 
 // interfaceAddrs returns the addresses of a host interface; replaceable in
 // tests.
@@ -224,7 +225,7 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 // name (passt's -i). The detected gateway stays when it is on the
 // interface's prefix; otherwise the first address of the prefix stands in,
 // as tcpstack does for a default route without a gateway.
-func applyInterface(name string, addr *tcpstack.AddrConfig, sc *stackConfig) error {
+func applyInterface(name string, addr *linksvc.AddrConfig, sc *stackConfig) error {
 	prefixes, err := interfaceAddrs(name)
 	if err != nil {
 		return fmt.Errorf("--interface %s: %w", name, err)
@@ -254,7 +255,7 @@ func applyInterface(name string, addr *tcpstack.AddrConfig, sc *stackConfig) err
 			}
 			sc.notes = append(sc.notes, fmt.Sprintf("interface %s: default gateway not on %v, using %v", name, p4.Masked(), gw))
 		}
-		addr.IPv4 = tcpstack.IPv4Config{Addr: p4.Addr(), PrefixLen: p4.Bits(), Gateway: gw}
+		addr.IPv4 = linksvc.IPv4Config{Addr: p4.Addr(), PrefixLen: p4.Bits(), Gateway: gw}
 		addr.Disable4 = false
 	} else {
 		addr.Disable4 = true
@@ -271,7 +272,7 @@ func applyInterface(name string, addr *tcpstack.AddrConfig, sc *stackConfig) err
 // applyDNSForward maps passt's --dns-forward/--dns-host onto tcpstack's
 // DNS forwarding, which works through the gateway address only: guest DNS
 // to the gateway goes to the host resolver.
-func applyDNSForward(o *options, addr *tcpstack.AddrConfig) error {
+func applyDNSForward(o *options, addr *linksvc.AddrConfig) error {
 	if o.dnsForward4.IsValid() {
 		if o.dnsForward4 != addr.IPv4.Gateway {
 			return fmt.Errorf("--dns-forward %v: vunet forwards DNS through the gateway address only (%v)", o.dnsForward4, addr.IPv4.Gateway)
@@ -333,7 +334,7 @@ func applyDNSForward(o *options, addr *tcpstack.AddrConfig) error {
 // explicit --dns-forward or --dns-host keeps such a forward (passt, too,
 // skips loopback resolvers with --no-map-gw). The gateway that stood for
 // the resolver leaves the guest's DNS list unless --dns named it.
-func dropImplicitLoopbackDNS(o *options, addr *tcpstack.AddrConfig, sc *stackConfig) {
+func dropImplicitLoopbackDNS(o *options, addr *linksvc.AddrConfig, sc *stackConfig) {
 	userDNS := len(o.dns) > 0 || o.dnsNone
 	if !o.dnsForward4.IsValid() && !o.dnsHost4.IsValid() && addr.DNSForward4.IsLoopback() {
 		sc.notes = append(sc.notes, fmt.Sprintf("host resolver %v is on the host's loopback, out of the guest's reach with the gateway mapping off: not forwarded (give --dns-forward to forward it)", addr.DNSForward4))

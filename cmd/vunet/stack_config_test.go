@@ -9,28 +9,29 @@ import (
 
 	"vunet/cmd/vunet/portspec"
 	"vunet/tcpstack"
+	"vunet/tcpstack/linksvc"
 )
 
 // fakeHost replaces the host detection for one test.
-func fakeHost(t *testing.T, cfg tcpstack.AddrConfig, note string) {
+func fakeHost(t *testing.T, cfg linksvc.AddrConfig, note string) {
 	t.Helper()
 	old := hostDefaults
-	hostDefaults = func() (tcpstack.AddrConfig, string, error) { return cfg, note, nil }
+	hostDefaults = func() (linksvc.AddrConfig, string, error) { return cfg, note, nil }
 	t.Cleanup(func() { hostDefaults = old })
 }
 
 var ap = netip.MustParseAddr
 
 // hostWithRoutes is a dual-stack host with a loopback resolver.
-func hostWithRoutes() tcpstack.AddrConfig {
-	return tcpstack.AddrConfig{
-		OurMAC: tcpstack.DefaultOurMAC,
-		IPv4:   tcpstack.IPv4Config{Addr: ap("192.0.2.2"), PrefixLen: 24, Gateway: ap("192.0.2.1")},
-		IPv6:   tcpstack.IPv6Config{Addr: ap("2001:db8::2"), PrefixLen: 64, Gateway: ap("fe80::1"), GatewayLL: ap("fe80::1")},
+func hostWithRoutes() linksvc.AddrConfig {
+	return linksvc.AddrConfig{
+		OurMAC: linksvc.DefaultOurMAC,
+		IPv4:   linksvc.IPv4Config{Addr: ap("192.0.2.2"), PrefixLen: 24, Gateway: ap("192.0.2.1")},
+		IPv6:   linksvc.IPv6Config{Addr: ap("2001:db8::2"), PrefixLen: 64, Gateway: ap("fe80::1"), GatewayLL: ap("fe80::1")},
 		DNS4:   []netip.Addr{ap("192.0.2.1")}, DNSForward4: ap("127.0.0.53"),
 		DNS6:   []netip.Addr{ap("2001:db8::53")},
 		Search: []string{"host.example"},
-		MTU:    tcpstack.DefaultMTU,
+		MTU:    linksvc.DefaultMTU,
 	}
 }
 
@@ -62,7 +63,7 @@ func TestStackConfigDefaults(t *testing.T) {
 	sc := mustBuild(t)
 	a := sc.cfg.Addr
 	if a.IPv4.Addr != ap("192.0.2.2") || a.IPv4.PrefixLen != 24 || a.IPv4.Gateway != ap("192.0.2.1") || a.Disable4 || a.Disable6 ||
-		a.IPv6.Addr != ap("2001:db8::2") || a.DNSForward4 != ap("127.0.0.53") || a.MTU != tcpstack.DefaultMTU ||
+		a.IPv6.Addr != ap("2001:db8::2") || a.DNSForward4 != ap("127.0.0.53") || a.MTU != linksvc.DefaultMTU ||
 		sc.cfg.NoMapGateway || len(sc.tcpForwards) != 0 || len(sc.warnings) != 0 {
 		t.Fatalf("defaults changed by no flags: %+v warnings %q", sc.cfg, sc.warnings)
 	}
@@ -75,7 +76,7 @@ func TestStackConfigOverrides(t *testing.T) {
 		"--no-dhcpv6", "--no-ra", "--no-map-gw", "--max-flows", "7", "--max-tcp-flows", "9", "--tcp-sndbuf", "4096",
 		"-t", "127.0.0.1/2222:22", "-t", "8000-8002,~8001")
 	a := sc.cfg.Addr
-	if a.IPv4 != (tcpstack.IPv4Config{Addr: ap("10.0.2.15"), PrefixLen: 24, Gateway: ap("10.0.2.2")}) {
+	if a.IPv4 != (linksvc.IPv4Config{Addr: ap("10.0.2.15"), PrefixLen: 24, Gateway: ap("10.0.2.2")}) {
 		t.Errorf("ipv4 %+v", a.IPv4)
 	}
 	if a.IPv6.Addr != ap("2001:db8:1::15") || a.IPv6.PrefixLen != 64 {
@@ -114,8 +115,8 @@ func TestStackConfigFamilies(t *testing.T) {
 	}
 	// Without a default route: link-local fallback, and the note says so.
 	ll := hostWithRoutes()
-	ll.IPv4 = tcpstack.IPv4Config{Addr: ap("169.254.2.1"), PrefixLen: 16, Gateway: ap("169.254.2.2")}
-	ll.IPv6 = tcpstack.IPv6Config{GatewayLL: ap("fe80::1")}
+	ll.IPv4 = linksvc.IPv4Config{Addr: ap("169.254.2.1"), PrefixLen: 16, Gateway: ap("169.254.2.2")}
+	ll.IPv6 = linksvc.IPv6Config{GatewayLL: ap("fe80::1")}
 	fakeHost(t, ll, "no default route: using link-local fallback")
 	sc := mustBuild(t)
 	if sc.cfg.Addr.IPv4.Addr != ap("169.254.2.1") || len(sc.notes) != 1 || !strings.Contains(sc.notes[0], "link-local") {
@@ -192,7 +193,7 @@ func TestStackConfigInterface(t *testing.T) {
 	t.Cleanup(func() { interfaceAddrs = old })
 	sc := mustBuild(t, "-i", "eth1")
 	a := sc.cfg.Addr
-	if a.IPv4 != (tcpstack.IPv4Config{Addr: ap("198.51.100.7"), PrefixLen: 24, Gateway: ap("198.51.100.1")}) || a.IPv6.Addr != ap("2001:db8:5::7") {
+	if a.IPv4 != (linksvc.IPv4Config{Addr: ap("198.51.100.7"), PrefixLen: 24, Gateway: ap("198.51.100.1")}) || a.IPv6.Addr != ap("2001:db8:5::7") {
 		t.Errorf("-i: %+v %+v", a.IPv4, a.IPv6)
 	}
 	if len(sc.notes) != 1 || !strings.Contains(sc.notes[0], "eth1") {

@@ -1,4 +1,4 @@
-package tcpstack
+package linksvc
 
 import (
 	"net/netip"
@@ -20,66 +20,60 @@ const (
 	minIPv6MTU = 1280
 )
 
-// NDPService answers the guest's Neighbor and Router Solicitations. Like
+// ndpService answers the guest's Neighbor and Router Solicitations. Like
 // passt, it resolves every address to our MAC except the guest's own, and
 // advertises itself (from the gateway's link-local address) as the default
 // router, with the guest's prefix for SLAAC and M/O flags so that DHCPv6 is
 // used as well.
-type NDPService struct {
-	// Config is read-only while the service runs.
-	Config *AddrConfig
+type ndpService struct {
+	cfg *AddrConfig
 }
 
-// Handle answers one guest frame: a Neighbor Solicitation with a Neighbor
+// answer answers one guest frame: a Neighbor Solicitation with a Neighbor
 // Advertisement, a Router Solicitation with a Router Advertisement. It
-// returns the reply's length in out, or 0 for no reply (other messages,
-// hop limit not 255, malformed options, duplicate-address probes for
-// anything but our own address, IPv6 or NDP disabled).
-func (s *NDPService) Handle(frame []byte, out []byte) (n int) {
-	cfg := s.Config
+// returns the reply's length in out and which advertisement it is, or 0
+// for no reply (other messages, hop limit not 255, malformed options,
+// duplicate-address probes for anything but our own address, IPv6 or NDP
+// disabled).
+func (s ndpService) answer(p *header.Packet, frame, out []byte) (n int, r Reply) {
+	cfg := s.cfg
 	if cfg == nil || cfg.Disable6 || cfg.NoNDP {
-		return 0
+		return 0, ReplyNone
 	}
-	eth, err := header.ParseEthernet(frame)
-	if err != nil || eth.Type() != header.EtherTypeIPv6 {
-		return 0
+	if p.EtherType != header.EtherTypeIPv6 || p.HopLimit != header.NDPHopLimit {
+		return 0, ReplyNone // RFC 4861: anything else may come from off-link
 	}
-	ip, err := header.ParseIPv6(eth.Payload())
-	if err != nil || ip.HopLimit() != header.NDPHopLimit {
-		return 0 // RFC 4861: anything else may come from off-link
+	if p.Protocol != header.IPProtocolICMPv6 || p.Fragment {
+		return 0, ReplyNone
 	}
-	ul, err := ip.UpperLayer()
-	if err != nil || ul.Protocol != header.IPProtocolICMPv6 || ul.Fragment {
-		return 0
-	}
-	msg, err := header.ParseICMPv6(ip[ul.Offset:])
+	msg, err := header.ParseICMPv6(frame[p.L4Off : p.L4Off+p.L4Len])
 	if err != nil || msg.Code() != 0 {
-		return 0
+		return 0, ReplyNone
 	}
 	switch msg.Type() {
 	case header.ICMPv6NeighborSolicit:
-		return s.neighborAdvert(eth, ip, msg, out)
+		return replied(s.neighborAdvert(p, msg, out), ReplyNeighborAdvert)
 	case header.ICMPv6RouterSolicit:
 		if cfg.NoRA {
-			return 0
+			return 0, ReplyNone
 		}
 		rs, err := header.ParseNDPRouterSolicit(msg.Body())
 		if err != nil || !header.ValidateNDPOptions(rs.Options()) {
-			return 0
+			return 0, ReplyNone
 		}
-		dst, dstMAC := ip.Source(), eth.Source()
+		dst, dstMAC := p.Src, p.SourceMAC()
 		if dst.IsUnspecified() {
 			dst, dstMAC = header.IPv6AllNodes, header.IPv6MulticastMAC(header.IPv6AllNodes.As16())
 		} else if mac, ok := header.NDPLinkLayerOption(rs.Options(), header.NDPOptSourceLinkLayer); ok {
 			dstMAC = mac
 		}
-		return s.routerAdvert(out, dstMAC, dst)
+		return replied(s.routerAdvert(out, dstMAC, dst), ReplyRouterAdvert)
 	}
-	return 0
+	return 0, ReplyNone
 }
 
-func (s *NDPService) neighborAdvert(eth header.Ethernet, ip header.IPv6, msg header.ICMPv6, out []byte) int {
-	cfg := s.Config
+func (s ndpService) neighborAdvert(p *header.Packet, msg header.ICMPv6, out []byte) int {
+	cfg := s.cfg
 	ns, err := header.ParseNDPNeighborSolicit(msg.Body())
 	if err != nil || !header.ValidateNDPOptions(ns.Options()) {
 		return 0
@@ -89,7 +83,7 @@ func (s *NDPService) neighborAdvert(eth header.Ethernet, ip header.IPv6, msg hea
 		return 0
 	}
 	router := cfg.RouterLL()
-	src := ip.Source()
+	src := p.Src
 	sll, hasSLL := header.NDPLinkLayerOption(ns.Options(), header.NDPOptSourceLinkLayer)
 	var dst netip.Addr
 	var dstMAC header.MAC
@@ -104,7 +98,7 @@ func (s *NDPService) neighborAdvert(eth header.Ethernet, ip header.IPv6, msg hea
 		dst, dstMAC = header.IPv6AllNodes, header.IPv6MulticastMAC(header.IPv6AllNodes.As16())
 	} else {
 		flags |= header.NDPNAFlagSolicited
-		dst, dstMAC = src, eth.Source()
+		dst, dstMAC = src, p.SourceMAC()
 		if hasSLL {
 			dstMAC = sll
 		}
@@ -120,19 +114,19 @@ func (s *NDPService) neighborAdvert(eth header.Ethernet, ip header.IPv6, msg hea
 	return svcICMPv6Frame(out, cfg.OurMAC, dstMAC, target, dst, naLen)
 }
 
-// RouterAdvert writes an unsolicited Router Advertisement to all nodes into
+// unsolicitedRA writes an unsolicited Router Advertisement to all nodes into
 // out and returns its length, or 0 when RAs are disabled or out is too
 // short. The event loop sends it on a timer and after the guest (re)starts.
-func (s *NDPService) RouterAdvert(out []byte) (n int) {
-	cfg := s.Config
+func (s ndpService) unsolicitedRA(out []byte) (n int) {
+	cfg := s.cfg
 	if cfg == nil || cfg.Disable6 || cfg.NoNDP || cfg.NoRA {
 		return 0
 	}
 	return s.routerAdvert(out, header.IPv6MulticastMAC(header.IPv6AllNodes.As16()), header.IPv6AllNodes)
 }
 
-func (s *NDPService) routerAdvert(out []byte, dstMAC header.MAC, dst netip.Addr) int {
-	cfg := s.Config
+func (s ndpService) routerAdvert(out []byte, dstMAC header.MAC, dst netip.Addr) int {
+	cfg := s.cfg
 	icmp, ok := svcICMPv6Space(out, 0)
 	if !ok {
 		return 0

@@ -1,4 +1,4 @@
-package tcpstack
+package linksvc
 
 import (
 	"net/netip"
@@ -23,13 +23,12 @@ const (
 
 var ipv4Broadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 
-// DHCPService is a DHCPv4 server for the one guest on the link. It offers
+// dhcpService is a DHCPv4 server for the one guest on the link. It offers
 // AddrConfig's IPv4 address with an infinite lease, the gateway as router
 // and server identifier, the resolvers, search list and MTU. It keeps no
 // lease state: any client on the link gets the same address, as in passt.
-type DHCPService struct {
-	// Config is read-only while the service runs.
-	Config *AddrConfig
+type dhcpService struct {
+	cfg *AddrConfig
 }
 
 // dhcpv4Reply describes the reply being built.
@@ -39,69 +38,71 @@ type dhcpv4Reply struct {
 	withSearch  bool
 }
 
-// Handle answers one guest frame: DISCOVER with OFFER (ACK with Rapid
+// answer answers one guest frame: DISCOVER with OFFER (ACK with Rapid
 // Commit when the client asked for it), REQUEST with ACK or, for an address
 // other than the guest's, NAK, INFORM with ACK. It returns the length of the
-// reply frame written to out, or 0 for no reply.
-func (s *DHCPService) Handle(frame []byte, out []byte) (n int) {
-	cfg := s.Config
+// reply frame written to out, 0 for no reply, and ReplyLease for an ACK
+// that hands out the address.
+func (s dhcpService) answer(p *header.Packet, frame, out []byte) (n int, r Reply) {
+	cfg := s.cfg
 	if cfg == nil || cfg.Disable4 || cfg.NoDHCP || !cfg.IPv4.Addr.Is4() {
-		return 0
+		return 0, ReplyNone
 	}
-	eth, err := header.ParseEthernet(frame)
-	if err != nil || eth.Type() != header.EtherTypeIPv4 {
-		return 0
+	if p.EtherType != header.EtherTypeIPv4 || p.Fragment || p.Protocol != header.IPProtocolUDP {
+		return 0, ReplyNone
 	}
-	ip, err := header.ParseIPv4(eth.Payload())
-	if err != nil || ip.IsFragment() || ip.Protocol() != header.IPProtocolUDP {
-		return 0
-	}
-	udp, err := header.ParseUDP(ip.Payload())
+	udp, err := header.ParseUDP(frame[p.L4Off : p.L4Off+p.L4Len])
 	if err != nil || udp.DestinationPort() != header.DHCPv4ServerPort {
-		return 0
+		return 0, ReplyNone
 	}
 	req, err := header.ParseDHCPv4(udp.Payload())
 	if err != nil || req.Op() != header.DHCPv4OpRequest || req.HardwareType() != 1 || req.HardwareLen() != 6 {
-		return 0
+		return 0, ReplyNone
 	}
 	if sid, ok := req.OptionAddr(header.DHCPv4OptServerID); ok && sid != s.serverID() {
-		return 0 // the client is talking to another server
+		return 0, ReplyNone // the client is talking to another server
 	}
-	var r dhcpv4Reply
+	var rep dhcpv4Reply
 	_, rapid := req.Option(header.DHCPv4OptRapidCommit)
 	switch req.MessageType() {
 	case header.DHCPDiscover:
-		r.msgType = header.DHCPOffer
+		rep.msgType = header.DHCPOffer
 		if rapid {
-			r.msgType, r.rapidCommit = header.DHCPAck, true
+			rep.msgType, rep.rapidCommit = header.DHCPAck, true
 		}
 	case header.DHCPRequest:
 		want, ok := req.OptionAddr(header.DHCPv4OptRequestedIP)
 		if !ok {
 			want = req.ClientIP() // RENEWING / REBINDING
 		}
-		r.msgType = header.DHCPAck
+		rep.msgType = header.DHCPAck
 		if want != cfg.IPv4.Addr {
-			r.msgType = header.DHCPNak
+			rep.msgType = header.DHCPNak
 		}
 	case header.DHCPInform:
-		r.msgType = header.DHCPAck
+		rep.msgType = header.DHCPAck
 	default:
-		return 0 // DECLINE, RELEASE and server-to-client types need no answer
+		return 0, ReplyNone // DECLINE, RELEASE and server-to-client types need no answer
 	}
-	r.withSearch = true
-	if n = s.build(req, &r, out); n == 0 {
+	rep.withSearch = true
+	if n = s.build(req, &rep, out); n == 0 {
 		// The search list is the only open-ended option: drop it rather
 		// than the whole reply when the client's size limit is small.
-		r.withSearch = false
-		n = s.build(req, &r, out)
+		rep.withSearch = false
+		n = s.build(req, &rep, out)
 	}
-	return n
+	switch {
+	case n == 0:
+		return 0, ReplyNone
+	case rep.msgType == header.DHCPAck && req.MessageType() != header.DHCPInform && !s.cfg.IPv4.Addr.IsUnspecified():
+		return n, ReplyLease // yiaddr is the guest's address
+	}
+	return n, ReplyOther
 }
 
 // serverID is the address we identify as and send from: the gateway.
-func (s *DHCPService) serverID() netip.Addr {
-	cfg := s.Config
+func (s dhcpService) serverID() netip.Addr {
+	cfg := s.cfg
 	if cfg.IPv4.Gateway.Is4() {
 		return cfg.IPv4.Gateway
 	}
@@ -118,8 +119,8 @@ func maxMessage(req header.DHCPv4) int {
 	return max(v, dhcpv4DefaultMaxMessage)
 }
 
-func (s *DHCPService) build(req header.DHCPv4, r *dhcpv4Reply, out []byte) int {
-	cfg := s.Config
+func (s dhcpService) build(req header.DHCPv4, r *dhcpv4Reply, out []byte) int {
+	cfg := s.cfg
 	if len(out) <= dhcpv4HeadersSize {
 		return 0
 	}

@@ -2,18 +2,8 @@ package tcpstack
 
 import "time"
 
-// newServices builds the link services one loop uses. Each loop gets its own
-// instances (the ARP service records the guest's MAC); they all read the
-// Stack's AddrConfig, which does not change while pairs run.
-func (s *Stack) newServices() (svc [NumServices]linkService, ndp *NDPService, arp *ARPService) {
-	arp = &ARPService{Config: &s.cfg.Addr}
-	ndp = &NDPService{Config: &s.cfg.Addr}
-	svc[SvcARP] = arp
-	svc[SvcDHCP] = &DHCPService{Config: &s.cfg.Addr}
-	svc[SvcDHCPv6] = &DHCPv6Service{Config: &s.cfg.Addr}
-	svc[SvcNDP] = ndp
-	return svc, ndp, arp
-}
+// Link announcements: what the loop tells the guest on its own, through
+// the link services (package linksvc) and the pending reply ring.
 
 // raInterval is how often an unsolicited Router Advertisement refreshes the
 // guest's default route (the RA's router lifetime is 9000s).
@@ -34,7 +24,7 @@ func (l *loop) announceLink() {
 	}
 	cfg := &l.s.cfg.Addr
 	if cfg.IPv4.Gateway.Is4() && !cfg.Disable4 {
-		if n := l.arp.GratuitousARP(l.pending.next()); n > 0 {
+		if n := l.link.GratuitousARP(l.pending.next()); n > 0 {
 			l.queueAnnouncement(n, SvcARP)
 		}
 	}
@@ -57,7 +47,7 @@ func (l *loop) sendRA() {
 	if !cfg.IPv6.Addr.IsValid() || cfg.Disable6 || cfg.NoNDP || cfg.NoRA {
 		return
 	}
-	if n := l.ndp.RouterAdvert(l.pending.next()); n > 0 {
+	if n := l.link.RouterAdvert(l.pending.next()); n > 0 {
 		l.queueAnnouncement(n, SvcNDP)
 	}
 	l.nextRA = time.Now().Add(raInterval)

@@ -1,4 +1,4 @@
-package tcpstack
+package linksvc
 
 import (
 	"encoding/hex"
@@ -7,35 +7,16 @@ import (
 	"testing"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 )
 
 // svcTestDHCPFrame builds a guest DHCP client frame. extra holds raw
 // options (code, length, data...) appended after the message type.
-func svcTestDHCPFrame(t *testing.T, mt header.DHCPv4MessageType, flags uint16, ciaddr string, extra ...[]byte) []byte {
-	t.Helper()
-	b := make([]byte, 1500)
-	var w header.DHCPv4Builder
-	f := header.DHCPv4Fields{Op: header.DHCPv4OpRequest, TransactionID: 0xdeadbeef, Flags: flags, ClientMAC: svcTestGuestMAC}
-	if ciaddr != "" {
-		f.ClientIP = netip.MustParseAddr(ciaddr)
-	}
-	w.Reset(b[42:], &f)
-	w.AddOptionByte(header.DHCPv4OptMessageType, uint8(mt))
-	for _, o := range extra {
-		w.AddOption(o[0], o[2:2+o[1]])
-	}
-	n, ok := w.Finish()
-	if !ok {
-		t.Fatal("building request")
-	}
-	src, dst := netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255")
-	if f.ClientIP.IsValid() {
-		src = f.ClientIP
-	}
-	return b[:svcUDPv4Frame(b, svcTestGuestMAC, header.BroadcastMAC, src, dst, header.DHCPv4ClientPort, header.DHCPv4ServerPort, n)]
+func svcTestDHCPFrame(_ *testing.T, mt header.DHCPv4MessageType, flags uint16, ciaddr string, extra ...[]byte) []byte {
+	return guestframe.DHCP(mt, flags, ciaddr, extra...)
 }
 
-func opt(code byte, data ...byte) []byte { return append([]byte{code, byte(len(data))}, data...) }
+func opt(code byte, data ...byte) []byte { return guestframe.Opt(code, data...) }
 
 type dhcpWant struct {
 	msgType   header.DHCPv4MessageType
@@ -101,10 +82,10 @@ func TestDHCPServiceHandle(t *testing.T) {
 			if tt.cfg != nil {
 				tt.cfg(cfg)
 			}
-			s := DHCPService{Config: cfg}
+			s := dhcpService{cfg}
 			req := tt.frame(t)
 			out := make([]byte, 1514)
-			n := s.Handle(req, out)
+			n := handle(s.answer, req, out)
 			if tt.want == nil {
 				if n != 0 {
 					t.Fatalf("unexpected reply %x", out[:n])
@@ -222,9 +203,9 @@ func checkDHCPReply(t *testing.T, cfg *AddrConfig, reqFrame, reply []byte, w *dh
 func TestDHCPServiceGatewayOutsidePrefix(t *testing.T) {
 	cfg := svcTestConfig()
 	cfg.IPv4.PrefixLen = 32
-	s := DHCPService{Config: cfg}
+	s := dhcpService{cfg}
 	out := make([]byte, 1514)
-	n := s.Handle(svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""), out)
+	n := handle(s.answer, svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""), out)
 	if n == 0 {
 		t.Fatal("no reply")
 	}
@@ -247,10 +228,10 @@ func TestDHCPServiceSmallMaxMessageDropsSearch(t *testing.T) {
 	for i := 0; i < 30; i++ {
 		cfg.Search = append(cfg.Search, strings.Repeat("s", 20)+".example.org")
 	}
-	s := DHCPService{Config: cfg}
+	s := dhcpService{cfg}
 	out := make([]byte, 1514)
 	// No option 57: the client accepts 576-byte datagrams only.
-	n := s.Handle(svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""), out)
+	n := handle(s.answer, svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""), out)
 	if n == 0 || n > 14+576 {
 		t.Fatalf("reply length %d", n)
 	}
@@ -263,7 +244,7 @@ func TestDHCPServiceSmallMaxMessageDropsSearch(t *testing.T) {
 		t.Errorf("type %d", m.MessageType())
 	}
 	// With a 1500-byte limit the list fits, split over several options.
-	n = s.Handle(svcTestDHCPFrame(t, header.DHCPDiscover, 0, "", opt(57, 0x05, 0xdc)), out)
+	n = handle(s.answer, svcTestDHCPFrame(t, header.DHCPDiscover, 0, "", opt(57, 0x05, 0xdc)), out)
 	_, _, udp = svcTestUDP4Reply(t, out[:n])
 	m, _ = header.ParseDHCPv4(udp.Payload())
 	if _, ok := m.Option(header.DHCPv4OptDomainSearch); !ok || len(m) > 1500-28 {
@@ -271,7 +252,7 @@ func TestDHCPServiceSmallMaxMessageDropsSearch(t *testing.T) {
 	}
 	// An out buffer too short for any reply yields none, not a panic.
 	for _, size := range []int{0, 41, 42, 43, 300} {
-		if s.Handle(svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""), make([]byte, size)) != 0 {
+		if handle(s.answer, svcTestDHCPFrame(t, header.DHCPDiscover, 0, ""), make([]byte, size)) != 0 {
 			t.Errorf("reply into %d bytes", size)
 		}
 	}
@@ -280,22 +261,22 @@ func TestDHCPServiceSmallMaxMessageDropsSearch(t *testing.T) {
 func TestLinkServicesDoNotAllocate(t *testing.T) {
 	cfg := svcTestConfig()
 	out := make([]byte, 1514)
-	dhcp := DHCPService{Config: cfg}
-	dhcp6 := DHCPv6Service{Config: cfg}
-	ndp := NDPService{Config: cfg}
-	arp := ARPService{Config: cfg}
+	dhcp := dhcpService{cfg}
+	dhcp6 := dhcpv6Service{cfg}
+	ndp := ndpService{cfg}
+	arp := arpService{cfg}
 	frames := map[string]func() int{}
 	disc := svcTestHex(t, svcTestCapDHCPDiscover)
-	frames["dhcp"] = func() int { return dhcp.Handle(disc, out) }
+	frames["dhcp"] = func() int { return handle(dhcp.answer, disc, out) }
 	rs := svcTestHex(t, svcTestCapRS)
-	frames["ndp-rs"] = func() int { return ndp.Handle(rs, out) }
+	frames["ndp-rs"] = func() int { return handle(ndp.answer, rs, out) }
 	ns := svcTestNSFrame(t, svcTestGuestLL, "fe80::1", true)
-	frames["ndp-ns"] = func() int { return ndp.Handle(ns, out) }
-	frames["ndp-ra"] = func() int { return ndp.RouterAdvert(out) }
+	frames["ndp-ns"] = func() int { return handle(ndp.answer, ns, out) }
+	frames["ndp-ra"] = func() int { return ndp.unsolicitedRA(out) }
 	sol := svcTestDHCPv6Frame(t, svcTestSolicitRapid)
-	frames["dhcpv6"] = func() int { return dhcp6.Handle(sol, out) }
+	frames["dhcpv6"] = func() int { return handle(dhcp6.answer, sol, out) }
 	ar := svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.1")
-	frames["arp"] = func() int { return arp.Handle(ar, out) }
+	frames["arp"] = func() int { return handle(arp.answer, ar, out) }
 	for name, fn := range frames {
 		if fn() == 0 {
 			t.Errorf("%s: no reply", name)
@@ -315,9 +296,9 @@ const (
 )
 
 var (
-	svcTestGuestMAC = header.MAC{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
-	svcTestOurMAC   = header.MAC{0x9a, 0x55, 0x9a, 0x55, 0x9a, 0x55}
-	svcTestGuestLL  = netip.MustParseAddr("fe80::5054:ff:fe12:3456")
+	svcTestGuestMAC = guestframe.GuestMAC
+	svcTestOurMAC   = guestframe.OurMAC
+	svcTestGuestLL  = guestframe.GuestLL
 )
 
 func svcTestConfig() *AddrConfig {

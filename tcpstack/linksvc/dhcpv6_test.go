@@ -1,10 +1,11 @@
-package tcpstack
+package linksvc
 
 import (
 	"net/netip"
 	"testing"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 )
 
 // DHCPv6 client messages (xid 0x1a2b3c) assembled from these options.
@@ -25,16 +26,7 @@ const (
 // svcTestDHCPv6Frame wraps a DHCPv6 message from the guest's link-local
 // address to All_DHCP_Relay_Agents_and_Servers.
 func svcTestDHCPv6Frame(t testing.TB, msgHex string) []byte {
-	t.Helper()
-	msg := svcTestHex(t, msgHex)
-	b := make([]byte, svcIPv6HeadersSize+8+len(msg))
-	copy(b[svcIPv6HeadersSize+8:], msg)
-	dst := header.IPv6AllDHCPRelayAgentsAndServers
-	n := svcIPv6Frame(b, svcTestGuestMAC, header.IPv6MulticastMAC(dst.As16()), svcTestGuestLL, dst, header.IPProtocolUDP, 1, 8+len(msg))
-	u := header.UDP(b[svcIPv6HeadersSize:n])
-	header.EncodeUDP(u, header.DHCPv6ClientPort, header.DHCPv6ServerPort, uint16(8+len(msg)))
-	u.SetChecksum(svcTestGuestLL, dst)
-	return b[:n]
+	return guestframe.DHCPv6(svcTestHex(t, msgHex))
 }
 
 type d6Want struct {
@@ -92,14 +84,14 @@ func TestDHCPv6ServiceHandle(t *testing.T) {
 			if tt.cfg != nil {
 				tt.cfg(cfg)
 			}
-			s := DHCPv6Service{Config: cfg}
+			s := dhcpv6Service{cfg}
 			out := make([]byte, 1514)
 			var n int
 			if len(tt.msg) < 8 {
 				f := svcTestDHCPv6Frame(t, "01000000")
-				n = s.Handle(f[:len(f)-3], out) // UDP length now past the frame
+				n = handle(s.answer, f[:len(f)-3], out) // UDP length now past the frame
 			} else {
-				n = s.Handle(svcTestDHCPv6Frame(t, tt.msg), out)
+				n = handle(s.answer, svcTestDHCPv6Frame(t, tt.msg), out)
 			}
 			if tt.want == nil {
 				if n != 0 {
@@ -147,10 +139,10 @@ func TestDHCPv6ServiceHandle(t *testing.T) {
 }
 
 func TestDHCPv6ServiceShortOut(t *testing.T) {
-	s := DHCPv6Service{Config: svcTestConfig()}
+	s := dhcpv6Service{svcTestConfig()}
 	f := svcTestDHCPv6Frame(t, d6Solicit)
 	for _, size := range []int{0, 10, 62, 70, 150} {
-		if s.Handle(f, make([]byte, size)) != 0 {
+		if handle(s.answer, f, make([]byte, size)) != 0 {
 			t.Errorf("reply into %d bytes", size)
 		}
 	}

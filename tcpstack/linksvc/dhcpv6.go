@@ -1,4 +1,4 @@
-package tcpstack
+package linksvc
 
 import (
 	"bytes"
@@ -15,55 +15,46 @@ const (
 	dhcpv6DUIDMaxLen = 130
 )
 
-// DHCPv6Service is a stateless-in-practice DHCPv6 server for the guest: it
+// dhcpv6Service is a stateless-in-practice DHCPv6 server for the guest: it
 // hands out AddrConfig's IPv6 address in IA_NA with infinite lifetimes,
 // resolvers (option 23) and the search list (option 24), and identifies
 // itself with a DUID-LL built from our MAC.
-type DHCPv6Service struct {
-	// Config is read-only while the service runs.
-	Config *AddrConfig
+type dhcpv6Service struct {
+	cfg *AddrConfig
 }
 
-// Handle answers one guest frame: SOLICIT with ADVERTISE (or REPLY when the
+// answer answers one guest frame: SOLICIT with ADVERTISE (or REPLY when the
 // client asked for Rapid Commit), REQUEST, RENEW, REBIND, CONFIRM,
 // INFORMATION-REQUEST, RELEASE and DECLINE with REPLY. It returns the reply
 // frame's length in out, or 0 for no reply (not DHCPv6 for us, a server
 // identifier that is not ours, no client identifier where one is required,
-// IPv6 or DHCPv6 disabled).
-func (s *DHCPv6Service) Handle(frame []byte, out []byte) (n int) {
-	cfg := s.Config
+// IPv6 or DHCPv6 disabled), and ReplyLease for a REPLY that hands out the
+// address.
+func (s dhcpv6Service) answer(p *header.Packet, frame, out []byte) (n int, r Reply) {
+	cfg := s.cfg
 	if cfg == nil || cfg.Disable6 || cfg.NoDHCPv6 {
-		return 0
+		return 0, ReplyNone
 	}
-	eth, err := header.ParseEthernet(frame)
-	if err != nil || eth.Type() != header.EtherTypeIPv6 {
-		return 0
+	if p.EtherType != header.EtherTypeIPv6 || p.Protocol != header.IPProtocolUDP || p.Fragment {
+		return 0, ReplyNone
 	}
-	ip, err := header.ParseIPv6(eth.Payload())
-	if err != nil {
-		return 0
-	}
-	ul, err := ip.UpperLayer()
-	if err != nil || ul.Protocol != header.IPProtocolUDP || ul.Fragment {
-		return 0
-	}
-	udp, err := header.ParseUDP(ip[ul.Offset:])
+	udp, err := header.ParseUDP(frame[p.L4Off : p.L4Off+p.L4Len])
 	if err != nil || udp.DestinationPort() != header.DHCPv6ServerPort {
-		return 0
+		return 0, ReplyNone
 	}
 	req, err := header.ParseDHCPv6(udp.Payload())
 	if err != nil {
-		return 0
+		return 0, ReplyNone
 	}
 
 	var duid [10]byte
 	header.EncodeDUIDLL(duid[:], cfg.OurMAC)
 	if sid, ok := req.Option(header.DHCPv6OptServerID); ok && !bytes.Equal(sid, duid[:]) {
-		return 0 // addressed to another server
+		return 0, ReplyNone // addressed to another server
 	}
 	clientID, hasClientID := req.Option(header.DHCPv6OptClientID)
 	if hasClientID && (len(clientID) == 0 || len(clientID) > dhcpv6DUIDMaxLen) {
-		return 0
+		return 0, ReplyNone
 	}
 	_, rapid := req.Option(header.DHCPv6OptRapidCommit)
 
@@ -83,7 +74,7 @@ func (s *DHCPv6Service) Handle(frame []byte, out []byte) (n int) {
 		// The guest's addresses are on-link only if they are ours.
 		onLink, hasAddrs := s.confirmOnLink(req)
 		if !hasAddrs {
-			return 0 // RFC 8415 18.3.3: nothing to confirm, no reply
+			return 0, ReplyNone // RFC 8415 18.3.3: nothing to confirm, no reply
 		}
 		hasStatus = true
 		if !onLink {
@@ -93,10 +84,10 @@ func (s *DHCPv6Service) Handle(frame []byte, out []byte) (n int) {
 		hasStatus = true
 	case header.DHCPv6InformationRequest:
 	default:
-		return 0
+		return 0, ReplyNone
 	}
 	if !hasClientID && req.MessageType() != header.DHCPv6InformationRequest {
-		return 0 // RFC 8415 16: every other client message carries a DUID
+		return 0, ReplyNone // RFC 8415 16: every other client message carries a DUID
 	}
 
 	body := out[min(len(out), svcIPv6HeadersSize+header.UDPMinimumSize):]
@@ -115,41 +106,46 @@ func (s *DHCPv6Service) Handle(frame []byte, out []byte) (n int) {
 	if hasStatus {
 		w.AddStatusCode(status, "")
 	}
+	leased := false
 	if giveAddr {
-		s.addIANA(&w, req)
+		leased = s.addIANA(&w, req)
 	}
 	w.AddOptionAddrs(header.DHCPv6OptDNSServers, cfg.DNS6...)
 	w.AddOptionDomainList(header.DHCPv6OptDomainList, cfg.Search)
 	addFQDNv6(&w, cfg)
 	msgLen, ok := w.Finish()
 	if !ok {
-		return 0
+		return 0, ReplyNone
 	}
 
-	src, dst := cfg.RouterLL(), ip.Source()
+	src, dst := cfg.RouterLL(), p.Src
 	udpLen := header.UDPMinimumSize + msgLen
-	n = svcIPv6Frame(out, cfg.OurMAC, eth.Source(), src, dst, header.IPProtocolUDP, svcTTL, udpLen)
+	n = svcIPv6Frame(out, cfg.OurMAC, p.SourceMAC(), src, dst, header.IPProtocolUDP, svcTTL, udpLen)
 	if n == 0 {
-		return 0
+		return 0, ReplyNone
 	}
 	u := header.UDP(out[svcIPv6HeadersSize:n])
 	header.EncodeUDP(u, header.DHCPv6ServerPort, udp.SourcePort(), uint16(udpLen))
 	u.SetChecksum(src, dst)
-	return n
+	if leased && replyType == header.DHCPv6Reply {
+		return n, ReplyLease
+	}
+	return n, ReplyOther
 }
 
 // addIANA answers the client's first IA_NA with the guest's address (or
-// NoAddrsAvail when we have none). A client without IA_NA (asking only for
+// NoAddrsAvail when we have none) and reports whether it gave the address.
+// A client without IA_NA (asking only for
 // prefixes or temporary addresses) gets just the configuration options.
-func (s *DHCPv6Service) addIANA(w *header.DHCPv6Builder, req header.DHCPv6) {
-	cfg := s.Config
+func (s dhcpv6Service) addIANA(w *header.DHCPv6Builder, req header.DHCPv6) (leased bool) {
+	cfg := s.cfg
 	d, ok := req.Option(header.DHCPv6OptIANA)
 	if !ok {
-		return
+		return false
 	}
 	ia, err := header.ParseDHCPv6IANA(d)
 	if err != nil {
-		return
+		return false
 	}
 	w.BeginOption(header.DHCPv6OptIANA)
 	w.WriteUint32(ia.IAID())
@@ -158,7 +154,7 @@ func (s *DHCPv6Service) addIANA(w *header.DHCPv6Builder, req header.DHCPv6) {
 		w.WriteUint32(0)
 		w.AddStatusCode(header.DHCPv6StatusNoAddrsAvail, "no global address on this link")
 		w.EndOption()
-		return
+		return false
 	}
 	// The address never changes hands: no reason to renew, ever.
 	w.WriteUint32(header.DHCPv6Infinity)
@@ -169,11 +165,12 @@ func (s *DHCPv6Service) addIANA(w *header.DHCPv6Builder, req header.DHCPv6) {
 	w.WriteUint32(header.DHCPv6Infinity)
 	w.EndOption()
 	w.EndOption()
+	return true
 }
 
 // confirmOnLink reports whether every address in the CONFIRM's IA_NAs is
 // the guest's (RFC 8415 18.3.3), and whether there was any address at all.
-func (s *DHCPv6Service) confirmOnLink(req header.DHCPv6) (onLink, hasAddrs bool) {
+func (s dhcpv6Service) confirmOnLink(req header.DHCPv6) (onLink, hasAddrs bool) {
 	opts := req.Options()
 	seen := false
 	for i := 0; i < 64; i++ {
@@ -200,7 +197,7 @@ func (s *DHCPv6Service) confirmOnLink(req header.DHCPv6) (onLink, hasAddrs bool)
 				continue
 			}
 			a, err := header.ParseDHCPv6IAAddr(d)
-			if err != nil || a.Address() != s.Config.IPv6.Addr {
+			if err != nil || a.Address() != s.cfg.IPv6.Addr {
 				return false, true
 			}
 			seen = true

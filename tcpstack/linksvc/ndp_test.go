@@ -1,26 +1,17 @@
-package tcpstack
+package linksvc
 
 import (
 	"net/netip"
 	"testing"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 )
 
 // svcTestNSFrame builds a Neighbor Solicitation from src for target, sent to
 // target's solicited-node group, with or without a source link-layer option.
-func svcTestNSFrame(t *testing.T, src netip.Addr, target string, sll bool) []byte {
-	t.Helper()
-	tg := netip.MustParseAddr(target)
-	b := make([]byte, 200)
-	icmp := b[svcIPv6HeadersSize:]
-	n := header.EncodeNDPNeighborSolicit(icmp, tg)
-	if sll {
-		n += header.EncodeNDPLinkLayerOption(icmp[n:], header.NDPOptSourceLinkLayer, svcTestGuestMAC)
-	}
-	dst := header.SolicitedNodeMulticast(tg)
-	n = svcICMPv6Frame(b, svcTestGuestMAC, header.IPv6MulticastMAC(dst.As16()), src, dst, n)
-	return b[:n]
+func svcTestNSFrame(_ *testing.T, src netip.Addr, target string, sll bool) []byte {
+	return guestframe.NS(src, netip.MustParseAddr(target), sll)
 }
 
 type naWant struct {
@@ -77,9 +68,9 @@ func TestNDPServiceNeighborSolicit(t *testing.T) {
 			if tt.cfg != nil {
 				tt.cfg(cfg)
 			}
-			s := NDPService{Config: cfg}
+			s := ndpService{cfg}
 			out := make([]byte, 1514)
-			n := s.Handle(tt.frame(t), out)
+			n := handle(s.answer, tt.frame(t), out)
 			if tt.want == nil {
 				if n != 0 {
 					t.Fatalf("unexpected reply %x", out[:n])
@@ -153,13 +144,13 @@ func TestNDPServiceRouterAdvert(t *testing.T) {
 			if tt.cfg != nil {
 				tt.cfg(cfg)
 			}
-			s := NDPService{Config: cfg}
+			s := ndpService{cfg}
 			out := make([]byte, 1514)
 			var n int
 			if tt.unsolicited {
-				n = s.RouterAdvert(out)
+				n = s.unsolicitedRA(out)
 			} else {
-				n = s.Handle(svcTestHex(t, tt.frame), out)
+				n = handle(s.answer, svcTestHex(t, tt.frame), out)
 			}
 			if tt.want == nil {
 				if n != 0 {
@@ -207,7 +198,7 @@ func TestNDPServiceRouterAdvert(t *testing.T) {
 }
 
 func TestNDPServiceIgnoresOtherMessages(t *testing.T) {
-	s := NDPService{Config: svcTestConfig()}
+	s := ndpService{svcTestConfig()}
 	out := make([]byte, 1514)
 	b := make([]byte, 200)
 	// A Router Advertisement from the guest, an echo request, an NA.
@@ -216,7 +207,7 @@ func TestNDPServiceIgnoresOtherMessages(t *testing.T) {
 		n := header.EncodeNDPRouterAdvert(icmp, &header.NDPRouterAdvertFields{})
 		icmp[0] = uint8(typ)
 		n = svcICMPv6Frame(b, svcTestGuestMAC, header.MAC{0x33, 0x33, 0, 0, 0, 1}, svcTestGuestLL, header.IPv6AllNodes, n)
-		if s.Handle(b[:n], out) != 0 {
+		if handle(s.answer, b[:n], out) != 0 {
 			t.Errorf("replied to ICMPv6 type %d", typ)
 		}
 	}
@@ -224,10 +215,10 @@ func TestNDPServiceIgnoresOtherMessages(t *testing.T) {
 	rs := svcTestHex(t, svcTestCapRS)
 	ns := svcTestNSFrame(t, svcTestGuestLL, "fe80::1", true)
 	for _, size := range []int{0, 53, 54, 85, 100} {
-		if s.Handle(rs, make([]byte, size)) != 0 || s.RouterAdvert(make([]byte, size)) != 0 {
+		if handle(s.answer, rs, make([]byte, size)) != 0 || s.unsolicitedRA(make([]byte, size)) != 0 {
 			t.Errorf("RA into %d bytes", size)
 		}
-		if size < 86 && s.Handle(ns, make([]byte, size)) != 0 {
+		if size < 86 && handle(s.answer, ns, make([]byte, size)) != 0 {
 			t.Errorf("NA into %d bytes", size)
 		}
 	}
@@ -236,25 +227,28 @@ func TestNDPServiceIgnoresOtherMessages(t *testing.T) {
 // BenchmarkLinkServices measures one request/reply per service; every one
 // must report 0 allocs/op.
 func BenchmarkLinkServices(b *testing.B) {
-	cfg := svcTestConfig()
+	l := New(svcTestConfig())
 	out := make([]byte, 1514)
-	arp, dhcp := ARPService{Config: cfg}, DHCPService{Config: cfg}
-	dhcp6, ndp := DHCPv6Service{Config: cfg}, NDPService{Config: cfg}
 	cases := []struct {
 		name  string
 		frame []byte
-		h     func([]byte, []byte) int
+		h     func(*header.Packet, []byte, []byte) (int, Reply)
 	}{
-		{"arp", svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.1"), arp.Handle},
-		{"dhcp-discover", svcTestHex(b, svcTestCapDHCPDiscover), dhcp.Handle},
-		{"dhcpv6-solicit", svcTestDHCPv6Frame(b, svcTestSolicitRapid), dhcp6.Handle},
-		{"ndp-rs", svcTestHex(b, svcTestCapRS), ndp.Handle},
+		{"arp", svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.1"), l.ARP},
+		{"dhcp-discover", svcTestHex(b, svcTestCapDHCPDiscover), l.DHCP},
+		{"dhcpv6-solicit", svcTestDHCPv6Frame(b, svcTestSolicitRapid), l.DHCPv6},
+		{"ndp-rs", svcTestHex(b, svcTestCapRS), l.NDP},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
+			var p header.Packet
 			for b.Loop() {
-				if c.h(c.frame, out) == 0 {
+				// Parsed as the data path does, then answered.
+				if header.ParseFrame(c.frame, len(c.frame), &p) != nil {
+					b.Fatal("frame does not parse")
+				}
+				if n, _ := c.h(&p, c.frame, out); n == 0 {
 					b.Fatal("no reply")
 				}
 			}

@@ -1,4 +1,4 @@
-package tcpstack
+package linksvc
 
 import (
 	"net/netip"
@@ -33,9 +33,9 @@ func TestARPServiceHandle(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := ARPService{Config: svcTestConfig()}
+			s := arpService{svcTestConfig()}
 			out := make([]byte, 1514)
-			n := s.Handle(tt.frame, out)
+			n := handle(s.answer, tt.frame, out)
 			if !tt.reply {
 				if n != 0 {
 					t.Fatalf("replied %x", out[:n])
@@ -58,9 +58,6 @@ func TestARPServiceHandle(t *testing.T) {
 				a.TargetMAC() != svcTestGuestMAC || a.TargetIP() != req.SenderIP() || string(out[12:14]) != "\x08\x06" {
 				t.Errorf("reply fields %x", out[:n])
 			}
-			if s.GuestMAC != svcTestGuestMAC {
-				t.Errorf("guest MAC not learned: %v", s.GuestMAC)
-			}
 		})
 	}
 }
@@ -69,37 +66,48 @@ func TestARPServiceDisabledAndShortOut(t *testing.T) {
 	req := svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.1")
 	cfg := svcTestConfig()
 	cfg.Disable4 = true
-	s := ARPService{Config: cfg}
-	if s.Handle(req, make([]byte, 100)) != 0 || s.GratuitousARP(make([]byte, 100)) != 0 {
+	s := arpService{cfg}
+	if handle(s.answer, req, make([]byte, 100)) != 0 || s.gratuitousARP(make([]byte, 100)) != 0 {
 		t.Error("replied with IPv4 disabled")
 	}
-	s = ARPService{Config: svcTestConfig()}
-	if s.Handle(req, make([]byte, 41)) != 0 {
+	s = arpService{svcTestConfig()}
+	if handle(s.answer, req, make([]byte, 41)) != 0 {
 		t.Error("wrote into a too-short buffer")
 	}
-	if (&ARPService{}).Handle(req, make([]byte, 100)) != 0 {
+	if handle(arpService{}.answer, req, make([]byte, 100)) != 0 {
 		t.Error("replied without config")
 	}
 }
 
 func TestARPAnnouncements(t *testing.T) {
 	out := make([]byte, 64)
-	n := BuildRARPAnnouncement(out, svcTestGuestMAC)
-	// QEMU's qemu_announce_self_iter frame, without its 18 bytes of padding.
-	want := "ffffffffffff525400123456803500010800060400035254001234560000000052540012345600000000"
-	if hexOf(out[:n]) != want {
-		t.Errorf("RARP\n got %x\nwant %s", out[:n], want)
-	}
-	s := ARPService{Config: svcTestConfig()}
-	n = s.GratuitousARP(out)
-	want = "ffffffffffff9a559a559a55080600010800060400019a559a559a55c0a80a01000000000000c0a80a01"
+	n := New(svcTestConfig()).GratuitousARP(out)
+	want := "ffffffffffff9a559a559a55080600010800060400019a559a559a55c0a80a01000000000000c0a80a01"
 	if hexOf(out[:n]) != want {
 		t.Errorf("gratuitous ARP\n got %x\nwant %s", out[:n], want)
 	}
-	if BuildRARPAnnouncement(out[:41], svcTestGuestMAC) != 0 {
+	if New(svcTestConfig()).GratuitousARP(out[:41]) != 0 {
 		t.Error("short buffer accepted")
 	}
 }
+
+// handle is a service's answer as the tests call it: on the raw frame,
+// parsed first as the data path does (a frame that does not parse gets no
+// answer).
+func handle(answer func(*header.Packet, []byte, []byte) (int, Reply), frame, out []byte) int {
+	n, _ := handleReply(answer, frame, out)
+	return n
+}
+
+func handleReply(answer func(*header.Packet, []byte, []byte) (int, Reply), frame, out []byte) (int, Reply) {
+	p := &testPacket // as the loop's own: a Packet on the stack would escape through answer
+	if header.ParseFrame(frame, len(frame), p) != nil {
+		return 0, ReplyNone
+	}
+	return answer(p, frame, out)
+}
+
+var testPacket header.Packet
 
 func hexOf(b []byte) string {
 	const digits = "0123456789abcdef"
@@ -119,15 +127,13 @@ func FuzzLinkServices(f *testing.F) {
 	f.Add(svcTestARPFrame(header.ARPRequest, svcTestGuestMAC, "192.168.10.20", "192.168.10.1"))
 	f.Add(svcTestDHCPv6Frame(f, svcTestSolicitRapid))
 	f.Add(svcTestDHCPv6Frame(f, "041a2b3c"+d6ClientID+d6IANAOurAddr))
-	cfg := svcTestConfig()
-	arp, dhcp := ARPService{Config: cfg}, DHCPService{Config: cfg}
-	dhcp6, ndp := DHCPv6Service{Config: cfg}, NDPService{Config: cfg}
-	handlers := []func([]byte, []byte) int{arp.Handle, dhcp.Handle, dhcp6.Handle, ndp.Handle}
+	l := New(svcTestConfig())
+	handlers := []func(*header.Packet, []byte, []byte) (int, Reply){l.ARP, l.DHCP, l.DHCPv6, l.NDP}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		for _, outLen := range []int{1514, 100} {
 			for i, h := range handlers {
 				out := make([]byte, outLen+8)
-				n := h(frame, out[:outLen])
+				n := handle(h, frame, out[:outLen])
 				if n < 0 || n > outLen {
 					t.Fatalf("handler %d returned %d for a %d-byte buffer", i, n, outLen)
 				}

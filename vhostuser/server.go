@@ -21,6 +21,9 @@ type ServerConfig struct {
 	Path   string      // socket path
 	Mode   os.FileMode // socket file permissions; 0 means 0600
 	OneOff bool        // return after the first front-end leaves
+	// Ready, when set, is called once the socket accepts connections
+	// (a daemon reports its start-up complete then).
+	Ready func()
 }
 
 // ErrSocketInUse is returned by Serve when another process is listening on
@@ -69,6 +72,9 @@ func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 		return fmt.Errorf("vhost-user serve: chmod %s: %w", cfg.Path, err)
 	}
 	log.Info("vhost-user listening", "socket", cfg.Path, "mode", fmt.Sprintf("%#o", uint32(mode)))
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
 
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()

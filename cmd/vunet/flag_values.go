@@ -113,8 +113,9 @@ func addrAny(a netip.Addr) error {
 	return nil
 }
 
-// familyAddr is an option given at most once per address family, like
-// passt's -a, -g, -o and --dns-forward.
+// familyAddr is an option that holds one address per family, like passt's
+// -a, -g, -o and --dns-forward: a later one of the same family replaces
+// the earlier (passt's getopt loop overwrites it).
 type familyAddr struct {
 	v4, v6 *netip.Addr
 	name   string
@@ -142,46 +143,96 @@ func (f familyAddr) Set(s string) error {
 	if err := f.check(a); err != nil {
 		return err
 	}
-	p, fam := f.v4, "IPv4"
-	if a.Is6() {
-		p, fam = f.v6, "IPv6"
+	if a.Is4() {
+		*f.v4 = a
+	} else {
+		*f.v6 = a
 	}
-	if p.IsValid() {
-		return fmt.Errorf("given twice for %s (first %v); once per address family", fam, *p)
+	return nil
+}
+
+// guestAddr is -a: ADDR or, as newer passt accepts, ADDR/PREFIXLEN. An
+// IPv4 prefix length is the netmask (-n with it is passt's "redundant
+// prefix length" error); an IPv6 one sets the advertised prefix.
+type guestAddr struct{ o *options }
+
+func (g guestAddr) String() string {
+	if g.o == nil {
+		return ""
 	}
-	*p = a
+	return familyAddr{v4: &g.o.addr4, v6: &g.o.addr6}.String()
+}
+
+func (g guestAddr) Set(s string) error {
+	addr, bits, hasPrefix := strings.Cut(s, "/")
+	a, err := parseAddr(addr)
+	if err != nil {
+		return err
+	}
+	if err := addrUsable(a); err != nil {
+		return err
+	}
+	plen := -1
+	if hasPrefix {
+		n, err := strconv.Atoi(bits)
+		if err != nil || n < 1 || n > a.BitLen() {
+			return fmt.Errorf("prefix length out of 1..%d", a.BitLen())
+		}
+		plen = n
+	}
+	if a.Is4() {
+		if plen >= 0 && g.o.netmaskGiven {
+			return fmt.Errorf("redundant prefix length: --netmask also given")
+		}
+		g.o.addr4, g.o.addr4Prefix = a, hasPrefix
+		if hasPrefix {
+			g.o.prefix4 = plen
+		}
+		return nil
+	}
+	g.o.addr6, g.o.prefix6 = a, plen
 	return nil
 }
 
 // netmaskValue parses -n: dotted quad or prefix length.
-type netmaskValue struct{ bits *int }
+type netmaskValue struct{ o *options }
 
 func (n netmaskValue) String() string {
-	if n.bits == nil || *n.bits < 0 {
+	if n.o == nil || n.o.prefix4 < 0 {
 		return ""
 	}
-	return strconv.Itoa(*n.bits)
+	return strconv.Itoa(n.o.prefix4)
 }
 
 func (n netmaskValue) Set(s string) error {
+	if n.o.addr4Prefix {
+		return fmt.Errorf("redundant prefix length: --address gave one")
+	}
+	bits, err := parseNetmask(s)
+	if err != nil {
+		return err
+	}
+	n.o.prefix4, n.o.netmaskGiven = bits, true
+	return nil
+}
+
+func parseNetmask(s string) (int, error) {
 	if b, err := strconv.Atoi(s); err == nil {
 		if b < 1 || b > 32 {
-			return fmt.Errorf("prefix length out of 1..32")
+			return 0, fmt.Errorf("prefix length out of 1..32")
 		}
-		*n.bits = b
-		return nil
+		return b, nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil || !a.Is4() {
-		return fmt.Errorf("want a dotted netmask or a prefix length")
+		return 0, fmt.Errorf("want a dotted netmask or a prefix length")
 	}
 	m := a.As4()
 	ones, total := net.IPMask(m[:]).Size()
 	if total == 0 || ones == 0 {
-		return fmt.Errorf("not a contiguous netmask")
+		return 0, fmt.Errorf("not a contiguous netmask")
 	}
-	*n.bits = ones
-	return nil
+	return ones, nil
 }
 
 // macValue is an optional MAC address.
@@ -232,7 +283,8 @@ func (d dnsValue) String() string {
 
 func (d dnsValue) Set(s string) error {
 	if s == "none" {
-		d.o.dnsNone = true
+		// passt: "none" empties the list; a later address starts a new one.
+		d.o.dnsNone, d.o.dns = true, nil
 		return nil
 	}
 	a, err := parseAddr(s)
@@ -242,13 +294,14 @@ func (d dnsValue) Set(s string) error {
 	if err := addrAny(a); err != nil {
 		return err
 	}
+	d.o.dnsNone = false
 	d.o.dns = append(d.o.dns, a)
 	return nil
 }
 
 // searchValue is -S: repeatable, each a space-separated list of domains
-// (passt takes one domain per option; a list is accepted as its manual
-// describes); "none" clears the list.
+// (QEMU's -netdev passt,search= passes them that way); "none" clears the
+// list and a later domain starts a new one.
 type searchValue struct{ o *options }
 
 func (v searchValue) String() string {
@@ -260,18 +313,19 @@ func (v searchValue) String() string {
 
 func (v searchValue) Set(s string) error {
 	if s == "none" {
-		v.o.searchNone = true
+		v.o.searchNone, v.o.search = true, nil
 		return nil
+	}
+	if len(strings.Fields(s)) == 0 {
+		return fmt.Errorf("empty search list")
 	}
 	for _, d := range strings.Fields(s) {
 		if err := checkDomain(d); err != nil {
 			return fmt.Errorf("domain %q: %w", d, err)
 		}
-		v.o.search = append(v.o.search, d)
 	}
-	if len(strings.Fields(s)) == 0 {
-		return fmt.Errorf("empty search list")
-	}
+	v.o.searchNone = false
+	v.o.search = append(v.o.search, strings.Fields(s)...)
 	return nil
 }
 

@@ -26,13 +26,17 @@ type options struct {
 	oneOff     bool
 	queues     int
 	foreground bool
+	vhostUser  bool // --vhost-user given: passt's start-up semantics apply
 	pidFile    string
 	runAs      string
 
 	// Guest addressing. Unset values (invalid addresses, -1 numbers) keep
 	// the host-derived defaults of linksvc.DetectHostDefaults.
 	addr4, addr6       addrValue
-	prefix4            int // -n; -1 = unset
+	prefix4            int  // -n or -a ADDR/LEN; -1 = unset
+	prefix6            int  // -a ADDR6/LEN; -1 = unset
+	addr4Prefix        bool // the IPv4 prefix came with -a
+	netmaskGiven       bool // -n was given
 	gw4, gw6           addrValue
 	ourMAC, guestMAC   macValue
 	mtu                int // -1 = unset; 0 = passt's "do not assign" (not supported, warned)
@@ -46,6 +50,8 @@ type options struct {
 	dnsHost4, dnsHost6 addrValue
 	search             []string
 	searchNone         bool
+	noDHCPDNS          bool
+	noDHCPSearch       bool
 	only4, only6       bool
 	noDHCP, noDHCPv6   bool
 	noNDP, noRA        bool
@@ -58,6 +64,7 @@ type options struct {
 	mapHostLoopback     string
 	mapHostLoopbackNone bool
 	noMapGW             bool
+	noSplice            bool
 
 	// Limits.
 	maxFlows, maxTCPFlows int
@@ -71,9 +78,8 @@ type options struct {
 	logLevel  string
 	logFormat string
 	logFile   string
-	debug     bool
-	trace     bool
-	quiet     bool
+	logStderr bool // -e: a background daemon keeps logging to standard error
+	trace     bool // --trace was the last level option (same level as --debug)
 	pcap      string
 
 	// Information.
@@ -81,9 +87,9 @@ type options struct {
 	printCapabilities bool
 	version           bool
 
-	// set records every flag given, by canonical (first) name, for
-	// conflict checks.
-	set map[string]bool
+	// warnings name the options accepted but not honoured, one line each,
+	// logged at start-up.
+	warnings []string
 }
 
 // option describes one flag: every spelling (long names first, passt's
@@ -94,12 +100,15 @@ type option struct {
 }
 
 // groups is the --help order.
-var groups = []string{"Socket", "Guest addressing", "Forwarding", "Limits", "Observability", "Information"}
+var groups = []string{"Socket", "Guest addressing", "Forwarding", "Limits", "Observability", "Information", passtOnlyGroup}
+
+// passtOnlyGroup lists passt options accepted with a start-up warning.
+const passtOnlyGroup = "Accepted for passt compatibility, not supported (a start-up warning names each)"
 
 func newOptions() *options {
 	return &options{
-		socketMode: 0o600, fd: -1, queues: 1, prefix4: -1, mtu: -1,
-		logLevel: "info", logFormat: "text", set: map[string]bool{},
+		socketMode: 0o600, fd: -1, queues: 1, prefix4: -1, prefix6: -1, mtu: -1,
+		logLevel: "info", logFormat: "text",
 	}
 }
 
@@ -122,21 +131,20 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 	dur := func(p *time.Duration, help string, names ...string) { add((*durationValue)(p), help, names...) }
 
 	group = "Socket"
-	str(&o.socket, "listen for the front-end on the UNIX socket `PATH` (server mode)", "socket", "socket-path", "s")
+	add(endpointValue{o, endpointSocket}, "listen for the front-end on the UNIX socket `PATH` (server mode)", "socket", "socket-path", "s")
 	add(fileMode{&o.socketMode}, "permissions of the listening socket, octal `MODE` (0660 lets a group such as libvirt-qemu connect; default 0600)", "socket-mode")
-	str(&o.connect, "connect to a front-end listening on `PATH` (QEMU server=on) and reconnect when it goes away", "connect")
-	integer(&o.fd, "serve the already-connected vhost-user socket `FD` (implies --one-off)", "fd", "F")
+	add(endpointValue{o, endpointConnect}, "connect to a front-end listening on `PATH` (QEMU server=on) and reconnect when it goes away", "connect")
+	add(endpointValue{o, endpointFD}, "serve the already-connected vhost-user socket `FD` (implies --one-off)", "fd", "F")
 	boolean(&o.oneOff, "exit when the first front-end disconnects", "one-off", "1")
-	var vhostUser bool
-	boolean(&vhostUser, "accepted for passt compatibility: vunet always speaks vhost-user", "vhost-user")
+	boolean(&o.vhostUser, "passt's vhost-user mode: vunet always speaks vhost-user; without -f, start in the background as passt does", "vhost-user")
 	integer(&o.queues, "queue pairs offered to the front-end, `N` in 1..128 (default 1)", "queues")
-	boolean(&o.foreground, "accepted for passt compatibility: vunet always stays in the foreground", "foreground", "f")
-	str(&o.pidFile, "write the process ID to `FILE` at start-up; removed at exit", "pid", "P")
+	boolean(&o.foreground, "stay in the foreground (vunet's default unless started as passt or with --vhost-user)", "foreground", "f")
+	str(&o.pidFile, "write the serving process's ID to `FILE` once started; removed at exit", "pid", "P")
 	str(&o.runAs, "switch to `USER[:GROUP]` (name or number) before serving", "runas")
 
 	group = "Guest addressing"
-	add(familyAddr{&o.addr4, &o.addr6, "address", addrUsable}, "guest `ADDR`ess (IPv4 via DHCP, IPv6 via DHCPv6/RA prefix); once per family (default: the host's)", "address", "a")
-	add(netmaskValue{&o.prefix4}, "guest IPv4 netmask, dotted or prefix length `MASK`", "netmask", "n")
+	add(guestAddr{o}, "guest `ADDR`ess[/PREFIXLEN] (IPv4 via DHCP, IPv6 via DHCPv6/RA prefix); one per family, the last wins (default: the host's)", "address", "a")
+	add(netmaskValue{o}, "guest IPv4 netmask, dotted or prefix length `MASK`", "netmask", "n")
 	add(familyAddr{&o.gw4, &o.gw6, "gateway", addrUsable}, "gateway `ADDR` announced to the guest; once per family (default: the host's)", "gateway", "g")
 	add(&o.ourMAC, "our MAC `ADDR`ess as the guest sees it (default 9a:55:9a:55:9a:55)", "mac-addr", "M")
 	add(&o.guestMAC, "the guest's MAC `ADDR`ess, when known in advance", "guest-mac")
@@ -147,8 +155,10 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 	add(familyAddr{&o.dnsForward4, &o.dnsForward6, "dns-forward", addrAny}, "guest DNS traffic to `ADDR` (must be the gateway) goes to the host resolver (--dns-host)", "dns-forward")
 	add(familyAddr{&o.dnsHost4, &o.dnsHost6, "dns-host", addrAny}, "host resolver `ADDR` for --dns-forward (default: the first in /etc/resolv.conf)", "dns-host")
 	add(searchValue{o}, "DNS search `DOMAINS`, space-separated, repeatable; \"none\" for no list (default: /etc/resolv.conf)", "search", "S")
-	boolean(&o.only4, "IPv4 only", "ipv4-only", "4")
-	boolean(&o.only6, "IPv6 only", "ipv6-only", "6")
+	add(familyOnly{o, false}, "IPv4 only (the later of -4 and -6 wins)", "ipv4-only", "4")
+	add(familyOnly{o, true}, "IPv6 only (the later of -4 and -6 wins)", "ipv6-only", "6")
+	boolean(&o.noDHCPDNS, "no resolvers in DHCP, DHCPv6 and router advertisements", "no-dhcp-dns")
+	boolean(&o.noDHCPSearch, "no search list in DHCP, DHCPv6 and router advertisements", "no-dhcp-search")
 	boolean(&o.noDHCP, "no DHCP server", "no-dhcp")
 	boolean(&o.noDHCPv6, "no DHCPv6 server", "no-dhcpv6")
 	boolean(&o.noNDP, "no NDP answers (neighbour and router advertisements)", "no-ndp")
@@ -164,6 +174,7 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 	boolean(&o.noICMP, "drop guest ICMP echo", "no-icmp")
 	str(&o.mapHostLoopback, "guest `ADDR` that reaches the host's loopback: the gateway (default) or none", "map-host-loopback")
 	boolean(&o.noMapGW, "do not map the gateway address to the host's loopback", "no-map-gw")
+	boolean(&o.noSplice, "accepted for passt compatibility: passt's vhost-user mode never splices either", "no-splice")
 
 	group = "Limits"
 	integer(&o.maxFlows, "UDP and ICMP flows per queue pair `N` (default 1024)", "max-flows")
@@ -176,31 +187,26 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 
 	group = "Observability"
 	str(&o.metrics, "serve Prometheus metrics on `ADDR` (host:port) at /metrics; off by default", "metrics")
-	boolean(&o.debug, "debug logging", "debug", "d")
-	boolean(&o.trace, "accepted for passt compatibility: same as --debug", "trace")
-	boolean(&o.quiet, "log warnings and errors only", "quiet", "q")
-	str(&o.logLevel, "log `LEVEL`: debug, info, warn, error (default info)", "log-level")
+	add(levelValue{o: o, level: "debug"}, "debug logging", "debug", "d")
+	add(levelValue{o: o, level: "debug", trace: true}, "passt's extra-verbose level: same as --debug", "trace")
+	add(levelValue{o: o, level: "warn"}, "log warnings and errors only", "quiet", "q")
+	add(levelValue{o: o}, "log `LEVEL`: debug, info, warn, error (default info; the last of -d, -q, --trace, --log-level wins)", "log-level")
 	str(&o.logFormat, "log `FORMAT`: text or json (default text)", "log-format")
-	str(&o.logFile, "append logs to `FILE` instead of standard error", "log-file", "l")
+	str(&o.logFile, "append logs to `FILE` instead of standard error (or, in the background, syslog)", "log-file", "l")
+	boolean(&o.logStderr, "in the background, keep logging to the launcher's standard error instead of syslog", "stderr", "e")
 	str(&o.pcap, "capture guest-side frames, both directions, to pcap `FILE`", "pcap", "p")
 
 	group = "Information"
 	boolean(&o.printCapabilities, "print the vhost-user back-end capabilities as JSON and exit", "print-capabilities")
 	boolean(&o.printQEMUArgs, "print the QEMU arguments that connect to this back-end at start-up", "print-qemu-args")
 	boolean(&o.version, "print the version and exit", "version")
-	return fs, table
-}
 
-// canonical maps every spelling to the option's first name, so conflicts
-// are reported under one name however the user spelled them.
-func canonical(table []option) map[string]string {
-	m := map[string]string{}
-	for _, op := range table {
-		for _, n := range op.names {
-			m[n] = op.names[0]
-		}
+	group = passtOnlyGroup
+	for i := range unsupportedOptions {
+		u := &unsupportedOptions[i]
+		add(unsupportedValue{o, u}, u.helpLine(), u.names...)
 	}
-	return m
+	return fs, table
 }
 
 // parseFlags parses args. Errors are one line naming the flag.
@@ -239,8 +245,6 @@ func parseFlagsRaw(args []string, stdout io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	canon := canonical(table)
-	fs.Visit(func(f *flag.Flag) { o.set[canon[f.Name]] = true })
 	return o, o.validate()
 }
 
@@ -318,6 +322,9 @@ func isShort(c byte) bool {
 func flagError(err error) error {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		if pastaOnly[strings.TrimPrefix(name, "-")] {
+			return fmt.Errorf("%s is for pasta mode only (vunet implements passt's vhost-user mode)", dashed(strings.TrimPrefix(name, "-")))
+		}
 		return fmt.Errorf("unknown flag %s", dashed(name))
 	}
 	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
@@ -373,61 +380,21 @@ func (o *options) validate() error {
 	case modes > 1:
 		return errors.New("--socket, --connect and --fd exclude each other")
 	}
-	if o.set["fd"] && o.fd < 0 {
-		return fmt.Errorf("--fd %d: not a file descriptor", o.fd)
-	}
-	if o.fd >= 0 {
-		o.oneOff = true // passt: --fd implies --one-off
-	}
 	if o.oneOff && o.connect != "" {
 		return errors.New("--one-off and --connect exclude each other (the client reconnects)")
 	}
 	if o.queues < 1 || o.queues > 128 {
 		return fmt.Errorf("--queues %d: want 1..128", o.queues)
 	}
-	if o.debug && o.quiet || o.trace && o.quiet {
-		return errors.New("--debug and --quiet exclude each other")
-	}
 	switch o.logFormat {
 	case "text", "json":
 	default:
 		return fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 	}
-	if _, err := parseLevel(o.logLevel); err != nil {
-		return err
-	}
-	if o.set["log-level"] && (o.debug || o.quiet) {
-		return errors.New("--log-level excludes --debug and --quiet")
-	}
-
-	if o.only4 && o.only6 {
-		return errors.New("--ipv4-only (-4) and --ipv6-only (-6) exclude each other")
-	}
-	if o.only4 {
-		for name, a := range map[string]addrValue{"--address": o.addr6, "--gateway": o.gw6, "--outbound": o.outbound6, "--dns-forward": o.dnsForward6} {
-			if a.IsValid() {
-				return fmt.Errorf("%s %v: IPv6 address with --ipv4-only", name, a)
-			}
-		}
-	}
-	if o.only6 {
-		for name, a := range map[string]addrValue{"--address": o.addr4, "--gateway": o.gw4, "--outbound": o.outbound4, "--dns-forward": o.dnsForward4} {
-			if a.IsValid() {
-				return fmt.Errorf("%s %v: IPv4 address with --ipv6-only", name, a)
-			}
-		}
-		if o.prefix4 >= 0 {
-			return errors.New("--netmask with --ipv6-only")
-		}
-	}
+	// Addresses of a family that -4 or -6 turned off are configured and
+	// unused, as in passt: a management stack may pass both.
 	if o.mtu != -1 && o.mtu != 0 && (o.mtu < 68 || o.mtu > 65535) {
 		return fmt.Errorf("--mtu %d: want 68..65535 (or 0)", o.mtu)
-	}
-	if o.dnsNone && len(o.dns) > 0 {
-		return errors.New("--dns none excludes --dns ADDR")
-	}
-	if o.searchNone && len(o.search) > 0 {
-		return errors.New("--search none excludes --search DOMAIN")
 	}
 	if o.noTCP && o.tcpPorts.Enabled() {
 		return errors.New("--tcp-ports: TCP port forwarding requested but --no-tcp disables TCP")
@@ -440,11 +407,10 @@ func (o *options) validate() error {
 	case "none":
 		o.mapHostLoopbackNone = true
 	default:
+		// An address maps even with --no-map-gw, which only drops the
+		// default mapping (passt's rule).
 		if _, err := parseAddr(o.mapHostLoopback); err != nil {
 			return fmt.Errorf("--map-host-loopback %q: want an address or none", o.mapHostLoopback)
-		}
-		if o.noMapGW {
-			return errors.New("--map-host-loopback ADDR and --no-map-gw exclude each other")
 		}
 	}
 	for name, v := range map[string]int{"--max-flows": o.maxFlows, "--max-tcp-flows": o.maxTCPFlows, "--tcp-sndbuf": o.tcpSndBuf, "--tcp-rcvbuf": o.tcpRcvBuf} {

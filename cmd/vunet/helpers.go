@@ -63,9 +63,7 @@ func runHelper(name string, args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return fail(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
-	switch {
-	case o.socket != "" && o.connect != "":
-		return fail(errors.New("--socket and --connect exclude each other"))
+	switch { // the last of --socket and --connect given wins, as for the daemon
 	case o.socket != "":
 		hc.socket = o.socket
 	case o.connect != "":

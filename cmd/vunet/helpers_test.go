@@ -108,7 +108,6 @@ func TestHelperErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"qemu-args"}, "--socket PATH (or --connect PATH) is required"},
-		{[]string{"qemu-args", "-s", "a", "--connect", "b"}, "exclude each other"},
 		{[]string{"qemu-args", "-s", "a", "--mem", "lots"}, "--mem"},
 		{[]string{"qemu-args", "-s", "a", "--queues", "0"}, "--queues 0"},
 		{[]string{"qemu-args", "-s", "a", "--id", "1x"}, "--id"},

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 )
 
 func parseLevel(s string) (slog.Level, error) {
@@ -15,30 +17,90 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// newLogger builds the process logger from the observability flags.
-func newLogger(o *options, stderr io.Writer) (*slog.Logger, func(), error) {
+// logOutput is the process logger and what going to the background does
+// to it.
+type logOutput struct {
+	logger *slog.Logger
+	close  func()
+	// file is the --log-file, for the daemon's standard error after
+	// start-up; nil without one.
+	file *os.File
+	// detach moves a background daemon's logging from standard error to
+	// syslog; nil when logging does not change (a log file, -e, or the
+	// foreground).
+	detach func()
+}
+
+// newLogger builds the process logger from the observability flags. In
+// the background (daemon) without a log file and without -e, start-up
+// logs to standard error, which the launcher's caller reads, and the
+// serving daemon to syslog like passt (discarded where there is none).
+func newLogger(o *options, stderr io.Writer, daemon bool, tag string) (*logOutput, error) {
 	level, err := parseLevel(o.logLevel)
 	if err != nil {
-		return nil, nil, err
-	}
-	if o.debug || o.trace {
-		level = slog.LevelDebug
-	}
-	if o.quiet {
-		level = slog.LevelWarn
-	}
-	w, closeFn := stderr, func() {}
-	if o.logFile != "" {
-		f, err := os.OpenFile(o.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-		if err != nil {
-			return nil, nil, fmt.Errorf("open log file: %w", err)
-		}
-		w, closeFn = f, func() { f.Close() }
+		return nil, err
 	}
 	hopts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(w, hopts)
-	if o.logFormat == "json" {
-		h = slog.NewJSONHandler(w, hopts)
+	handler := func(w io.Writer) slog.Handler {
+		if o.logFormat == "json" {
+			return slog.NewJSONHandler(w, hopts)
+		}
+		return slog.NewTextHandler(w, hopts)
 	}
-	return slog.New(h), closeFn, nil
+	out := &logOutput{close: func() {}}
+	switch {
+	case o.logFile != "":
+		f, err := os.OpenFile(o.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+		if err != nil {
+			return nil, fmt.Errorf("open log file: %w", err)
+		}
+		out.logger, out.close, out.file = slog.New(handler(f)), func() { f.Close() }, f
+	case daemon && !o.logStderr:
+		after, closeSys, err := newSyslogHandler(tag, hopts)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v: the daemon's log after start-up is discarded; --log-file FILE keeps it\n", tag, err)
+			after = slog.NewTextHandler(io.Discard, hopts)
+		}
+		sw := newSwitchHandler(handler(stderr), after)
+		out.logger, out.close, out.detach = slog.New(sw), closeSys, sw.flip
+	default:
+		out.logger = slog.New(handler(stderr))
+	}
+	return out, nil
+}
+
+// switchHandler logs to before until flip, then to after. Derived
+// handlers (With, WithGroup) flip with their parent.
+type switchHandler struct {
+	before, after slog.Handler
+	flipped       *atomic.Bool
+}
+
+func newSwitchHandler(before, after slog.Handler) *switchHandler {
+	return &switchHandler{before: before, after: after, flipped: new(atomic.Bool)}
+}
+
+func (h *switchHandler) flip() { h.flipped.Store(true) }
+
+func (h *switchHandler) current() slog.Handler {
+	if h.flipped.Load() {
+		return h.after
+	}
+	return h.before
+}
+
+func (h *switchHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.current().Enabled(ctx, l)
+}
+
+func (h *switchHandler) Handle(ctx context.Context, r slog.Record) error {
+	return h.current().Handle(ctx, r)
+}
+
+func (h *switchHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &switchHandler{before: h.before.WithAttrs(attrs), after: h.after.WithAttrs(attrs), flipped: h.flipped}
+}
+
+func (h *switchHandler) WithGroup(name string) slog.Handler {
+	return &switchHandler{before: h.before.WithGroup(name), after: h.after.WithGroup(name), flipped: h.flipped}
 }

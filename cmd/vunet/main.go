@@ -11,16 +11,26 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runProgram(programOf(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run is main without the process exit, so tests can drive it.
+// run is main for tests: the binary invoked as vunet, without its exit.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runProgram(program{name: "vunet"}, args, stdout, stderr)
+}
+
+// runProgram is main without the process exit.
+func runProgram(p program, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "qemu-args", "libvirt-xml":
 			return runHelper(args[0], args[1:], stdout, stderr)
 		}
+	}
+	readyPipe, err := takeReadyPipe()
+	if err != nil {
+		fmt.Fprintf(stderr, "vunet: %v\n", err)
+		return 1
 	}
 	opts, err := parseFlags(args, stdout)
 	if errors.Is(err, errHelp) {
@@ -40,19 +50,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, `{"type": "net"}`)
 		return 0
 	}
+	if readyPipe == nil && startsInBackground(p, opts, os.Getenv) {
+		return launchBackground(p, args, opts, stdout, stderr)
+	}
+	if p.passt && !opts.vhostUser {
+		opts.warnings = append(opts.warnings, "started as passt without --vhost-user: passt would serve QEMU's -netdev stream protocol on the socket; vunet serves vhost-user there (the stream transport is not implemented yet)")
+	}
 
-	logger, closeLog, err := newLogger(opts, stderr)
+	logs, err := newLogger(opts, stderr, readyPipe != nil, p.name)
 	if err != nil {
 		fmt.Fprintf(stderr, "vunet: %v\n", err)
 		return 1
 	}
-	defer closeLog()
+	defer logs.close()
+	st := &startup{pipe: readyPipe, stderrTo: logs.file, keepStderr: opts.logStderr,
+		detachLog: logs.detach, notify: os.Getenv(notifySocketEnv)}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	if err := serve(ctx, opts, logger, stdout); err != nil {
-		logger.Error("vunet stopped", "err", err)
+	if err := serve(ctx, opts, logs.logger, stdout, st); err != nil {
+		logs.logger.Error("vunet stopped", "err", err)
 		fmt.Fprintf(stderr, "vunet: %v\n", err)
 		return 1
 	}

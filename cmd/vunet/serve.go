@@ -27,8 +27,10 @@ import (
 const shutdownGrace = 1500 * time.Millisecond
 
 // serve wires the data plane to the control plane and runs until ctx ends
-// (signal) or, with --one-off, until the front-end leaves.
-func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Writer) error {
+// (signal) or, with --one-off, until the front-end leaves. st is told when
+// the front-end can connect: everything before that is start-up, and its
+// errors are the launcher's exit status in the background.
+func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Writer, st *startup) error {
 	sc, err := buildStackConfig(o)
 	if err != nil {
 		return err
@@ -110,19 +112,28 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 	})
 	defer stopWatch()
 
+	ready := func() {
+		st.ready()
+		if st.err != nil {
+			logger.Warn("start-up notification failed", "err", st.err)
+		}
+	}
 	switch {
 	case o.socket != "":
 		if o.printQEMUArgs {
 			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, queues: o.queues, mem: "1G", tcg: true}), " "))
 		}
-		err = vhostuser.Serve(ctx, vhostuser.ServerConfig{Path: o.socket, Mode: o.socketMode, OneOff: o.oneOff}, dev)
+		err = vhostuser.Serve(ctx, vhostuser.ServerConfig{Path: o.socket, Mode: o.socketMode, OneOff: o.oneOff, Ready: ready}, dev)
 	case o.connect != "":
+		// The client dials on its own time, and redials: start-up is
+		// complete before the first attempt.
+		ready()
 		err = vhostuser.Connect(ctx, o.connect, dev)
 		if errors.Is(err, context.Canceled) {
 			err = nil
 		}
 	default:
-		err = serveFD(ctx, o.fd, dev)
+		err = serveFD(ctx, o.fd, dev, ready)
 	}
 	if ctx.Err() != nil {
 		logger.Info("vunet stopping on signal; host TCP connections are reset")
@@ -130,8 +141,9 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 	return err
 }
 
-// serveFD serves an inherited, connected socket (passt's --fd).
-func serveFD(ctx context.Context, fd int, dev vhostuser.DeviceConfig) error {
+// serveFD serves an inherited, connected socket (passt's --fd); ready is
+// called once the socket is taken.
+func serveFD(ctx context.Context, fd int, dev vhostuser.DeviceConfig, ready func()) error {
 	f := os.NewFile(uintptr(fd), "vhost-user")
 	if f == nil {
 		return fmt.Errorf("--fd %d: not a file descriptor", fd)
@@ -146,6 +158,7 @@ func serveFD(ctx context.Context, fd int, dev vhostuser.DeviceConfig) error {
 		c.Close()
 		return fmt.Errorf("--fd %d: not a UNIX socket", fd)
 	}
+	ready()
 	return vhostuser.ServeConn(ctx, uc, dev)
 }
 

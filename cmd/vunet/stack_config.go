@@ -77,7 +77,7 @@ func ephemeralPorts() portspec.Range {
 // host defaults first (the default-route interface's addresses, gateway
 // and resolvers, like passt), then every option given on top.
 func buildStackConfig(o *options) (*stackConfig, error) {
-	sc := &stackConfig{}
+	sc := &stackConfig{warnings: append([]string(nil), o.warnings...)}
 	addr, note, err := hostDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("detect host defaults: %w", err)
@@ -120,6 +120,9 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 			addr.IPv6.PrefixLen = 64
 		}
 		addr.IPv6.Addr = o.addr6
+	}
+	if o.prefix6 >= 0 {
+		addr.IPv6.PrefixLen = o.prefix6
 	}
 	if o.gw6.IsValid() {
 		addr.Disable6 = false
@@ -166,7 +169,9 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 	if err := applyDNSForward(o, &addr); err != nil {
 		return nil, err
 	}
-	noMap := o.noMapGW || o.mapHostLoopbackNone
+	// --no-map-gw drops only the default mapping: an explicit
+	// --map-host-loopback ADDR maps anyway (passt's rule).
+	noMap := o.mapHostLoopbackNone || o.noMapGW && o.mapHostLoopback == ""
 	if noMap {
 		dropImplicitLoopbackDNS(o, &addr, sc)
 	}
@@ -175,6 +180,15 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 		addr.Search = nil
 	case len(o.search) > 0:
 		addr.Search = append([]string(nil), o.search...)
+	}
+	// passt's --no-dhcp-dns and --no-dhcp-search: the guest is told no
+	// resolvers, respectively no search list; DNS forwarding still works
+	// for a guest configured by other means.
+	if o.noDHCPDNS {
+		addr.DNS4, addr.DNS6 = nil, nil
+	}
+	if o.noDHCPSearch {
+		addr.Search = nil
 	}
 	addr.NoDHCP = addr.NoDHCP || o.noDHCP
 	addr.NoDHCPv6 = addr.NoDHCPv6 || o.noDHCPv6
@@ -273,7 +287,7 @@ func applyInterface(name string, addr *linksvc.AddrConfig, sc *stackConfig) erro
 // DNS forwarding, which works through the gateway address only: guest DNS
 // to the gateway goes to the host resolver.
 func applyDNSForward(o *options, addr *linksvc.AddrConfig) error {
-	if o.dnsForward4.IsValid() {
+	if o.dnsForward4.IsValid() && !addr.Disable4 {
 		if o.dnsForward4 != addr.IPv4.Gateway {
 			return fmt.Errorf("--dns-forward %v: vunet forwards DNS through the gateway address only (%v)", o.dnsForward4, addr.IPv4.Gateway)
 		}
@@ -299,7 +313,7 @@ func applyDNSForward(o *options, addr *linksvc.AddrConfig) error {
 	} else if o.dnsHost4.IsValid() {
 		addr.DNSForward4 = o.dnsHost4
 	}
-	if o.dnsForward6.IsValid() {
+	if o.dnsForward6.IsValid() && !addr.Disable6 {
 		if o.dnsForward6 != addr.RouterLL() && o.dnsForward6 != addr.IPv6.Gateway {
 			return fmt.Errorf("--dns-forward %v: vunet forwards DNS through the gateway address only (%v)", o.dnsForward6, addr.RouterLL())
 		}

@@ -246,3 +246,43 @@ func TestStackConfigKnobs(t *testing.T) {
 		t.Errorf("invalid --fqdn accepted")
 	}
 }
+
+// TestStackConfigPasstSemantics: the passt options QEMU's -netdev passt
+// emits that change what the guest is told or mapped, with passt's
+// meaning.
+func TestStackConfigPasstSemantics(t *testing.T) {
+	fakeHost(t, hostWithRoutes(), "")
+	// --no-dhcp-dns / --no-dhcp-search: nothing announced; the DNS
+	// forwarding for a statically configured guest stays.
+	sc := mustBuild(t, "--no-dhcp-dns", "--no-dhcp-search")
+	if a := sc.cfg.Addr; len(a.DNS4) != 0 || len(a.DNS6) != 0 || len(a.Search) != 0 || a.DNSForward4 != ap("127.0.0.53") {
+		t.Errorf("--no-dhcp-dns --no-dhcp-search: dns %v %v search %v forward %v", a.DNS4, a.DNS6, a.Search, a.DNSForward4)
+	}
+	if a := mustBuild(t).cfg.Addr; len(a.DNS4) == 0 || len(a.Search) == 0 {
+		t.Errorf("defaults lost resolvers or search list: %+v", a)
+	}
+	// --no-map-gw drops only the default mapping; an explicit address
+	// maps anyway (the order does not matter).
+	if sc := mustBuild(t, "--no-map-gw"); !sc.cfg.NoMapGateway {
+		t.Error("--no-map-gw kept the mapping")
+	}
+	for _, args := range [][]string{
+		{"--no-map-gw", "--map-host-loopback", "192.0.2.1"},
+		{"--map-host-loopback", "192.0.2.1", "--no-map-gw"},
+	} {
+		if sc := mustBuild(t, args...); sc.cfg.NoMapGateway {
+			t.Errorf("%q: mapping off", args)
+		}
+	}
+	// Options for a family -4 or -6 turned off are accepted and unused.
+	if sc := mustBuild(t, "-4", "-a", "2001:db8::9", "--dns-forward", "fe80::1"); !sc.cfg.Addr.Disable6 || sc.cfg.Addr.Disable4 {
+		t.Errorf("-4 with IPv6 options: %+v", sc.cfg.Addr)
+	}
+	if sc := mustBuild(t, "-6", "-n", "16", "-a", "10.0.0.9"); !sc.cfg.Addr.Disable4 || sc.cfg.Addr.Disable6 {
+		t.Errorf("-6 with IPv4 options: %+v", sc.cfg.Addr)
+	}
+	// -a ADDR6/LEN sets the advertised prefix.
+	if sc := mustBuild(t, "-a", "2001:db8:1::9/56"); sc.cfg.Addr.IPv6.Addr != ap("2001:db8:1::9") || sc.cfg.Addr.IPv6.PrefixLen != 56 {
+		t.Errorf("-a ADDR6/56: %+v", sc.cfg.Addr.IPv6)
+	}
+}

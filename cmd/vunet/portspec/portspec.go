@@ -91,11 +91,16 @@ type Spec struct {
 	// Exclude lists the "~" ranges. With no Ports they mean "every
 	// non-ephemeral port except these".
 	Exclude []Range
+	// All is "ADDR/all" or "%IF/all": every non-ephemeral port on that
+	// bind address or interface (newer passt; libvirt writes it for a
+	// <portForward address=…> without ranges).
+	All bool
 }
 
-// ExcludeOnly reports whether s forwards every port but its exclusions.
+// ExcludeOnly reports whether s forwards every non-ephemeral port but its
+// exclusions (if any): an exclusion-only list or ADDR/all.
 func (s *Spec) ExcludeOnly() bool {
-	return s.Mode == ModePorts && len(s.Ports) == 0 && len(s.Exclude) > 0
+	return s.Mode == ModePorts && len(s.Ports) == 0 && (len(s.Exclude) > 0 || s.All)
 }
 
 // maxSpecLen bounds an argument; passt's own buffer is BUFSIZ.
@@ -158,6 +163,10 @@ func Parse(arg string) (Spec, error) {
 	}
 	if list == "" {
 		return bad("no ports")
+	}
+	if list == "all" && list != arg {
+		s.All = true
+		return s, nil
 	}
 	for _, chunk := range strings.Split(list, ",") {
 		if rest, ok := strings.CutPrefix(chunk, "~"); ok {

@@ -65,6 +65,8 @@ func TestParseErrors(t *testing.T) {
 		{"http", "not a port number"},
 		{"/22", "empty address"},
 		{"192.0.2.1/", "no ports"},
+		{"192.0.2.1/all,22", "not a port number"},
+		{"192.0.2.1/~all", "not a port number"},
 		{"300.1.1.1/22", "not an IP address"},
 		{"fe80::1%eth0/22", "not an IP address"}, // fe80::1 then "%eth0" is the interface: fe80::1 alone is valid
 		{"%/22", "empty interface"},
@@ -159,6 +161,15 @@ func TestForwards(t *testing.T) {
 		}},
 		{[]string{"all"}, []Forward{{Host: Range{1, 32767}, Guest: 1}, {Host: Range{61000, 65535}, Guest: 61000}}},
 		{[]string{"~1000-2000"}, []Forward{{Host: Range{1, 999}, Guest: 1}, {Host: Range{2001, 32767}, Guest: 2001}, {Host: Range{61000, 65535}, Guest: 61000}}},
+		// libvirt's <portForward address=… dev=…> without ranges (newer passt).
+		{[]string{"127.0.0.1%lo/all"}, []Forward{
+			{Addr: a("127.0.0.1"), Iface: "lo", Host: Range{1, 32767}, Guest: 1},
+			{Addr: a("127.0.0.1"), Iface: "lo", Host: Range{61000, 65535}, Guest: 61000},
+		}},
+		{[]string{"22", "%lo/all"}, []Forward{
+			{Host: Range{22, 22}, Guest: 22},
+			{Iface: "lo", Host: Range{1, 32767}, Guest: 1}, {Iface: "lo", Host: Range{61000, 65535}, Guest: 61000},
+		}},
 	}
 	for _, tt := range tests {
 		var s Set

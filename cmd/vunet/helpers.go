@@ -20,6 +20,7 @@ type helperConfig struct {
 	mac    string // guest MAC, optional
 	id     string // QEMU ids / libvirt alias suffix
 	domain string // libvirt-xml: wrap in a minimal <domain> of that name
+	qemu   qemuVersion
 }
 
 // runHelper runs a helper subcommand. It takes the daemon's own flags, so
@@ -33,14 +34,17 @@ func runHelper(name string, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&hc.tcg, "tcg", false, "add vectors=0, the workaround for QEMU 7.2's TCG crash with MSI-X and vhost-user")
 	fs.StringVar(&hc.mac, "guest-mac-addr", "", "guest NIC MAC `ADDR` (default: QEMU's choice)")
 	fs.StringVar(&hc.id, "id", hc.id, "QEMU object `ID` prefix / libvirt alias (ua-ID)")
+	var qemuVer string
 	if name == "libvirt-xml" {
 		fs.StringVar(&hc.domain, "domain", "", "print a complete minimal TCG <domain> named `NAME` around the elements")
+	} else {
+		fs.StringVar(&qemuVer, "qemu-version", "", "spell the arguments for QEMU `VERSION` (default: what qemu-system-x86_64 --version says; 7.2 without it)")
 	}
 	fs.Usage = func() {}
 	usage := func() {
 		fmt.Fprintf(stdout, "Usage: vunet %s --socket PATH [--queues N] [--mem SIZE] [--tcg] [daemon options]\n\n", name)
 		fmt.Fprintf(stdout, "Helper options:\n")
-		for _, n := range []string{"mem", "tcg", "guest-mac-addr", "id", "domain"} {
+		for _, n := range []string{"mem", "tcg", "guest-mac-addr", "id", "domain", "qemu-version"} {
 			if f := fs.Lookup(n); f != nil {
 				arg, help := flag.UnquoteUsage(f)
 				fmt.Fprintf(stdout, "  --%-28s %s\n", strings.TrimSpace(n+" "+arg), help)
@@ -96,6 +100,20 @@ func runHelper(name string, args []string, stdout, stderr io.Writer) int {
 	}
 	switch name {
 	case "qemu-args":
+		if qemuVer != "" {
+			v, err := parseVersionArg(qemuVer)
+			if err != nil {
+				return fail(fmt.Errorf("--qemu-version %q: %w", qemuVer, err))
+			}
+			hc.qemu = v
+		} else {
+			v, err := detectQEMUVersion()
+			if err != nil {
+				v = fallbackQEMU
+				fmt.Fprintf(stderr, "# %s: assuming QEMU %v (reconnect=); --qemu-version chooses\n", oneLine(err), v)
+			}
+			hc.qemu = v
+		}
 		args := qemuArgs(hc)
 		for i := 0; i < len(args); i += 2 {
 			sep := " \\"
@@ -118,7 +136,8 @@ var (
 	idRE    = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,30}$`)
 )
 
-// qemuArgs returns QEMU's arguments as flag/value pairs. The guest RAM must
+// qemuArgs returns QEMU's arguments as flag/value pairs, spelled for QEMU
+// hc.qemu (the zero version: the oldest spelling). The guest RAM must
 // be shared (memfd, share=on) or QEMU sends the back-end no memory regions
 // at all (FIELD-NOTES). With several queue pairs, MSI-X needs 2N+2 vectors;
 // under TCG vectors=0 (legacy INTx) avoids QEMU 7.2's crash instead.
@@ -126,9 +145,11 @@ func qemuArgs(hc helperConfig) []string {
 	chardev := "socket,id=" + hc.id + ",path=" + qemuEscape(hc.socket)
 	if hc.client {
 		chardev += ",server=on,wait=off"
-	} else {
+	} else if hc.qemu.reconnectMS() {
 		// Reconnect after a back-end restart; the guest's rings resume.
-		chardev += ",reconnect=1"
+		chardev += ",reconnect-ms=1000"
+	} else {
+		chardev += ",reconnect=1" // QEMU < 9.2 (removed in 10.2)
 	}
 	netdev := "vhost-user,id=" + hc.id + ",chardev=" + hc.id
 	device := "virtio-net-pci,netdev=" + hc.id

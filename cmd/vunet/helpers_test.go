@@ -7,6 +7,7 @@ import (
 )
 
 func TestQEMUArgsOutput(t *testing.T) {
+	stubQEMU(t, qemuVersion{7, 2}, nil)
 	tests := []struct {
 		args []string
 		want string

@@ -121,7 +121,12 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 	switch {
 	case o.socket != "":
 		if o.printQEMUArgs {
-			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, queues: o.queues, mem: "1G", tcg: true}), " "))
+			v, err := detectQEMUVersion()
+			if err != nil {
+				v = fallbackQEMU
+				logger.Warn("--print-qemu-args: QEMU version unknown, assuming "+v.String(), "err", err)
+			}
+			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, queues: o.queues, mem: "1G", tcg: true, qemu: v}), " "))
 		}
 		err = vhostuser.Serve(ctx, vhostuser.ServerConfig{Path: o.socket, Mode: o.socketMode, OneOff: o.oneOff, Ready: ready}, dev)
 	case o.connect != "":

@@ -29,12 +29,12 @@ func PasstLink(dir, bin string) (string, error) {
 }
 
 // Launch runs argv (argv[0] as the caller spells it, "passt") from the
-// program at path, with extra descriptors from 3 on, and waits for it to
-// exit with its output read to the end, as libvirt and QEMU do; a process
-// still running (or holding its output open) after timeout is killed and
-// reported.
-func Launch(path string, argv []string, extra []*os.File, timeout time.Duration) (Result, error) {
-	cmd := &exec.Cmd{Path: path, Args: argv, ExtraFiles: extra}
+// program at path, with extra descriptors from 3 on and env added to the
+// environment, and waits for it to exit with its output read to the end,
+// as libvirt and QEMU do; a process still running (or holding its output
+// open) after timeout is killed and reported.
+func Launch(path string, argv []string, extra []*os.File, env []string, timeout time.Duration) (Result, error) {
+	cmd := &exec.Cmd{Path: path, Args: argv, ExtraFiles: extra, Env: append(os.Environ(), env...)}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()

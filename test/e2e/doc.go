@@ -57,6 +57,13 @@
 //   - TestQEMUStopCont: QMP stop/cont twice under traffic; the rings resume
 //     from the indices vunet returned.
 //   - TestQEMUGuestMultiQueue: two queue pairs, two vCPUs; both pairs run.
+//   - TestQEMUDropInLibvirt, TestQEMUDropInQEMUNetdevPasst: vunet started as
+//     passt with the exact command lines of libvirt 9.0.0, 11.3.0 and
+//     master and of QEMU 10.1's -netdev passt (package vunet/test/callers):
+//     the command returns 0 once the daemon serves, the pid file names the
+//     daemon, the guest's lease carries what the options said, a 4 MB
+//     download arrives whole (and, for libvirt 11.3.0, a forwarded port
+//     reaches the guest), and the daemon leaves with its front-end.
 //
 // The traffic tests run the daemon and the host-side servers
 // (TrafficServer: bulk DOWN/UP with digests, TCP echo, UDP echo) in a

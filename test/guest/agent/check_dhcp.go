@@ -40,7 +40,7 @@ func (a *agent) checkDHCP(ctx context.Context) guest.Result {
 	r := guest.Result{OK: true, Fields: map[string]string{
 		"ip": lease["ip"], "mask": lease["mask"], "router": lease["router"], "dns": lease["dns"],
 		"mtu": lease["mtu"], "domain": lease["domain"], "search": lease["search"], "lease": lease["lease"],
-		"serverid": lease["serverid"],
+		"serverid": lease["serverid"], "hostname": lease["hostname"],
 	}}
 	if mtu, err := sysNet(ifName, "mtu"); err == nil {
 		r.Fields["if_mtu"] = mtu
@@ -90,7 +90,7 @@ func runDHCPHook(args []string) int {
 		return 0
 	}
 	lease := map[string]string{}
-	for _, k := range []string{"ip", "mask", "subnet", "router", "dns", "mtu", "domain", "search", "lease", "serverid", "broadcast"} {
+	for _, k := range []string{"ip", "mask", "subnet", "router", "dns", "mtu", "domain", "search", "lease", "serverid", "broadcast", "hostname"} {
 		lease[k] = os.Getenv(k)
 	}
 	if lease["mask"] == "" && lease["subnet"] != "" {

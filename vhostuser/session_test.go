@@ -217,11 +217,22 @@ func startServe(t *testing.T, cfg ServerConfig, dev DeviceConfig) (context.Cance
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
+	// The socket file appears at bind(2), a moment before listen(2):
+	// waiting for the file alone, a dial could be refused. Ready says the
+	// socket accepts connections.
+	ready := make(chan struct{})
+	cfg.Ready = func() { close(ready) }
 	go func() { done <- Serve(ctx, cfg, dev) }()
-	waitFor(t, func() bool {
-		fi, err := os.Lstat(cfg.Path)
-		return err == nil && fi.Mode().Type() == fs.ModeSocket && fi.Mode().Perm() == permOr(cfg.Mode)
-	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Serve returned before listening: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve not listening within 5s")
+	}
+	if fi, err := os.Lstat(cfg.Path); err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != permOr(cfg.Mode) {
+		t.Fatalf("socket file %v (%v), want a socket with mode %#o", fi, err, permOr(cfg.Mode))
+	}
 	t.Cleanup(cancel)
 	return cancel, done
 }

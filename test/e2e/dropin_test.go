@@ -21,6 +21,8 @@ import (
 
 	"vunet/test/callers"
 	"vunet/test/guest"
+	"vunet/test/qemu"
+	"vunet/test/testenv"
 )
 
 // The drop-in tests start vunet exactly as libvirt and QEMU start passt
@@ -45,14 +47,14 @@ const dropInXfer = 4 << 20
 // exit 0, nothing left holding the output open. It registers a check
 // that the daemon leaves by itself once its one front-end has gone
 // (--one-off), which runs after the guest's cleanup.
-func callerLaunch(t *testing.T, ns *NetNS, argv []string, extra []*os.File, marker string) callers.Result {
+func callerLaunch(t *testing.T, ns *qemu.NetNS, argv []string, extra []*os.File, marker string) callers.Result {
 	t.Helper()
-	ip := NeedTool(t, "ip", "", "apt-get install iproute2")
-	dir := filepath.Join(WorkDir(t), "bin")
+	ip := testenv.NeedTool(t, "ip", "", "apt-get install iproute2")
+	dir := filepath.Join(qemu.WorkDir(t), "bin")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := callers.PasstLink(dir, DaemonBinary(t)); err != nil {
+	if _, err := callers.PasstLink(dir, qemu.DaemonBinary(t)); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("caller runs: %s", strings.Join(argv, " "))
@@ -73,7 +75,7 @@ func callerLaunch(t *testing.T, ns *NetNS, argv []string, extra []*os.File, mark
 // daemons this test started, whatever became of the launcher.
 func daemonsNaming(t *testing.T, marker string) []int {
 	t.Helper()
-	bin, _ := filepath.EvalSymlinks(DaemonBinary(t))
+	bin, _ := filepath.EvalSymlinks(qemu.DaemonBinary(t))
 	ents, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range ents {
@@ -133,12 +135,12 @@ func checkDaemonPID(t *testing.T, pidFile, marker string) int {
 
 // dropInVM adds to cfg the guest's checks: DHCP, then a download through
 // the gateway, then extraChecks.
-func dropInVM(srv *TrafficServer, cfg VMConfig, extraChecks ...string) VMConfig {
+func dropInVM(srv *qemu.TrafficServer, cfg qemu.VMConfig, extraChecks ...string) qemu.VMConfig {
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}
 	cfg.Params[guest.ParamTimeout] = "60s"
-	cfg.Params[guest.XferParam("down")] = guest.XferSpec(guest.XferDown, srv.target(guest.TargetGW4), dropInXfer)
+	cfg.Params[guest.XferParam("down")] = guest.XferSpec(guest.XferDown, srv.Target(guest.TargetGW4), dropInXfer)
 	cfg.Checks = append([]string{guest.CheckLink, guest.CheckDHCP, guest.XferCheck("down")}, extraChecks...)
 	cfg.Timeout = 3 * time.Minute
 	return cfg
@@ -146,7 +148,7 @@ func dropInVM(srv *TrafficServer, cfg VMConfig, extraChecks ...string) VMConfig 
 
 // checkDropInGuest checks the lease against want and the download
 // byte for byte.
-func checkDropInGuest(t *testing.T, srv *TrafficServer, vm *VM, want lease) {
+func checkDropInGuest(t *testing.T, srv *qemu.TrafficServer, vm *qemu.VM, want lease) {
 	t.Helper()
 	checkLease(t, vm.RequireResult(t, guest.CheckDHCP, 60*time.Second), want)
 	srv.CheckXfer(t, vm.RequireResult(t, guest.XferCheck("down"), 90*time.Second), guest.XferDown, dropInXfer)
@@ -182,9 +184,9 @@ func checkLog(t *testing.T, path string, want ...string) {
 //     vunet does not serve yet (it warns so at start-up); the guest here
 //     uses the socket as vhost-user.
 func TestQEMUDropInLibvirt(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
-	srv := StartTrafficServer(t, ns)
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
 	h := ns.Host
 	for _, tc := range []struct {
 		name   string
@@ -199,12 +201,12 @@ func TestQEMUDropInLibvirt(t *testing.T) {
 		{"9.0.0", callers.Libvirt90, "10.7.0.79", 1500, false, []string{"started as passt without --vhost-user"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := WorkDir(t)
+			dir := qemu.WorkDir(t)
 			n := callers.LibvirtNet{
 				VhostUser: tc.name != "9.0.0",
 				Socket:    filepath.Join(dir, "1-guest-net0.socket"),
 				PIDFile:   filepath.Join(dir, "1-guest-net0-passt.pid"),
-				MAC:       DefaultMAC, MTU: tc.mtu, SourceDev: h.Iface,
+				MAC:       qemu.DefaultMAC, MTU: tc.mtu, SourceDev: h.Iface,
 				LogFile:  filepath.Join(dir, "passt.log"),
 				Hostname: "dropin-" + strings.ReplaceAll(tc.name, ".", ""), FQDN: "dropin.e2e.test",
 				IPs: []callers.LibvirtIP{{Address: tc.guest, Prefix: uint(h.Prefix)}},
@@ -225,13 +227,13 @@ func TestQEMUDropInLibvirt(t *testing.T) {
 			}
 			checkLog(t, n.LogFile, append([]string{`msg="vunet starting"`, "vhost-user listening"}, tc.expect...)...)
 
-			cfg := VMConfig{Socket: n.Socket, Params: map[string]string{}}
+			cfg := qemu.VMConfig{Socket: n.Socket, Params: map[string]string{}}
 			var extra []string
 			if inbound {
 				cfg.Params[guest.ParamTCPServe] = strconv.Itoa(guestPort)
 				extra = append(extra, guest.CheckTCPServe)
 			}
-			vm := StartVM(t, dropInVM(srv, cfg, extra...))
+			vm := qemu.StartVM(t, dropInVM(srv, cfg, extra...))
 			checkDropInGuest(t, srv, vm, lease{
 				addr: netip.MustParseAddr(tc.guest), prefix: h.Prefix, router: addrOf(h.Gateway),
 				dns: ns.DNS4, mtu: int(tc.mtu),
@@ -250,7 +252,7 @@ func TestQEMUDropInLibvirt(t *testing.T) {
 
 // checkInbound sends 2 MB to the forwarded host port and expects the
 // guest's listener to answer with their size and digest.
-func checkInbound(t *testing.T, ns *NetNS, vm *VM, hostPort int) {
+func checkInbound(t *testing.T, ns *qemu.NetNS, vm *qemu.VM, hostPort int) {
 	t.Helper()
 	vm.RequireResult(t, guest.ResultTCPServeReady, 60*time.Second)
 	blob := make([]byte, 2<<20)
@@ -286,11 +288,11 @@ func checkInbound(t *testing.T, ns *NetNS, vm *VM, hostPort int) {
 // search list and MTU; the properties vunet cannot honour are each named
 // in a start-up warning.
 func TestQEMUDropInQEMUNetdevPasst(t *testing.T) {
-	NeedQEMU(t)
-	ns := NewNetNS(t)
-	srv := StartTrafficServer(t, ns)
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
 	h := ns.Host
-	dir := WorkDir(t)
+	dir := qemu.WorkDir(t)
 	// QEMU: g_file_open_tmp("passt-XXXXXX.pid"), closed, left empty.
 	pf, err := os.CreateTemp(dir, "passt-*.pid")
 	if err != nil {
@@ -310,13 +312,10 @@ func TestQEMUDropInQEMUNetdevPasst(t *testing.T) {
 	argv := callers.QEMU101(p, pf.Name())
 
 	sock := filepath.Join(dir, "qemu-vhost.sock")
-	vm := StartVM(t, dropInVM(srv, VMConfig{Socket: sock, Server: true}))
-	if err := waitSocket(sock, vm.exited, 30*time.Second); err != nil {
-		t.Fatalf("QEMU's socket: %v", err)
-	}
-	c, err := net.Dial("unix", sock)
+	vm := qemu.StartVM(t, dropInVM(srv, qemu.VMConfig{Socket: sock, Server: true}))
+	c, err := dialWhileRunning(sock, vm.Exited(), 30*time.Second)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("QEMU's socket: %v", err)
 	}
 	passtEnd, err := c.(*net.UnixConn).File()
 	c.Close()
@@ -338,4 +337,23 @@ func TestQEMUDropInQEMUNetdevPasst(t *testing.T) {
 	checkDropInGuest(t, srv, vm, want)
 	checkLog(t, logFile, `level=DEBUG`)
 	vm.Finish(t)
+}
+
+// dialWhileRunning dials QEMU's listening socket once it is there.
+func dialWhileRunning(path string, exited <-chan struct{}, timeout time.Duration) (net.Conn, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.Dial("unix", path)
+		if err == nil {
+			return c, nil
+		}
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("QEMU exited before listening on %s", path)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
 }

@@ -41,6 +41,10 @@
 //   - TestQEMUGuestInboundForward: -t HOST:GUEST, 20 MB from the host to a
 //     guest listener, byte-exact.
 //   - TestQEMUGuestHTTPDownload: a 32 MB HTTP download through the gateway.
+//   - TestQEMUAddressPolicy: hand-built SYNs, datagrams and pings to every
+//     loopback spelling (and from 127.0.0.1), mapping on and --no-map-gw:
+//     host loopback listeners see nothing, the guest no answer, every probe
+//     is a vunet_policy_drops_total; the mapped gateway still works.
 //   - TestQEMUHotplugNIC: a NIC hot-plugged over QMP after boot, used (DHCP,
 //     20 MB), unplugged, and a second one plugged into the same daemon.
 //   - TestQEMUBackendRestart, TestQEMUDaemonConnects: vunet killed and

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"time"
@@ -28,14 +29,28 @@ func (a *agent) checkARP(ctx context.Context) guest.Result {
 	}
 	defer pc.Close()
 	spa := ifaceIPv4(ifName)
+	start := time.Now()
+	sha, tries, err := resolveARP(ctx, pc, spa, target)
+	if err != nil {
+		return guest.Result{Fields: map[string]string{"target": target.String(), "from": spa.String(),
+			"tries": strconv.Itoa(tries), "detail": err.Error()}}
+	}
+	return guest.Result{OK: true, Fields: map[string]string{
+		"target": target.String(), "mac": sha.String(), "from": spa.String(),
+		"tries": strconv.Itoa(tries), "rtt_us": strconv.FormatInt(time.Since(start).Microseconds(), 10),
+		"rx_packets": strconv.FormatUint(statCounter(ifName, "rx_packets"), 10),
+	}}
+}
+
+// resolveARP asks for target's MAC on pc (an ETH_P_ARP socket) once a
+// second until it is answered or ctx ends.
+func resolveARP(ctx context.Context, pc *packetConn, spa, target net.IP) (sha net.HardwareAddr, tries int, err error) {
 	req := arpRequestFrame(pc.mac, spa, target)
 	buf := make([]byte, 2048)
-	start := time.Now()
-	tries := 0
 	for ctx.Err() == nil {
 		tries++
 		if err := pc.send(req); err != nil {
-			return fail("send ARP request: %v", err)
+			return nil, tries, fmt.Errorf("send ARP request: %w", err)
 		}
 		deadline := time.Now().Add(time.Second)
 		for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -44,21 +59,14 @@ func (a *agent) checkARP(ctx context.Context) guest.Result {
 				if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 					continue
 				}
-				return fail("receive: %v", err)
+				return nil, tries, fmt.Errorf("receive: %w", err)
 			}
-			sha, got, ok := parseARPReply(buf[:n])
-			if !ok || !got.Equal(target) {
-				continue
+			if sha, got, ok := parseARPReply(buf[:n]); ok && got.Equal(target) {
+				return sha, tries, nil
 			}
-			return guest.Result{OK: true, Fields: map[string]string{
-				"target": target.String(), "mac": sha.String(), "from": spa.String(),
-				"tries": strconv.Itoa(tries), "rtt_us": strconv.FormatInt(time.Since(start).Microseconds(), 10),
-				"rx_packets": strconv.FormatUint(statCounter(ifName, "rx_packets"), 10),
-			}}
 		}
 	}
-	return guest.Result{Fields: map[string]string{"target": target.String(), "from": spa.String(),
-		"tries": strconv.Itoa(tries), "detail": "no ARP reply"}}
+	return nil, tries, errors.New("no ARP reply")
 }
 
 func firstWord(s string) string {

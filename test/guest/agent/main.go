@@ -122,6 +122,8 @@ func (a *agent) runCheck(ctx context.Context, name string) guest.Result {
 		return a.checkGone(ctx)
 	case guest.CheckDHCPv6:
 		return a.checkDHCPv6(ctx)
+	case guest.CheckPolicy:
+		return a.checkPolicy(ctx)
 	}
 	return fail("unknown check %q", name)
 }

@@ -16,6 +16,14 @@ type Options struct {
 	Backend []string
 	// BackendEnv is added to the back-end's environment.
 	BackendEnv []string
+	// Loopback measures the rig front-end alone (kernel ↔ rig ↔ kernel): no
+	// back-end runs; a second TAP in a peer namespace is bridged by the
+	// same front-end code, and an in-process device copies each frame one
+	// pair transmits into the other's RX ring (see crossDevice). The peer
+	// namespace takes the host namespace's place (HostNetns, HostListen,
+	// HostCommand), at Gateway(); addressing is static; Backend, DHCP and
+	// the guest address options are ignored.
+	Loopback bool
 	// NoHostNetns runs the back-end in the rig's own namespace instead of a
 	// fresh one (host peers then use the real host loopback; HostSysctls
 	// must be empty).

@@ -34,6 +34,15 @@ type Rig struct {
 	br      *bridge
 	stats   Stats
 
+	// The rig alone (Options.Loopback): the peer's TAP and bridge, the
+	// copying device in place of a back-end, and the memory and rings the
+	// rig made itself.
+	tap2  int
+	br2   *bridge
+	dev   *crossDevice
+	mem   *frontend.Memory
+	rings []*frontend.Ring
+
 	guestAddr netip.Prefix
 	gateway   netip.Addr
 	mtu       int
@@ -64,7 +73,7 @@ func Start(ctx context.Context, opts Options) (_ *Rig, err error) {
 	defer cancel()
 
 	name := fmt.Sprintf("%s%d-%d", namePrefix, os.Getpid(), rigSeq.Add(1))
-	r := &Rig{opts: opts, name: name, tap: -1, guestNS: name + "-guest"}
+	r := &Rig{opts: opts, name: name, tap: -1, tap2: -1, guestNS: name + "-guest"}
 	register(r)
 	defer func() {
 		if err != nil {
@@ -78,6 +87,14 @@ func Start(ctx context.Context, opts Options) (_ *Rig, err error) {
 
 	if err := r.setUpNamespaces(); err != nil {
 		return nil, err
+	}
+	if opts.Loopback {
+		if err := r.startLoopback(); err != nil {
+			return nil, err
+		}
+		opts.Log.Info("rig alone up", "name", name, "guest_netns", r.guestNS, "peer_netns", r.hostNS,
+			"guest", r.guestAddr, "peer", r.gateway, "mtu", r.mtu)
+		return r, nil
 	}
 	if err := r.startBackend(); err != nil {
 		return nil, err
@@ -110,6 +127,16 @@ func (r *Rig) setUpNamespaces() error {
 	}
 	if o.NoHostNetns {
 		return nil
+	}
+	if o.Loopback {
+		r.hostNS = r.name + "-peer"
+		if err := addNetns(r.hostNS); err != nil {
+			return err
+		}
+		if err := ip("-n", r.hostNS, "link", "set", "lo", "up"); err != nil {
+			return err
+		}
+		return setSysctls(r.hostNS, o.HostSysctls)
 	}
 	r.hostNS = r.name + "-host"
 	if err := addNetns(r.hostNS); err != nil {
@@ -261,18 +288,34 @@ func (r *Rig) Gateway() netip.Addr { return r.gateway }
 // MTU is the guest interface's MTU.
 func (r *Rig) MTU() int { return r.mtu }
 
-// Features are the virtio features negotiated with the back-end.
-func (r *Rig) Features() uint64 { return r.fe.Features }
+// Features are the virtio features negotiated with the back-end (in the
+// rig-alone mode, those its rings stand for).
+func (r *Rig) Features() uint64 {
+	if r.fe == nil {
+		return loopbackFeatures
+	}
+	return r.fe.Features
+}
 
 // Stats are the bridge's counters.
 func (r *Rig) Stats() *Stats { return &r.stats }
 
-// Err reports a data-path failure (the bridge stopped), nil while healthy.
+// Err reports a data-path failure (a bridge stopped), nil while healthy.
 func (r *Rig) Err() error {
-	if r.br == nil {
-		return nil
+	for _, b := range []*bridge{r.br, r.br2} {
+		if b == nil {
+			continue
+		}
+		if err := b.failed(); err != nil {
+			return err
+		}
 	}
-	return r.br.failed()
+	if r.dev != nil {
+		r.dev.errMu.Lock()
+		defer r.dev.errMu.Unlock()
+		return r.dev.err
+	}
+	return nil
 }
 
 // Close tears everything down in order: host and guest processes, the
@@ -296,10 +339,23 @@ func (r *Rig) Close() error {
 	for _, p := range procs {
 		p.kill()
 	}
-	if r.br != nil {
-		if err := r.br.close(); err != nil {
-			errs = append(errs, err)
+	for _, b := range []*bridge{r.br, r.br2} {
+		if b != nil {
+			if err := b.close(); err != nil {
+				errs = append(errs, err)
+			}
 		}
+	}
+	if r.dev != nil {
+		if err := r.dev.close(); err != nil {
+			errs = append(errs, fmt.Errorf("cross device: %w", err))
+		}
+	}
+	for _, rg := range r.rings {
+		rg.Close()
+	}
+	if r.mem != nil {
+		r.mem.Close()
 	}
 	if r.fe != nil {
 		r.fe.Close()
@@ -309,9 +365,11 @@ func (r *Rig) Close() error {
 			errs = append(errs, fmt.Errorf("back-end pid %d: %w", r.backend.pid(), err))
 		}
 	}
-	if r.tap >= 0 {
-		unix.Close(r.tap)
-		r.tap = -1
+	for _, fd := range []*int{&r.tap, &r.tap2} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
 	}
 	for _, ns := range []string{r.guestNS, r.hostNS} {
 		if ns == "" {

@@ -1,0 +1,242 @@
+package rig
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/test/frontend"
+	"vunet/virtqueue"
+)
+
+// crossDevice is the device side of the rig-alone mode (Options.Loopback):
+// it stands where a back-end would and does the least a device can. Every
+// frame the guest on one queue pair transmits is copied, virtio-net header
+// and all, into an RX buffer of the other pair, so two TAPs bridged by the
+// rig's unchanged front-end talk to each other (kernel ↔ rig ↔ kernel).
+//
+// It uses vunet's own device-side ring code (virtqueue), with EVENT_IDX,
+// batched used-ring updates and one call per batch, so the notification
+// cost it adds is what a well-behaved back-end adds; the copy is the one a
+// back-end makes into RX buffers anyway. What a round trip costs here is
+// therefore the rig's share of a round trip through a real back-end.
+type crossDevice struct {
+	log  *slog.Logger
+	mem  *virtqueue.Memory
+	side [2]crossSide
+	stop int // eventfd
+	wg   sync.WaitGroup
+
+	errMu sync.Mutex
+	err   error
+}
+
+// crossSide is one queue pair: its TX ring feeds the other side's RX ring.
+type crossSide struct {
+	tx, rx  *virtqueue.SplitQueue
+	c, rc   virtqueue.Chain
+	rxWait  bool // a TX frame waits for an RX buffer of the other side
+	stats   virtqueue.Stats
+	rxStats virtqueue.Stats
+}
+
+// crossBatch bounds the frames moved per direction between used-ring
+// publications, as a back-end's TX batch does.
+const crossBatch = 64
+
+// newCrossDevice maps the front-end's memory a second time (as a back-end
+// would) and takes the device side of the rings of two queue pairs, each
+// given as {RX, TX}.
+func newCrossDevice(mem *frontend.Memory, pairs [2][2]*frontend.Ring, log *slog.Logger) (_ *crossDevice, err error) {
+	d := &crossDevice{log: log, stop: -1}
+	var regions []*virtqueue.Region
+	defer func() {
+		if err != nil {
+			for _, r := range regions {
+				r.Unmap()
+			}
+			if d.stop >= 0 {
+				unix.Close(d.stop)
+			}
+		}
+	}()
+	for _, r := range mem.Regions() {
+		reg, err := virtqueue.MapRegion(mem.FD(), virtqueue.RegionSpec{
+			GuestAddr: r.GuestAddr, Size: r.Size, UserAddr: r.UserAddr, MmapOffset: r.MmapOffset})
+		if err != nil {
+			return nil, err
+		}
+		regions = append(regions, reg)
+	}
+	if d.mem, err = virtqueue.NewMemory(regions); err != nil {
+		return nil, err
+	}
+	for i, p := range pairs {
+		s := &d.side[i]
+		if s.rx, err = deviceQueue(d.mem, p[0], &s.rxStats, log); err != nil {
+			return nil, err
+		}
+		if s.tx, err = deviceQueue(d.mem, p[1], &s.stats, log); err != nil {
+			return nil, err
+		}
+		// RX kicks matter only while a frame waits for buffers.
+		s.rx.DisableKicks()
+	}
+	if d.stop, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("stop eventfd: %w", err)
+	}
+	return d, nil
+}
+
+func deviceQueue(mem *virtqueue.Memory, r *frontend.Ring, st *virtqueue.Stats, log *slog.Logger) (*virtqueue.SplitQueue, error) {
+	a, err := r.Addr()
+	if err != nil {
+		return nil, err
+	}
+	return virtqueue.NewSplitQueue(virtqueue.Config{
+		Index: r.Index, Size: r.Size(), EventIdx: true,
+		Addr: virtqueue.Addresses{Desc: a.Desc, Avail: a.Avail, Used: a.Used},
+		Kick: r.KickFD(), Call: r.CallFD(), Mem: mem, Stats: st, Logger: log,
+	})
+}
+
+func (d *crossDevice) start() {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		runtime.LockOSThread()
+		if err := d.run(); err != nil {
+			d.log.Error("rig cross device stopped", "err", err)
+			d.errMu.Lock()
+			d.err = err
+			d.errMu.Unlock()
+		}
+	}()
+}
+
+// close stops the device and unmaps its view of guest memory.
+func (d *crossDevice) close() error {
+	var one [8]byte
+	binary.LittleEndian.PutUint64(one[:], 1)
+	unix.Write(d.stop, one[:])
+	d.wg.Wait()
+	unix.Close(d.stop)
+	for _, r := range d.mem.Regions() {
+		r.Unmap()
+	}
+	d.errMu.Lock()
+	defer d.errMu.Unlock()
+	return d.err
+}
+
+// run is the device's event loop, in the shape of vunet's: drain both TX
+// rings with kicks disabled, publish, re-enable kicks (re-checking), sleep
+// in epoll on the kick eventfds.
+func (d *crossDevice) run() error {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("epoll_create1: %w", err)
+	}
+	defer unix.Close(ep)
+	fds := []int{d.stop}
+	for i := range d.side {
+		fds = append(fds, d.side[i].tx.KickFD(), d.side[i].rx.KickFD())
+	}
+	for _, fd := range fds {
+		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			return fmt.Errorf("epoll add fd %d: %w", fd, err)
+		}
+	}
+	evs := make([]unix.EpollEvent, len(fds))
+	for {
+		for i := range d.side {
+			d.side[i].tx.DisableKicks()
+		}
+		for {
+			moved := false
+			for i := range d.side {
+				m, err := d.move(&d.side[i], &d.side[1-i])
+				if err != nil {
+					return err
+				}
+				moved = moved || m
+			}
+			if !moved {
+				break
+			}
+		}
+		// A side whose frame waits for the other's RX buffers sleeps on
+		// that RX ring's kick; its TX kicks stay off until then.
+		more := false
+		for i := range d.side {
+			s, o := &d.side[i], &d.side[1-i]
+			if s.rxWait {
+				more = o.rx.EnableKicks() || more
+			} else {
+				o.rx.DisableKicks()
+				more = s.tx.EnableKicks() || more
+			}
+		}
+		if more {
+			continue
+		}
+		n, err := unix.EpollWait(ep, evs, -1)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return fmt.Errorf("epoll_wait: %w", err)
+		}
+		for _, ev := range evs[:n] {
+			if int(ev.Fd) == d.stop {
+				return nil
+			}
+			var b [8]byte
+			unix.Read(int(ev.Fd), b[:])
+		}
+	}
+}
+
+// move copies up to crossBatch frames from s's TX ring into o's RX ring and
+// publishes both rings once. It reports whether it moved anything.
+func (d *crossDevice) move(s, o *crossSide) (bool, error) {
+	n := 0
+	s.rxWait = false
+	for n < crossBatch {
+		ok, err := s.tx.Pop(&s.c)
+		if err != nil {
+			return false, fmt.Errorf("TX ring %w", err)
+		}
+		if !ok {
+			break
+		}
+		ok, err = o.rx.Pop(&o.rc)
+		if err != nil {
+			return false, fmt.Errorf("RX ring %w", err)
+		}
+		if !ok {
+			s.tx.Unpop(1)
+			s.rxWait = true
+			break
+		}
+		w := 0
+		for _, b := range s.c.Readable {
+			w += o.rc.CopyToWritable(w, b)
+		}
+		if w >= 12 {
+			// num_buffers of the virtio-net header: one buffer per frame.
+			binary.LittleEndian.PutUint16(o.rc.Writable[0][10:], 1)
+		}
+		o.rx.Push(o.rc.Head, uint32(w))
+		s.tx.Push(s.c.Head, 0)
+		n++
+	}
+	o.rx.Flush()
+	s.tx.Flush()
+	return n > 0, nil
+}

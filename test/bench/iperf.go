@@ -66,7 +66,7 @@ func runIperf(ctx context.Context, t *target, s iperfSpec) (iperfResult, error) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(s.seconds)*time.Second+15*time.Second)
 	defer cancel()
-	pid := t.pid()
+	pid := t.cpuPID()
 	var cpu0 float64
 	if pid > 0 {
 		var err error

@@ -35,6 +35,8 @@ type settings struct {
 	microBenchtime string
 	vunet, peer    string
 	peerName       string
+	testpmd        bool
+	rigRounds      bool
 	verbose        bool
 }
 
@@ -52,6 +54,8 @@ func main() {
 	flag.StringVar(&s.vunet, "vunet", defaultVunet, "vunet's command `template` ({socket} {metrics} {vunet})")
 	flag.StringVar(&s.peer, "peer", os.Getenv("VUNET_BENCH_PEER"), "a second back-end's command `template` with {socket} (default $VUNET_BENCH_PEER); split on spaces")
 	flag.StringVar(&s.peerName, "peer-name", "", "the peer's name in the table (default: its command's base name)")
+	flag.BoolVar(&s.rigRounds, "rig", true, "run the rig rounds (kernel, rig alone, vunet, peer at each MTU)")
+	flag.BoolVar(&s.testpmd, "testpmd", true, "also run TCP through DPDK testpmd as the front-end (skipped with a note when dpdk-testpmd is missing)")
 	flag.BoolVar(&s.verbose, "v", false, "log the rig's own steps")
 	flag.Parse()
 	for _, f := range strings.Split(mtus, ",") {
@@ -220,12 +224,18 @@ func run(ctx context.Context, s settings) error {
 		r.note("sweep of stale rigs: %v", err)
 	}
 	for i, mtu := range s.mtus {
+		if !s.rigRounds {
+			break
+		}
 		if err := r.mtuRound(ctx, mtu, i == 0, i == len(s.mtus)-1); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+	}
+	if s.testpmd {
+		r.testpmdSection(ctx)
 	}
 	finalize(r.rep.Results, s.peerName)
 	if s.micro {

@@ -31,6 +31,13 @@ func finalize(rs []Result, peer string) {
 		if k := g["kernel"]; k != nil && r.Backend != "kernel" && r.Unit == "Gbit/s" && k.Value > 0 {
 			r.KernelFraction = ptr(r.Value / k.Value)
 		}
+		// A back-end row that reaches most of what the rig alone moves is
+		// bound by the rig (its front-end, and the guest kernel behind
+		// it), not by the back-end: its ratio to a peer says little.
+		if a := g[aloneName]; a != nil && r.Unit == "Gbit/s" && r.Backend != aloneName && r.Backend != "kernel" &&
+			a.Value > 0 && r.Value >= rigBound*a.Value {
+			r.Note = joinNote(r.Note, fmt.Sprintf("rig-bound (≥%.0f%% of the rig alone)", rigBound*100))
+		}
 		if r.Backend != "vunet" || peer == "" {
 			continue
 		}
@@ -43,6 +50,17 @@ func finalize(rs []Result, peer string) {
 			}
 		}
 	}
+}
+
+// rigBound is the fraction of the rig-alone throughput from which a
+// back-end's row counts as bound by the rig rather than by the back-end.
+const rigBound = 0.8
+
+func joinNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 func num(v float64) string {

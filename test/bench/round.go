@@ -27,6 +27,11 @@ func (r *runner) mtuRound(ctx context.Context, mtu int, first, last bool) (err e
 		return fmt.Errorf("kernel veth pair: %w", err)
 	}
 	ts = append(ts, k)
+	a, err := newAloneTarget(ctx, mtu, r.logger)
+	if err != nil {
+		return fmt.Errorf("rig alone: %w", err)
+	}
+	ts = append(ts, a)
 	backends := []struct{ name, tmpl string }{{"vunet", r.s.vunet}}
 	if r.s.peer != "" {
 		backends = append(backends, struct{ name, tmpl string }{r.s.peerName, r.s.peer})
@@ -84,12 +89,16 @@ func (r *runner) mtuRound(ctx context.Context, mtu int, first, last bool) (err e
 	if last {
 		r.latencyAndRate(ctx, ts, mtu)
 	}
-	for _, t := range ts[1:] {
-		r.peakRSS(t, fmt.Sprintf("peak RSS (VmHWM) after MTU %d tests", mtu))
+	for _, t := range ts {
+		if t.pid() > 0 {
+			r.peakRSS(t, fmt.Sprintf("peak RSS (VmHWM) after MTU %d tests", mtu))
+		}
 	}
 	if last && r.s.idle > 0 {
-		for _, t := range ts[1:] {
-			r.idle(ctx, t)
+		for _, t := range ts {
+			if t.pid() > 0 {
+				r.idle(ctx, t)
+			}
 		}
 	}
 	return nil
@@ -106,13 +115,18 @@ func (r *runner) iperf(ctx context.Context, t *target, test, label, dir string, 
 		return
 	}
 	row.Value, row.Bytes = res.gbits, res.bytes
-	if t.pid() > 0 && res.bytes > 0 {
+	if t.cpuPID() > 0 && res.bytes > 0 {
 		row.CPUSecPerGB = ptr(res.cpu / (float64(res.bytes) / 1e9))
 	}
+	var notes []string
 	if spec.udp {
 		row.LossPercent = ptr(res.lossPercent)
-		row.Note = fmt.Sprintf("sent %s Gbit/s, loss %.1f%%", num(res.sentGbits), res.lossPercent)
+		notes = append(notes, fmt.Sprintf("sent %s Gbit/s, loss %.1f%%", num(res.sentGbits), res.lossPercent))
 	}
+	if t.alone {
+		notes = append(notes, "CPU: the rig itself (this process)")
+	}
+	row.Note = strings.Join(notes, "; ")
 	r.add(row)
 }
 
@@ -132,11 +146,15 @@ func (r *runner) latencyAndRate(ctx context.Context, ts []*target, mtu int) {
 	l50 := fmt.Sprintf("TCP RR 1B latency p50 MTU %d", mtu)
 	l99 := fmt.Sprintf("TCP RR 1B latency p99 MTU %d", mtu)
 	var p99rows []Result
+	p50s := map[string]float64{}
 	for i, t := range ts {
 		if servers[i] == nil {
 			continue
 		}
 		p50, p99, n, err := pingPong(ctx, t, r.s.rrTime)
+		if err == nil {
+			p50s[t.backend] = p50
+		}
 		a := Result{Test: "tcp_rr_latency_p50", Label: l50, Backend: t.backend, MTU: mtu, Value: p50, Unit: "µs"}
 		b := Result{Test: "tcp_rr_latency_p99", Label: l99, Backend: t.backend, MTU: mtu, Value: p99, Unit: "µs"}
 		if err != nil {
@@ -150,6 +168,9 @@ func (r *runner) latencyAndRate(ctx context.Context, ts []*target, mtu int) {
 	}
 	for _, b := range p99rows {
 		r.add(b)
+	}
+	for _, row := range backendShare(p50s, ts, mtu) {
+		r.add(row)
 	}
 	label := fmt.Sprintf("TCP connect/1B/close rate MTU %d", mtu)
 	for i, t := range ts {
@@ -202,4 +223,35 @@ func (r *runner) idle(ctx context.Context, t *target) {
 		row.Note = fmt.Sprintf("ONLY %d of %d opened (%v); %s", res.opened, r.s.idle, res.firstErr, row.Note)
 	}
 	r.add(row)
+}
+
+// backendShare derives, for every back-end, its own share of the 1-byte
+// round trip: what remains of its p50 once the rig's share is taken out.
+// A round trip through a back-end crosses the rig once each way (TAP read
+// and TX ring for the request, RX ring and TAP write for the reply); one
+// through the rig alone crosses it twice each way (guest side and peer
+// side), and both include the kernel's own TCP round trip, which the
+// kernel row measures. So the rig's share is (rig alone − kernel) / 2, and
+// a back-end's share is its p50 minus that, compared with the kernel's.
+func backendShare(p50s map[string]float64, ts []*target, mtu int) []Result {
+	k, okK := p50s["kernel"]
+	a, okA := p50s[aloneName]
+	if !okK || !okA {
+		return nil
+	}
+	rigShare := (a - k) / 2
+	label := fmt.Sprintf("TCP RR 1B p50, back-end's share MTU %d", mtu)
+	var rows []Result
+	for _, t := range ts {
+		v, ok := p50s[t.backend]
+		if !ok || t.rig == nil || t.alone {
+			continue
+		}
+		share := v - rigShare
+		rows = append(rows, Result{Test: "tcp_rr_latency_p50_backend_share", Label: label, Backend: t.backend,
+			MTU: mtu, Value: share, Unit: "µs",
+			Note: fmt.Sprintf("%s − rig share (%s rig alone − %s kernel)/2 = %s; %.2f× the kernel's %s",
+				num(v), num(a), num(k), num(share), share/k, num(k))})
+	}
+	return rows
 }

@@ -47,17 +47,30 @@ type target struct {
 	// servers in the host namespace; listenIP is where those servers bind.
 	serverIP, listenIP string
 	rig                *rig.Rig // nil for the kernel
-	logDir             string
+	// alone: the rig front-end alone (no back-end); its CPU is this
+	// process's, where the rig runs.
+	alone   bool
+	logDir  string
 	procs              []*exec.Cmd
 	cleanup            func() error
 }
 
-// pid is the back-end's process id (0 for the kernel).
+// pid is the back-end's process id (0 for the kernel and the rig alone).
 func (t *target) pid() int {
 	if t.rig == nil {
 		return 0
 	}
 	return t.rig.BackendPID()
+}
+
+// cpuPID is the process whose CPU time a row of t costs: the back-end's,
+// this process for the rig alone (its front-end and copying device run
+// here), 0 for the kernel.
+func (t *target) cpuPID() int {
+	if t.alone {
+		return os.Getpid()
+	}
+	return t.pid()
 }
 
 func (t *target) inGuest(fn func() error) error { return inNetns(t.guestNS, fn) }
@@ -169,14 +182,30 @@ func newVethTarget(mtu int) (*target, error) {
 
 // newRigTarget starts a rig whose back-end is the command template argv.
 func newRigTarget(ctx context.Context, name string, argv []string, mtu int, log *slog.Logger) (*target, error) {
-	r, err := rig.Start(ctx, rig.Options{
-		Backend:      argv,
-		MTU:          mtu,
-		GuestSysctls: benchSysctls,
-		HostSysctls:  benchSysctls,
-		Log:          log,
-		StartTimeout: 30 * time.Second,
-	})
+	return startRigTarget(ctx, name, rig.Options{Backend: argv}, mtu, log)
+}
+
+// aloneName is the rig-alone rows' back-end column.
+const aloneName = "rig-alone"
+
+// newAloneTarget starts the rig front-end alone (rig.Options.Loopback):
+// kernel ↔ rig ↔ kernel, the rig's own share of every rig row.
+func newAloneTarget(ctx context.Context, mtu int, log *slog.Logger) (*target, error) {
+	t, err := startRigTarget(ctx, aloneName, rig.Options{Loopback: true}, mtu, log)
+	if err != nil {
+		return nil, err
+	}
+	t.alone = true
+	t.listenIP = t.serverIP // servers in the peer namespace, on its TAP's address
+	return t, nil
+}
+
+func startRigTarget(ctx context.Context, name string, o rig.Options, mtu int, log *slog.Logger) (*target, error) {
+	o.MTU = mtu
+	o.GuestSysctls, o.HostSysctls = benchSysctls, benchSysctls
+	o.Log = log
+	o.StartTimeout = 30 * time.Second
+	r, err := rig.Start(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("%s rig (MTU %d): %w", name, mtu, err)
 	}

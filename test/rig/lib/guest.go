@@ -109,7 +109,7 @@ func (r *Rig) dhcp(ctx context.Context) error {
 	if err != nil {
 		s := &r.stats
 		return fmt.Errorf("udhcpc in %s: %w\n%s\nrig: tx %d frames, rx %d frames, tap write errors %d, device errors %d, data path: %v\n%s\nback-end log:\n%s",
-			r.guestNS, err, out, s.TXFrames.Load(), s.RXFrames.Load(), s.RXWriteErrors.Load(), s.DeviceErrors.Load(), r.br.failed(), r.RingState(), tail(r.BackendLog(), 20))
+			r.guestNS, err, out, s.TXFrames.Load(), s.RXFrames.Load(), s.RXWriteErrors.Load(), s.DeviceErrors.Load(), r.Err(), r.RingState(), tail(r.BackendLog(), 20))
 	}
 	b, err := os.ReadFile(lease)
 	if err != nil {

@@ -11,9 +11,16 @@ import (
 type Options struct {
 	// Backend is the back-end's command line; "{socket}" in any argument is
 	// replaced by the vhost-user socket path, "{metrics}" by the metrics
-	// address (MetricsAddr) and "{vunet}" by the vunet binary. Empty means
+	// address (MetricsAddr), "{mtu}" by MTU and "{vunet}" by the vunet
+	// binary. Empty means
 	// DefaultBackend. The back-end must listen on {socket}.
 	Backend []string
+	// Frontend is the vhost-user front-end: the rig's own (default) or
+	// FrontendTestpmd. With testpmd the guest MTU is 1500 at most (0 means
+	// 1500), the rig's own ring and buffer options do not apply, and the
+	// back-end is not told the MTU (testpmd sends no NET_SET_MTU): pass
+	// it on its command line ({mtu}).
+	Frontend Frontend
 	// BackendEnv is added to the back-end's environment.
 	BackendEnv []string
 	// Loopback measures the rig front-end alone (kernel ↔ rig ↔ kernel): no
@@ -118,6 +125,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 20 * time.Second
+	}
+	if o.Frontend == FrontendTestpmd && o.MTU == 0 {
+		o.MTU = testpmdMTU
 	}
 	return o
 }

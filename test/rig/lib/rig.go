@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,10 @@ type Rig struct {
 	mem   *frontend.Memory
 	rings []*frontend.Ring
 
+	// FrontendTestpmd: testpmd in place of the rig's front-end.
+	testpmd          *proc
+	restoreHugepages func()
+
 	guestAddr netip.Prefix
 	gateway   netip.Addr
 	mtu       int
@@ -60,6 +65,9 @@ var rigSeq atomic.Uint32
 // down. The rig lives until Close (or SIGINT/SIGTERM of this process).
 func Start(ctx context.Context, opts Options) (_ *Rig, err error) {
 	opts = opts.withDefaults()
+	if opts.Frontend == FrontendTestpmd && opts.MTU > testpmdMTU {
+		return nil, fmt.Errorf("rig: testpmd's 2 KiB mbufs carry MTU %d at most, not %d", testpmdMTU, opts.MTU)
+	}
 	if opts.NoHostNetns && len(opts.HostSysctls) > 0 {
 		return nil, errors.New("rig: HostSysctls need the host namespace (NoHostNetns is set)")
 	}
@@ -99,18 +107,27 @@ func Start(ctx context.Context, opts Options) (_ *Rig, err error) {
 	if err := r.startBackend(); err != nil {
 		return nil, err
 	}
-	if err := r.connect(ctx); err != nil {
-		return nil, err
-	}
-	if err := r.startBridge(); err != nil {
-		return nil, err
+	switch opts.Frontend {
+	case FrontendTestpmd:
+		if err := r.startTestpmd(ctx); err != nil {
+			return nil, err
+		}
+	case FrontendRig:
+		if err := r.connect(ctx); err != nil {
+			return nil, err
+		}
+		if err := r.startBridge(); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("rig: unknown front-end %q", opts.Frontend)
 	}
 	if err := r.configureGuest(ctx); err != nil {
 		return nil, err
 	}
 	opts.Log.Info("rig up", "name", name, "guest_netns", r.guestNS, "host_netns", r.hostNS,
 		"guest", r.guestAddr, "gateway", r.gateway, "mtu", r.mtu, "backend_pid", r.BackendPID(),
-		"features", fmt.Sprintf("%#x", r.fe.Features))
+		"frontend", opts.Frontend, "features", fmt.Sprintf("%#x", r.Features()))
 	return r, nil
 }
 
@@ -161,7 +178,7 @@ func (r *Rig) setUpNamespaces() error {
 }
 
 func (r *Rig) startBackend() error {
-	vars := map[string]string{"socket": r.socket, "metrics": r.opts.MetricsAddr}
+	vars := map[string]string{"socket": r.socket, "metrics": r.opts.MetricsAddr, "mtu": strconv.Itoa(r.opts.MTU)}
 	for _, a := range r.opts.Backend {
 		if strings.Contains(a, "{vunet}") {
 			bin, err := VunetBinary()
@@ -289,10 +306,13 @@ func (r *Rig) Gateway() netip.Addr { return r.gateway }
 func (r *Rig) MTU() int { return r.mtu }
 
 // Features are the virtio features negotiated with the back-end (in the
-// rig-alone mode, those its rings stand for).
+// rig-alone mode, those its rings stand for; 0 when testpmd negotiated).
 func (r *Rig) Features() uint64 {
-	if r.fe == nil {
+	switch {
+	case r.opts.Loopback:
 		return loopbackFeatures
+	case r.fe == nil:
+		return 0
 	}
 	return r.fe.Features
 }
@@ -338,6 +358,12 @@ func (r *Rig) Close() error {
 	var errs []error
 	for _, p := range procs {
 		p.kill()
+	}
+	if err := r.stopTestpmd(5 * time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if r.restoreHugepages != nil {
+		r.restoreHugepages()
 	}
 	for _, b := range []*bridge{r.br, r.br2} {
 		if b != nil {

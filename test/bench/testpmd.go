@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	rig "vunet/test/rig/lib"
+)
+
+// testpmdSection runs TCP both ways with DPDK's testpmd as the front-end
+// (its virtio-user port bridged to a TAP in the guest namespace): a second,
+// independent front-end with no EVENT_IDX, no offloads, MTU 1500, and a
+// busy-polling core that drops what the back-end's TX ring cannot take. One
+// rig per back-end serves every run; testpmd's drop counter for the
+// virtio-user port (frames the TX ring had no room for) goes in a note.
+func (r *runner) testpmdSection(ctx context.Context) {
+	if _, err := rig.TestpmdBinary(); err != nil {
+		r.note("testpmd rows skipped: %v", err)
+		return
+	}
+	fmt.Fprintln(os.Stderr, "== testpmd front-end, MTU 1500")
+	backends := []struct{ name, tmpl string }{{"vunet", r.s.vunet}}
+	if r.s.peer != "" {
+		backends = append(backends, struct{ name, tmpl string }{r.s.peerName, r.s.peer})
+	}
+	var ts []*target
+	defer func() {
+		for _, t := range ts {
+			r.closeTestpmd(t)
+		}
+	}()
+	for _, b := range backends {
+		// testpmd sends no NET_SET_MTU: the back-end is told on its
+		// command line (vunet and passt both take --mtu).
+		argv := append(strings.Fields(b.tmpl), "--mtu", "{mtu}")
+		t, err := startRigTarget(ctx, b.name, rig.Options{Backend: argv, Frontend: rig.FrontendTestpmd}, 1500, r.logger)
+		if err != nil {
+			r.note("testpmd: %v; its rows are missing", err)
+			continue
+		}
+		ts = append(ts, t)
+		if err := t.startHost("iperf3", "iperf3", "-s", "-p", strconv.Itoa(iperfPort)); err != nil {
+			r.note("testpmd %s: %v", b.name, err)
+			continue
+		}
+		if err := t.waitListen(ctx, iperfPort); err != nil {
+			r.note("testpmd %s: %v", b.name, err)
+		}
+	}
+	for _, dir := range []struct {
+		name, arrow string
+		reverse     bool
+	}{{"guest_to_host", "guest→host", false}, {"host_to_guest", "host→guest", true}} {
+		for _, streams := range []int{1, 4} {
+			label := fmt.Sprintf("testpmd: TCP %s P%d MTU 1500", dir.arrow, streams)
+			for _, t := range ts {
+				r.iperf(ctx, t, "testpmd_tcp_throughput", label, dir.name,
+					iperfSpec{seconds: r.s.seconds, streams: streams, reverse: dir.reverse})
+			}
+		}
+	}
+}
+
+// closeTestpmd stops testpmd first, to read its final counters, then tears
+// the rig down.
+func (r *runner) closeTestpmd(t *target) {
+	stats, err := t.rig.StopTestpmd()
+	if err != nil {
+		r.note("testpmd %s: %v", t.backend, err)
+	}
+	if p, ok := stats[0]; ok {
+		r.note("testpmd %s: the virtio-user port put %d frames on the back-end's TX ring and dropped %d it had no room for; took %d from its RX ring",
+			t.backend, p.TXPackets, p.TXDropped, p.RXPackets)
+	}
+	if err := t.close(); err != nil {
+		r.note("testpmd %s teardown: %v", t.backend, err)
+	}
+}

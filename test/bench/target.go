@@ -51,8 +51,8 @@ type target struct {
 	// process's, where the rig runs.
 	alone   bool
 	logDir  string
-	procs              []*exec.Cmd
-	cleanup            func() error
+	procs   []*exec.Cmd
+	cleanup func() error
 }
 
 // pid is the back-end's process id (0 for the kernel and the rig alone).

@@ -48,6 +48,7 @@ type iperfResult struct {
 	bytes       int64 // received
 	lossPercent float64
 	cpu         float64 // back-end CPU seconds during the run (0 for the kernel)
+	seconds     float64 // the run's measured duration
 }
 
 // runIperf runs the iperf3 client in t's guest namespace against the server
@@ -97,7 +98,7 @@ func runIperf(ctx context.Context, t *target, s iperfSpec) (iperfResult, error) 
 	}
 	if s.udp {
 		if r := o.End.SumReceived; r.Seconds > 0 {
-			res.bytes, res.gbits = r.Bytes, r.BitsPerSecond/1e9
+			res.bytes, res.gbits, res.seconds = r.Bytes, r.BitsPerSecond/1e9, r.Seconds
 			res.sentGbits = o.End.SumSent.BitsPerSecond / 1e9
 			res.lossPercent = r.LostPercent
 			return res, nil
@@ -108,6 +109,7 @@ func runIperf(ctx context.Context, t *target, s iperfSpec) (iperfResult, error) 
 		if u.Seconds <= 0 || u.Packets <= 0 {
 			return res, fmt.Errorf("iperf3 UDP: empty summary")
 		}
+		res.seconds = u.Seconds
 		got := max(u.Packets-u.LostPackets, 0)
 		res.bytes = got * udpLen
 		res.gbits = float64(res.bytes) * 8 / u.Seconds / 1e9
@@ -119,7 +121,7 @@ func runIperf(ctx context.Context, t *target, s iperfSpec) (iperfResult, error) 
 	if r.Seconds <= 0 {
 		return res, fmt.Errorf("iperf3: empty summary")
 	}
-	res.bytes = r.Bytes
+	res.bytes, res.seconds = r.Bytes, r.Seconds
 	res.gbits = r.BitsPerSecond / 1e9
 	res.sentGbits = o.End.SumSent.BitsPerSecond / 1e9
 	return res, nil

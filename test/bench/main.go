@@ -37,6 +37,8 @@ type settings struct {
 	peerName       string
 	testpmd        bool
 	rigRounds      bool
+	qemu           bool
+	qemuBytes      int64
 	verbose        bool
 }
 
@@ -56,6 +58,8 @@ func main() {
 	flag.StringVar(&s.peerName, "peer-name", "", "the peer's name in the table (default: its command's base name)")
 	flag.BoolVar(&s.rigRounds, "rig", true, "run the rig rounds (kernel, rig alone, vunet, peer at each MTU)")
 	flag.BoolVar(&s.testpmd, "testpmd", true, "also run TCP through DPDK testpmd as the front-end (skipped with a note when dpdk-testpmd is missing)")
+	flag.BoolVar(&s.qemu, "qemu", true, "also run a QEMU TCG guest through each back-end (skipped with a note when QEMU is missing)")
+	flag.Int64Var(&s.qemuBytes, "qemu-bytes", 300e6, "`bytes` per QEMU download and upload")
 	flag.BoolVar(&s.verbose, "v", false, "log the rig's own steps")
 	flag.Parse()
 	for _, f := range strings.Split(mtus, ",") {
@@ -236,6 +240,9 @@ func run(ctx context.Context, s settings) error {
 	}
 	if s.testpmd {
 		r.testpmdSection(ctx)
+	}
+	if s.qemu {
+		r.qemuSection(ctx, root)
 	}
 	finalize(r.rep.Results, s.peerName)
 	if s.micro {

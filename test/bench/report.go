@@ -31,12 +31,11 @@ func finalize(rs []Result, peer string) {
 		if k := g["kernel"]; k != nil && r.Backend != "kernel" && r.Unit == "Gbit/s" && k.Value > 0 {
 			r.KernelFraction = ptr(r.Value / k.Value)
 		}
-		// A back-end row that reaches most of what the rig alone moves is
-		// bound by the rig (its front-end, and the guest kernel behind
-		// it), not by the back-end: its ratio to a peer says little.
-		if a := g[aloneName]; a != nil && r.Unit == "Gbit/s" && r.Backend != aloneName && r.Backend != "kernel" &&
-			a.Value > 0 && r.Value >= rigBound*a.Value {
-			r.Note = joinNote(r.Note, fmt.Sprintf("rig-bound (≥%.0f%% of the rig alone)", rigBound*100))
+		// A back-end that was idle part of the run did not set its pace:
+		// the guest side (kernel, front-end) did, and its ratio to a peer
+		// says little about either back-end.
+		if r.BackendBusy != nil && r.Backend != aloneName && *r.BackendBusy < guestBound {
+			r.Note = joinNote(r.Note, fmt.Sprintf("guest-bound (back-end busy %.0f%% of a core)", *r.BackendBusy*100))
 		}
 		if r.Backend != "vunet" || peer == "" {
 			continue
@@ -52,9 +51,11 @@ func finalize(rs []Result, peer string) {
 	}
 }
 
-// rigBound is the fraction of the rig-alone throughput from which a
-// back-end's row counts as bound by the rig rather than by the back-end.
-const rigBound = 0.8
+// guestBound is the share of one core below which a back-end's
+// throughput row counts as set by the guest side: vunet and passt move a
+// queue pair on one thread, so a back-end that had work all the time would
+// be near 100%.
+const guestBound = 0.8
 
 func joinNote(a, b string) string {
 	if a == "" {

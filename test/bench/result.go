@@ -16,6 +16,9 @@ type Result struct {
 	KernelFraction *float64 `json:"kernel_fraction,omitempty"`
 	// CPUSecPerGB is the back-end's utime+stime per 10^9 bytes received.
 	CPUSecPerGB *float64 `json:"cpu_s_per_gb,omitempty"`
+	// BackendBusy is the back-end's CPU time over the run's duration, in
+	// cores: below guestBound the guest side set the pace ("guest-bound").
+	BackendBusy *float64 `json:"backend_busy,omitempty"`
 	// RatioToPeer is Value over the peer row's Value (vunet rows only).
 	RatioToPeer *float64 `json:"ratio_to_peer,omitempty"`
 	// CPURatioToPeer is CPUSecPerGB over the peer's (vunet rows only).

@@ -117,6 +117,9 @@ func (r *runner) iperf(ctx context.Context, t *target, test, label, dir string, 
 	row.Value, row.Bytes = res.gbits, res.bytes
 	if t.cpuPID() > 0 && res.bytes > 0 {
 		row.CPUSecPerGB = ptr(res.cpu / (float64(res.bytes) / 1e9))
+		if res.seconds > 0 {
+			row.BackendBusy = ptr(res.cpu / res.seconds)
+		}
 	}
 	var notes []string
 	if spec.udp {

@@ -36,6 +36,11 @@ const (
 	// connection, reads it to EOF, answers "<bytes> <sha256>\n" and
 	// reports bytes, sha256 and peer.
 	CheckTCPServe = "tcpserve"
+	// CheckRR measures latency: one connection to the echo service at
+	// vunet.rr="target,duration", 1-byte request/response round trips
+	// back to back for duration (after RRWarmup untimed ones): n, p50_us,
+	// p99_us, target.
+	CheckRR = "rr"
 	// CheckGone waits for eth0 to disappear (hot-unplug).
 	CheckGone = "gone"
 	// CheckDHCPv6 sends a Rapid Commit SOLICIT and reports the REPLY's
@@ -50,7 +55,12 @@ const (
 	ParamTCPMany  = "vunet.tcpmany"
 	ParamTCPLoop  = "vunet.tcploop"
 	ParamTCPServe = "vunet.tcpserve"
+	ParamRR       = "vunet.rr"
 )
+
+// RRWarmup is how many round trips the rr check makes before it starts
+// timing: flow set-up, caches, delayed-ACK state.
+const RRWarmup = 200
 
 // Target host tokens, resolved in the guest.
 const (

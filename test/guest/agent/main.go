@@ -118,6 +118,8 @@ func (a *agent) runCheck(ctx context.Context, name string) guest.Result {
 		return a.checkTCPLoop(ctx)
 	case guest.CheckTCPServe:
 		return a.checkTCPServe(ctx)
+	case guest.CheckRR:
+		return a.checkRR(ctx)
 	case guest.CheckGone:
 		return a.checkGone(ctx)
 	case guest.CheckDHCPv6:

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// qemuRow is what test/bench/qemuvm writes per measurement.
+type qemuRow struct {
+	Backend     string  `json:"backend"`
+	Test        string  `json:"test"`
+	Value       float64 `json:"value"`
+	Unit        string  `json:"unit"`
+	Bytes       int64   `json:"bytes"`
+	CPUSeconds  float64 `json:"cpu_seconds"`
+	CPUSecPerGB float64 `json:"cpu_s_per_gb"`
+	Seconds     float64 `json:"seconds"`
+	Count       int     `json:"count"`
+	Error       string  `json:"error"`
+}
+
+// qemuSection runs the QEMU guest benchmark (package test/bench/qemuvm)
+// with vunet and, if set, the peer: a TCG guest downloads and uploads
+// s.qemuBytes through each back-end and times 1-byte round trips; the
+// back-end's CPU per GB is what a VM user pays.
+func (r *runner) qemuSection(ctx context.Context, root string) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		r.note("QEMU rows skipped: qemu-system-x86_64 not found (apt-get install qemu-system-x86)")
+		return
+	}
+	fmt.Fprintf(os.Stderr, "== QEMU guest (TCG), %d MB each way\n", r.s.qemuBytes/1e6)
+	type backend struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}
+	// The rig's metrics and flow-table flags mean nothing here; the
+	// templates are run as they are otherwise.
+	bs := []backend{{"vunet", r.s.vunet}}
+	if r.s.peer != "" {
+		bs = append(bs, backend{r.s.peerName, r.s.peer})
+	}
+	spec, _ := json.Marshal(bs)
+	out := filepath.Join(os.TempDir(), fmt.Sprintf("vunet-bench-qemu-%d.json", os.Getpid()))
+	defer os.Remove(out)
+	timeout := time.Duration(len(bs)) * (10*time.Minute + time.Duration(r.s.qemuBytes/1e6)*2*time.Second)
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", "^BenchmarkQEMUGuest$",
+		"-benchtime", "1x", "-timeout", timeout.String(), "./test/bench/qemuvm")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "VUNET_BENCH_QEMU_OUT="+out, "VUNET_BENCH_QEMU_BACKENDS="+string(spec),
+		"VUNET_BENCH_QEMU_BYTES="+strconv.FormatInt(r.s.qemuBytes, 10), "VUNET_BENCH_QEMU_RR="+r.s.rrTime.String())
+	log, err := cmd.CombinedOutput()
+	raw, rerr := os.ReadFile(out)
+	if err != nil || rerr != nil {
+		r.note("QEMU section failed: %v %v\n%s", err, rerr, tailLines(string(log), 40))
+		return
+	}
+	var rows []qemuRow
+	if err := json.Unmarshal(raw, &rows); err != nil {
+		r.note("QEMU section: %v", err)
+		return
+	}
+	mb := r.s.qemuBytes / 1e6
+	labels := map[string]string{
+		"download": fmt.Sprintf("QEMU TCG guest: TCP download %d MB", mb),
+		"upload":   fmt.Sprintf("QEMU TCG guest: TCP upload %d MB", mb),
+		"rr_p50":   "QEMU TCG guest: TCP RR 1B latency p50",
+		"rr_p99":   "QEMU TCG guest: TCP RR 1B latency p99",
+	}
+	for _, q := range rows {
+		res := Result{Test: "qemu_" + q.Test, Label: labels[q.Test], Backend: q.Backend, Value: q.Value,
+			Unit: q.Unit, Bytes: q.Bytes, Count: q.Count, Error: q.Error}
+		switch q.Test {
+		case "download", "upload":
+			res.HigherIsBetter = true
+			res.Direction = map[string]string{"download": "host_to_guest", "upload": "guest_to_host"}[q.Test]
+			if q.Bytes > 0 {
+				res.CPUSecPerGB = ptr(q.CPUSecPerGB)
+			}
+			if q.Seconds > 0 {
+				res.BackendBusy = ptr(q.CPUSeconds / q.Seconds)
+			}
+		case "rr_p50":
+			res.Note = fmt.Sprintf("%d round trips", q.Count)
+		}
+		r.add(res)
+	}
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -54,6 +54,10 @@ type bridge struct {
 	stats  *Stats
 	log    *slog.Logger
 
+	// afterPublish, if set, runs on the TX thread after each TX publish:
+	// the rig-alone device moves the frames right there (crossDevice.pump).
+	afterPublish func()
+
 	stop  int // eventfd: written once by close
 	wg    sync.WaitGroup
 	errMu sync.Mutex
@@ -189,6 +193,9 @@ func (b *bridge) txLoop() error {
 		if posted > 0 {
 			if _, err := b.tx.Publish(); err != nil {
 				return err
+			}
+			if b.afterPublish != nil {
+				b.afterPublish()
 			}
 		}
 		if tapReadable {

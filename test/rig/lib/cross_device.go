@@ -21,15 +21,20 @@ import (
 // rig's unchanged front-end talk to each other (kernel ↔ rig ↔ kernel).
 //
 // It uses vunet's own device-side ring code (virtqueue), with EVENT_IDX,
-// batched used-ring updates and one call per batch, so the notification
-// cost it adds is what a well-behaved back-end adds; the copy is the one a
-// back-end makes into RX buffers anyway. What a round trip costs here is
-// therefore the rig's share of a round trip through a real back-end.
+// batched used-ring updates and one call per batch, and the copy is the one
+// a back-end makes into RX buffers anyway. To add no thread hand-off of its
+// own, the copying runs inline on the bridge's TX thread right after it
+// publishes (pump): a round trip then passes as many threads as one through
+// a back-end does (the back-end's loop standing where the other TAP's
+// bridge stands), and what it costs beyond the kernel's own round trip is
+// the rig's share twice over. The device's thread only waits for RX
+// buffers when the other side has none.
 type crossDevice struct {
 	log  *slog.Logger
 	mem  *virtqueue.Memory
 	side [2]crossSide
 	stop int // eventfd
+	wake int // eventfd: a side waits for RX buffers
 	wg   sync.WaitGroup
 
 	errMu sync.Mutex
@@ -37,7 +42,10 @@ type crossDevice struct {
 }
 
 // crossSide is one queue pair: its TX ring feeds the other side's RX ring.
+// mu guards the TX ring's and the other side's RX ring's device state: the
+// bridge's TX thread (pump) and the device's thread (RX waits) share them.
 type crossSide struct {
+	mu      sync.Mutex
 	tx, rx  *virtqueue.SplitQueue
 	c, rc   virtqueue.Chain
 	rxWait  bool // a TX frame waits for an RX buffer of the other side
@@ -60,8 +68,10 @@ func newCrossDevice(mem *frontend.Memory, pairs [2][2]*frontend.Ring, log *slog.
 			for _, r := range regions {
 				r.Unmap()
 			}
-			if d.stop >= 0 {
-				unix.Close(d.stop)
+			for _, fd := range []int{d.stop, d.wake} {
+				if fd >= 0 {
+					unix.Close(fd)
+				}
 			}
 		}
 	}()
@@ -84,11 +94,17 @@ func newCrossDevice(mem *frontend.Memory, pairs [2][2]*frontend.Ring, log *slog.
 		if s.tx, err = deviceQueue(d.mem, p[1], &s.stats, log); err != nil {
 			return nil, err
 		}
-		// RX kicks matter only while a frame waits for buffers.
+		// TX is pumped by the bridge itself; RX kicks matter only while a
+		// frame waits for buffers.
+		s.tx.DisableKicks()
 		s.rx.DisableKicks()
 	}
+	d.wake = -1
 	if d.stop, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("stop eventfd: %w", err)
+	}
+	if d.wake, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("wake eventfd: %w", err)
 	}
 	return d, nil
 }
@@ -111,10 +127,7 @@ func (d *crossDevice) start() {
 		defer d.wg.Done()
 		runtime.LockOSThread()
 		if err := d.run(); err != nil {
-			d.log.Error("rig cross device stopped", "err", err)
-			d.errMu.Lock()
-			d.err = err
-			d.errMu.Unlock()
+			d.fail(err)
 		}
 	}()
 }
@@ -126,6 +139,7 @@ func (d *crossDevice) close() error {
 	unix.Write(d.stop, one[:])
 	d.wg.Wait()
 	unix.Close(d.stop)
+	unix.Close(d.wake)
 	for _, r := range d.mem.Regions() {
 		r.Unmap()
 	}
@@ -134,19 +148,52 @@ func (d *crossDevice) close() error {
 	return d.err
 }
 
-// run is the device's event loop, in the shape of vunet's: drain both TX
-// rings with kicks disabled, publish, re-enable kicks (re-checking), sleep
-// in epoll on the kick eventfds.
+// pump moves what side i's guest just published, on the caller's (the
+// bridge TX loop's) thread; a frame left waiting for RX buffers is handed
+// to the device's thread.
+func (d *crossDevice) pump(i int) {
+	s, o := &d.side[i], &d.side[1-i]
+	s.mu.Lock()
+	err := d.drain(s, o)
+	wait := s.rxWait
+	s.mu.Unlock()
+	if err != nil {
+		d.fail(err)
+		return
+	}
+	if wait {
+		notify(d.wake)
+	}
+}
+
+func (d *crossDevice) fail(err error) {
+	d.errMu.Lock()
+	defer d.errMu.Unlock()
+	if d.err == nil {
+		d.err = err
+		d.log.Error("rig cross device stopped", "err", err)
+	}
+}
+
+// drain moves batches until the TX ring is empty or the RX ring full.
+func (d *crossDevice) drain(s, o *crossSide) error {
+	for {
+		moved, err := d.move(s, o)
+		if err != nil || !moved {
+			return err
+		}
+	}
+}
+
+// run is the device's own thread: it retries sides whose frames wait for
+// RX buffers, sleeping on those RX rings' kicks (EVENT_IDX re-checked).
 func (d *crossDevice) run() error {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("epoll_create1: %w", err)
 	}
 	defer unix.Close(ep)
-	fds := []int{d.stop}
-	for i := range d.side {
-		fds = append(fds, d.side[i].tx.KickFD(), d.side[i].rx.KickFD())
-	}
+	fds := []int{d.stop, d.wake, d.side[0].rx.KickFD(), d.side[1].rx.KickFD()}
 	for _, fd := range fds {
 		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
 			return fmt.Errorf("epoll add fd %d: %w", fd, err)
@@ -154,33 +201,23 @@ func (d *crossDevice) run() error {
 	}
 	evs := make([]unix.EpollEvent, len(fds))
 	for {
-		for i := range d.side {
-			d.side[i].tx.DisableKicks()
-		}
-		for {
-			moved := false
-			for i := range d.side {
-				m, err := d.move(&d.side[i], &d.side[1-i])
-				if err != nil {
-					return err
-				}
-				moved = moved || m
-			}
-			if !moved {
-				break
-			}
-		}
-		// A side whose frame waits for the other's RX buffers sleeps on
-		// that RX ring's kick; its TX kicks stay off until then.
 		more := false
 		for i := range d.side {
 			s, o := &d.side[i], &d.side[1-i]
+			s.mu.Lock()
+			if s.rxWait {
+				o.rx.DisableKicks()
+				if err := d.drain(s, o); err != nil {
+					s.mu.Unlock()
+					return err
+				}
+			}
 			if s.rxWait {
 				more = o.rx.EnableKicks() || more
 			} else {
 				o.rx.DisableKicks()
-				more = s.tx.EnableKicks() || more
 			}
+			s.mu.Unlock()
 		}
 		if more {
 			continue

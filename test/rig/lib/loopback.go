@@ -75,6 +75,8 @@ func (r *Rig) startLoopback() error {
 		if err != nil {
 			return err
 		}
+		side := i
+		br.afterPublish = func() { r.dev.pump(side) }
 		if i == 0 {
 			r.br = br
 		} else {

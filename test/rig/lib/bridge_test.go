@@ -50,12 +50,6 @@ func newEchoDevice(mem *frontend.Memory, tx, rx *frontend.Ring, mrg bool) *echoD
 
 func (d *echoDevice) close() { close(d.stop); <-d.done }
 
-func notify(fd int) {
-	var one [8]byte
-	binary.LittleEndian.PutUint64(one[:], 1)
-	unix.Write(fd, one[:])
-}
-
 func (d *echoDevice) run() {
 	defer close(d.done)
 	fds := []unix.PollFd{{Fd: int32(d.tx.KickFD()), Events: unix.POLLIN}, {Fd: int32(d.rx.KickFD()), Events: unix.POLLIN}}

@@ -277,3 +277,11 @@ func (d *crossDevice) move(s, o *crossSide) (bool, error) {
 	s.tx.Flush()
 	return n > 0, nil
 }
+
+// notify adds 1 to an eventfd (a full counter means a wake-up is pending
+// anyway).
+func notify(fd int) {
+	var one [8]byte
+	binary.LittleEndian.PutUint64(one[:], 1)
+	unix.Write(fd, one[:])
+}

@@ -308,7 +308,11 @@ func TestRigAlone(t *testing.T) {
 			transferBetween(t, e, false, n, 60*time.Second, false)
 			s := r.Stats()
 			// Each frame crosses the rig twice: read from one TAP (TX),
-			// written to the other (RX).
+			// written to the other (RX). The last ACKs may still be on
+			// their way when the transfer returns.
+			for deadline := time.Now().Add(2 * time.Second); s.RXFrames.Load()+s.RXWriteErrors.Load() != s.TXFrames.Load() && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
 			if s.TXFrames.Load() == 0 || s.RXFrames.Load()+s.RXWriteErrors.Load() != s.TXFrames.Load() {
 				t.Errorf("rig alone: %d frames read from the TAPs, %d written (+%d refused)",
 					s.TXFrames.Load(), s.RXFrames.Load(), s.RXWriteErrors.Load())

@@ -108,6 +108,8 @@ func up(args []string) error {
 	mtu := fs.Int("mtu", 0, "guest MTU (0: what DHCP says; static: 65520)")
 	static := fs.Bool("static", false, "static guest addressing instead of DHCP")
 	noHostNS := fs.Bool("no-host-netns", false, "run the back-end in the current namespace")
+	testpmd := fs.Bool("testpmd", false, "DPDK testpmd is the front-end (its TAP in the guest namespace, MTU 1500; pass the MTU to the back-end, e.g. --mtu {mtu})")
+	alone := fs.Bool("alone", false, "the rig front-end alone: no back-end, a second TAP in a peer namespace (rig exec --host) at the gateway address")
 	hostSys, guestSys := kvFlag{}, kvFlag{}
 	fs.Var(hostSys, "host-sysctl", "key=value set in the back-end's namespace (repeatable), e.g. net.ipv4.tcp_rmem='4096 16384 65536'")
 	fs.Var(guestSys, "guest-sysctl", "key=value set in the guest namespace (repeatable)")
@@ -129,7 +131,11 @@ func up(args []string) error {
 		NoHostNetns:  *noHostNS,
 		HostSysctls:  hostSys,
 		GuestSysctls: guestSys,
+		Loopback:     *alone,
 		Log:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
+	}
+	if *testpmd {
+		opts.Frontend = rig.FrontendTestpmd
 	}
 	r, err := rig.Start(context.Background(), opts)
 	if err != nil {

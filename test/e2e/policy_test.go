@@ -91,8 +91,8 @@ func TestQEMUAddressPolicy(t *testing.T) {
 			}
 			for _, proto := range []string{"tcp", "udp", "icmp"} {
 				for reason, want := range map[string]float64{"dst_loopback": n, "src_loopback": 1} {
-					if got := m.Sum("vunet_policy_drops_total", "proto", proto, "reason", reason); got != want {
-						t.Errorf("vunet_policy_drops_total{proto=%q,reason=%q} = %v, want %v", proto, reason, got, want)
+					if got := m.Sum("vunet_policy_drops_total", "protocol", proto, "reason", reason); got != want {
+						t.Errorf("vunet_policy_drops_total{protocol=%q,reason=%q} = %v, want %v", proto, reason, got, want)
 					}
 				}
 			}

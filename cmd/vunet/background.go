@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -85,16 +86,32 @@ func launchBackground(p program, args []string, o *options, stdout, stderr io.Wr
 		return 0
 	}
 	// No readiness: the daemon has exited or is about to (it closes the
-	// pipe only by exiting); its error is already on standard error.
-	st, err := proc.Wait()
-	if err != nil {
-		return fail(err)
+	// pipe only by exiting); its error is already on standard error. A
+	// daemon that lost the pipe some other way and lives on is not left
+	// behind, serving or not, with a launcher that failed.
+	exited := make(chan *os.ProcessState, 1)
+	go func() {
+		st, _ := proc.Wait()
+		exited <- st
+	}()
+	select {
+	case st := <-exited:
+		if st == nil {
+			return fail(fmt.Errorf("daemon (pid %d) lost", proc.Pid))
+		}
+		if code := st.ExitCode(); code > 0 {
+			return code
+		}
+		return fail(fmt.Errorf("daemon (pid %d) ended before serving: %v", proc.Pid, st))
+	case <-time.After(readyLostGrace):
+		proc.Kill()
+		return fail(fmt.Errorf("daemon (pid %d) closed its readiness pipe without serving; stopped", proc.Pid))
 	}
-	if code := st.ExitCode(); code > 0 {
-		return code
-	}
-	return fail(fmt.Errorf("daemon (pid %d) ended before serving: %v", proc.Pid, st))
 }
+
+// readyLostGrace is how long a daemon that closed the readiness pipe
+// without writing to it has to exit on its own.
+const readyLostGrace = 5 * time.Second
 
 // fileOr returns w if it is an *os.File, else def: the daemon inherits
 // descriptors, not writers (tests hand run a buffer, main the real files).
@@ -107,7 +124,9 @@ func fileOr(w io.Writer, def *os.File) *os.File {
 
 // takeReadyPipe returns the readiness pipe when this process is a daemon
 // re-executed by launchBackground, else nil. The variable is removed from
-// the environment so nothing the daemon starts inherits it.
+// the environment so nothing the daemon starts inherits it. The pipe is an
+// inherited descriptor the daemon needs until it serves: whatever closes
+// inherited descriptors at start-up must spare it.
 func takeReadyPipe() (*os.File, error) {
 	s, ok := os.LookupEnv(readyFDEnv)
 	if !ok {

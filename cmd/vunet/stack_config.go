@@ -166,12 +166,22 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 			}
 		}
 	}
-	if err := applyDNSForward(o, &addr); err != nil {
+	if err := applyDNSForward(o, &addr, sc); err != nil {
 		return nil, err
 	}
 	// --no-map-gw drops only the default mapping: an explicit
-	// --map-host-loopback ADDR maps anyway (passt's rule).
+	// --map-host-loopback ADDR maps anyway (passt's rule). vunet maps the
+	// gateway only; another address maps nothing, and in passt the
+	// gateway would not be mapped then either.
 	noMap := o.mapHostLoopbackNone || o.noMapGW && o.mapHostLoopback == ""
+	if o.mapHostLoopback != "" && !o.mapHostLoopbackNone {
+		a, _ := parseAddr(o.mapHostLoopback)
+		if a != addr.IPv4.Gateway && a != addr.IPv6.Gateway && a != addr.RouterLL() {
+			sc.warnings = append(sc.warnings, fmt.Sprintf("--map-host-loopback %v accepted but not supported: vunet maps only the gateway address (%v, %v) to the host's loopback; nothing is mapped",
+				a, addr.IPv4.Gateway, addr.RouterLL()))
+			noMap = true
+		}
+	}
 	if noMap {
 		dropImplicitLoopbackDNS(o, &addr, sc)
 	}
@@ -196,12 +206,6 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 	addr.NoRA = addr.NoRA || o.noRA
 	addr.Hostname, addr.FQDN = o.hostname, o.fqdn
 
-	if o.mapHostLoopback != "" && !o.mapHostLoopbackNone {
-		a, _ := parseAddr(o.mapHostLoopback)
-		if a != addr.IPv4.Gateway && a != addr.IPv6.Gateway && a != addr.RouterLL() {
-			return nil, fmt.Errorf("--map-host-loopback %v: vunet maps only the gateway address (%v, %v) to the host", a, addr.IPv4.Gateway, addr.RouterLL())
-		}
-	}
 	if err := addr.Validate(); err != nil {
 		return nil, fmt.Errorf("guest addressing: %w", err)
 	}
@@ -285,12 +289,23 @@ func applyInterface(name string, addr *linksvc.AddrConfig, sc *stackConfig) erro
 
 // applyDNSForward maps passt's --dns-forward/--dns-host onto tcpstack's
 // DNS forwarding, which works through the gateway address only: guest DNS
-// to the gateway goes to the host resolver.
-func applyDNSForward(o *options, addr *linksvc.AddrConfig) error {
-	if o.dnsForward4.IsValid() && !addr.Disable4 {
-		if o.dnsForward4 != addr.IPv4.Gateway {
-			return fmt.Errorf("--dns-forward %v: vunet forwards DNS through the gateway address only (%v)", o.dnsForward4, addr.IPv4.Gateway)
-		}
+// to the gateway goes to the host resolver. A forward at another address
+// is named in a start-up warning and left out (the guest is not told of a
+// resolver there that would not answer).
+func applyDNSForward(o *options, addr *linksvc.AddrConfig, sc *stackConfig) error {
+	unsupported := func(a, gw netip.Addr) {
+		sc.warnings = append(sc.warnings, fmt.Sprintf("--dns-forward %v accepted but not supported: vunet forwards guest DNS only at the gateway address (%v)", a, gw))
+	}
+	fwd4, fwd6 := o.dnsForward4.IsValid() && !addr.Disable4, o.dnsForward6.IsValid() && !addr.Disable6
+	if fwd4 && o.dnsForward4 != addr.IPv4.Gateway {
+		unsupported(o.dnsForward4, addr.IPv4.Gateway)
+		fwd4 = false
+	}
+	if fwd6 && o.dnsForward6 != addr.RouterLL() && o.dnsForward6 != addr.IPv6.Gateway {
+		unsupported(o.dnsForward6, addr.RouterLL())
+		fwd6 = false
+	}
+	if fwd4 {
 		host := o.dnsHost4
 		if !host.IsValid() {
 			host = addr.DNSForward4
@@ -313,10 +328,7 @@ func applyDNSForward(o *options, addr *linksvc.AddrConfig) error {
 	} else if o.dnsHost4.IsValid() {
 		addr.DNSForward4 = o.dnsHost4
 	}
-	if o.dnsForward6.IsValid() && !addr.Disable6 {
-		if o.dnsForward6 != addr.RouterLL() && o.dnsForward6 != addr.IPv6.Gateway {
-			return fmt.Errorf("--dns-forward %v: vunet forwards DNS through the gateway address only (%v)", o.dnsForward6, addr.RouterLL())
-		}
+	if fwd6 {
 		host := o.dnsHost6
 		if !host.IsValid() {
 			host = addr.DNSForward6

@@ -144,8 +144,11 @@ func TestStackConfigDNSForwardAndMapping(t *testing.T) {
 	if sc.cfg.Addr.DNSForward4 != ap("10.1.1.1") || sc.cfg.Addr.DNS4[0] != ap("192.0.2.1") {
 		t.Errorf("dns forward %v dns %v", sc.cfg.Addr.DNSForward4, sc.cfg.Addr.DNS4)
 	}
-	if err := configErr(t, "--dns-forward", "10.9.9.9"); err == nil || !strings.Contains(err.Error(), "gateway") {
-		t.Errorf("dns-forward not gateway: %v", err)
+	// A forward at another address than the gateway is warned and left
+	// out: the defaults stay, nothing announces 10.9.9.9.
+	if sc := mustBuild(t, "--dns-forward", "10.9.9.9"); len(sc.warnings) != 1 || !strings.HasPrefix(sc.warnings[0], "--dns-forward 10.9.9.9 accepted but not supported") ||
+		slices.Contains(sc.cfg.Addr.DNS4, ap("10.9.9.9")) || sc.cfg.Addr.DNSForward4 != ap("127.0.0.53") {
+		t.Errorf("dns-forward not gateway: warnings %q dns %v forward %v", sc.warnings, sc.cfg.Addr.DNS4, sc.cfg.Addr.DNSForward4)
 	}
 	if sc := mustBuild(t, "--map-host-loopback", "192.0.2.1"); sc.cfg.NoMapGateway {
 		t.Error("mapping the gateway disabled the mapping")
@@ -176,8 +179,11 @@ func TestStackConfigDNSForwardAndMapping(t *testing.T) {
 	if sc := mustBuild(t); sc.cfg.Addr.DNSForward4 != ap("127.0.0.53") {
 		t.Errorf("mapping on: dns forward %v", sc.cfg.Addr.DNSForward4)
 	}
-	if err := configErr(t, "--map-host-loopback", "192.0.2.77"); err == nil || !strings.Contains(err.Error(), "only the gateway") {
-		t.Errorf("map other address: %v", err)
+	// Another address than the gateway: warned, and nothing is mapped
+	// (passt would map that address instead of the gateway).
+	if sc := mustBuild(t, "--map-host-loopback", "192.0.2.77"); !sc.cfg.NoMapGateway || len(sc.warnings) != 1 ||
+		!strings.HasPrefix(sc.warnings[0], "--map-host-loopback 192.0.2.77 accepted but not supported") {
+		t.Errorf("map other address: mapping off %v, warnings %q", sc.cfg.NoMapGateway, sc.warnings)
 	}
 	if err := configErr(t, "-g", "192.0.2.2"); err == nil || !strings.Contains(err.Error(), "own address") {
 		t.Errorf("gateway = guest: %v", err)

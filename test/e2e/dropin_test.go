@@ -178,11 +178,13 @@ func checkLog(t *testing.T, path string, want ...string) {
 //     to the forwarded port must reach the guest's listener.
 //   - libvirt master's qemuPasstBuildCommand, which adds --hostname and
 //     --fqdn: the lease must carry the host name.
-//   - libvirt 9.0.0 (Debian 12), type='user': the command line (with the
-//     guest's MAC as --mac-addr, no --pid) must start the daemon and
-//     return 0. libvirt 9.0 then connects QEMU with -netdev stream, which
-//     vunet does not serve yet (it warns so at start-up); the guest here
-//     uses the socket as vhost-user.
+//   - libvirt 9.0.0, type='user': the command line (with the guest's MAC
+//     as --mac-addr, no --pid) must start the daemon and return 0.
+//     libvirt 9.0 then connects QEMU with -netdev stream, which vunet does
+//     not serve yet (it warns so at start-up); the guest here uses the
+//     socket as vhost-user. (Debian 12's libvirt 9.0.0-4+deb12u2 refuses
+//     <backend type='passt'/> altogether: its Disable-passt-support
+//     patch.)
 func TestQEMUDropInLibvirt(t *testing.T) {
 	qemu.NeedQEMU(t)
 	ns := qemu.NewNetNS(t)

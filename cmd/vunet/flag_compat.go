@@ -115,5 +115,5 @@ func (u *unsupportedOption) helpLine() string {
 	if u.arg == "" {
 		return "ignored: " + u.why
 	}
-	return "`" + u.arg + "` ignored: " + u.why
+	return "takes `" + u.arg + "`, ignored: " + u.why
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"vunet/tcpstack"
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/stats"
 	"vunet/vhostuser"
 	"vunet/virtqueue"
 )
@@ -20,18 +20,18 @@ type Sources struct {
 	Control *vhostuser.Stats
 	// PairStats returns the data-path counters of a queue pair, nil for a
 	// pair that never ran. Usually tcpstack.Stack.PairStats.
-	PairStats func(pair int) *tcpstack.QueueStats
+	PairStats func(pair int) *stats.Queue
 	// PairTCPStats returns the TCP translation counters of a queue pair,
 	// nil for a pair that never ran. Usually tcpstack.Stack.PairTCPStats.
-	PairTCPStats func(pair int) *tcpstack.TCPStats
+	PairTCPStats func(pair int) *stats.TCP
 	// Build is exported as vunet_build_info.
 	Build BuildInfo
 }
 
 // zeroPair and zeroTCP stand in for queue 0 before it first runs.
 var (
-	zeroPair tcpstack.QueueStats
-	zeroTCP  tcpstack.TCPStats
+	zeroPair stats.Queue
+	zeroTCP  stats.TCP
 )
 
 // collector reads Sources at scrape time.
@@ -74,8 +74,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, descBuildInfo, 1, b.Version, b.Revision, b.GoVersion)
 	pairs := max(c.src.QueuePairs, 1)
 	for p := 0; p < pairs && p < vhostuser.MaxQueuePairs; p++ {
-		var st *tcpstack.QueueStats
-		var tcp *tcpstack.TCPStats
+		var st *stats.Queue
+		var tcp *stats.TCP
 		if c.src.PairStats != nil {
 			st = c.src.PairStats(p)
 		}
@@ -133,15 +133,15 @@ func collectRing(ch chan<- prometheus.Metric, st *virtqueue.Stats, q, dir string
 	counter(ch, descBadChains, st.BadChains.Load(), q, dir)
 }
 
-func collectPair(ch chan<- prometheus.Metric, st *tcpstack.QueueStats, q string) {
+func collectPair(ch chan<- prometheus.Metric, st *stats.Queue, q string) {
 	for _, d := range []struct {
 		name string
-		s    *tcpstack.DirStats
+		s    *stats.Dir
 	}{{dirFromGuest, &st.TX}, {dirToGuest, &st.RX}} {
 		counter(ch, descFrames, d.s.Frames.Load(), q, d.name)
 		counter(ch, descBytes, d.s.Bytes.Load(), q, d.name)
 		counter(ch, descBatches, d.s.Batches.Load(), q, d.name)
-		for r := tcpstack.DropReason(0); r < tcpstack.NumDropReasons; r++ {
+		for r := stats.DropReason(0); r < stats.NumDropReasons; r++ {
 			sparseCounter(ch, descDrops, d.s.Drops[r].Load(), q, d.name, r.String())
 		}
 	}
@@ -158,22 +158,22 @@ func collectPair(ch chan<- prometheus.Metric, st *tcpstack.QueueStats, q string)
 	counter(ch, descFlowsOpen, st.FlowsOpened.Load(), q)
 	counter(ch, descFlowsClose, st.FlowsClosed.Load(), q)
 	counter(ch, descFlowsEvict, st.FlowsEvicted.Load(), q)
-	for e := tcpstack.EtherClass(0); e < tcpstack.NumEtherClasses; e++ {
+	for e := stats.EtherClass(0); e < stats.NumEtherClasses; e++ {
 		counter(ch, descEther, st.TXByEtherType[e].Load(), q, e.String())
 	}
-	for s := tcpstack.Service(0); s < tcpstack.NumServices; s++ {
+	for s := stats.Service(0); s < stats.NumServices; s++ {
 		counter(ch, descService, st.ServiceReplies[s].Load(), q, s.String())
 	}
 	collectProto(ch, &st.Proto, q)
 }
 
-func collectProto(ch chan<- prometheus.Metric, p *tcpstack.ProtoStats, q string) {
+func collectProto(ch chan<- prometheus.Metric, p *stats.Proto, q string) {
 	gauge(ch, descUDPFlows, float64(p.UDPFlows.Load()), q)
 	gauge(ch, descICMPFlows, float64(p.ICMPFlows.Load()), q)
-	for d := tcpstack.FlowDir(0); d < tcpstack.NumFlowDirs; d++ {
+	for d := stats.FlowDir(0); d < stats.NumFlowDirs; d++ {
 		counter(ch, descUDPDatagrams, p.UDPDatagrams[d].Load(), q, d.String())
 		counter(ch, descUDPBytes, p.UDPBytes[d].Load(), q, d.String())
-		for r := tcpstack.DropReason(0); r < tcpstack.NumDropReasons; r++ {
+		for r := stats.DropReason(0); r < stats.NumDropReasons; r++ {
 			sparseCounter(ch, descUDPDrops, p.UDPDrops[d][r].Load(), q, d.String(), r.String())
 		}
 	}
@@ -183,15 +183,15 @@ func collectProto(ch chan<- prometheus.Metric, p *tcpstack.ProtoStats, q string)
 	counter(ch, descLeases, p.DHCPv6Leases.Load(), q, "dhcpv6")
 	counter(ch, descNDPSent, p.RouterAdverts.Load(), q, "router_advert")
 	counter(ch, descNDPSent, p.NeighborAdverts.Load(), q, "neighbor_advert")
-	for o := tcpstack.FragOutcome(0); o < tcpstack.NumFragOutcomes; o++ {
+	for o := stats.FragOutcome(0); o < stats.NumFragOutcomes; o++ {
 		counter(ch, descFragments, p.Fragments[o].Load(), q, o.String())
 	}
 }
 
-func collectTCP(ch chan<- prometheus.Metric, st *tcpstack.TCPStats, q string) {
+func collectTCP(ch chan<- prometheus.Metric, st *stats.TCP, q string) {
 	// State 0 is a free slot, not a connection.
 	for i := 1; i < len(st.ConnsByState); i++ {
-		gauge(ch, descTCPConns, float64(st.ConnsByState[i].Load()), q, tcpstack.TCPStateName(i))
+		gauge(ch, descTCPConns, float64(st.ConnsByState[i].Load()), q, stats.TCPStateName(i))
 	}
 	counter(ch, descTCPConnects, st.Connects.Load(), q)
 	counter(ch, descTCPConnFail, st.ConnectFailures.Load(), q)
@@ -199,7 +199,7 @@ func collectTCP(ch chan<- prometheus.Metric, st *tcpstack.TCPStats, q string) {
 	counter(ch, descTCPAccepted, st.Accepted.Load(), q)
 	counter(ch, descTCPStalls, st.Stalls.Load(), q)
 	counter(ch, descTCPClamps, st.ClampApplications.Load(), q)
-	for c := tcpstack.TCPRetransCause(0); c < tcpstack.NumTCPRetransCauses; c++ {
+	for c := stats.TCPRetransCause(0); c < stats.NumTCPRetransCauses; c++ {
 		counter(ch, descTCPRetrans, st.Retransmits[c].Load(), q, c.String())
 	}
 	counter(ch, descTCPRSTSent, st.RSTSent.Load(), q)

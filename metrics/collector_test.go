@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"vunet/tcpstack"
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/stats"
 	"vunet/vhostuser"
 )
 
@@ -18,18 +18,18 @@ var testBuild = BuildInfo{Version: "1.2.3", Revision: "0123456789abcdef012345678
 
 // testSources offers pairs queue pairs of which those in ran have run
 // (data-path counters exist).
-func testSources(pairs int, ran ...int) (Sources, *vhostuser.Stats, map[int]*tcpstack.QueueStats, map[int]*tcpstack.TCPStats) {
+func testSources(pairs int, ran ...int) (Sources, *vhostuser.Stats, map[int]*stats.Queue, map[int]*stats.TCP) {
 	ctl := &vhostuser.Stats{}
-	st := map[int]*tcpstack.QueueStats{}
-	tcp := map[int]*tcpstack.TCPStats{}
+	st := map[int]*stats.Queue{}
+	tcp := map[int]*stats.TCP{}
 	for _, p := range ran {
-		st[p], tcp[p] = &tcpstack.QueueStats{}, &tcpstack.TCPStats{}
+		st[p], tcp[p] = &stats.Queue{}, &stats.TCP{}
 	}
 	return Sources{
 		QueuePairs:   pairs,
 		Control:      ctl,
-		PairStats:    func(i int) *tcpstack.QueueStats { return st[i] },
-		PairTCPStats: func(i int) *tcpstack.TCPStats { return tcp[i] },
+		PairStats:    func(i int) *stats.Queue { return st[i] },
+		PairTCPStats: func(i int) *stats.TCP { return tcp[i] },
 		Build:        testBuild,
 	}, ctl, st, tcp
 }
@@ -70,7 +70,7 @@ func TestCollectorReadsCounters(t *testing.T) {
 	src, ctl, pairs, tcps := testSources(2, 1)
 	st, tcp1 := pairs[1], tcps[1]
 	tcp1.ClampApplications.Add(4)
-	tcp1.Retransmits[tcpstack.TCPRetransTimeout].Add(1)
+	tcp1.Retransmits[stats.TCPRetransTimeout].Add(1)
 	tcp1.ConnsByState[4].Add(9) // established
 	ctl.Messages[vhostuser.ReqGetFeatures].Add(3)
 	ctl.Connected.Store(1)
@@ -79,24 +79,24 @@ func TestCollectorReadsCounters(t *testing.T) {
 	ctl.Rings[0].Notifies.Add(5)  // pair 0, RX: to the guest
 	st.TX.Frames.Add(11)
 	st.RX.Bytes.Add(1500)
-	st.TX.Drops[tcpstack.DropUnknownEtherType].Add(2)
-	st.TXByEtherType[tcpstack.EtherOther].Add(2)
+	st.TX.Drops[stats.DropUnknownEtherType].Add(2)
+	st.TXByEtherType[stats.EtherOther].Add(2)
 	st.RXWaitedForDescriptors.Add(2)
 	st.RXChainsWasted.Add(6)
 	st.MemoryFaults.Add(1)
 	st.Proto.UDPFlows.Add(3)
-	st.Proto.UDPDatagrams[tcpstack.FromGuest].Add(6)
-	st.Proto.UDPBytes[tcpstack.ToGuest].Add(600)
-	st.Proto.UDPDrops[tcpstack.ToGuest][tcpstack.DropNoFit].Add(2)
+	st.Proto.UDPDatagrams[stats.FromGuest].Add(6)
+	st.Proto.UDPBytes[stats.ToGuest].Add(600)
+	st.Proto.UDPDrops[stats.ToGuest][stats.DropNoFit].Add(2)
 	st.Proto.ICMPEchoRequests.Add(4)
 	st.Proto.ICMPEchoReplies.Add(3)
 	st.Proto.DHCPLeases.Add(1)
 	st.Proto.DHCPv6Leases.Add(2)
 	st.Proto.RouterAdverts.Add(5)
 	st.Proto.NeighborAdverts.Add(7)
-	st.Proto.Fragments[tcpstack.FragReassembled].Add(8)
+	st.Proto.Fragments[stats.FragReassembled].Add(8)
 	st.PolicyDrops[addrpolicy.UDP][addrpolicy.DstLoopback].Add(9)
-	st.TX.Drops[tcpstack.DropPolicy].Add(9)
+	st.TX.Drops[stats.DropPolicy].Add(9)
 
 	want := map[string]string{
 		`vunet_build_info{goversion="go1.26.0",revision="0123456789abcdef0123456789abcdef01234567+dirty",version="1.2.3"}`: "1",
@@ -121,7 +121,7 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_tcp_window_clamp_workarounds_total{queue="1"}`:                       "4",
 		`vunet_tcp_retransmissions_total{cause="timeout",queue="1"}`:                "1",
 		`vunet_tcp_retransmissions_total{cause="dup_ack",queue="0"}`:                "0",
-		`vunet_tcp_connections{queue="1",state="` + tcpstack.TCPStateName(4) + `"}`: "9",
+		`vunet_tcp_connections{queue="1",state="` + stats.TCPStateName(4) + `"}`:    "9",
 		`vunet_udp_flows{queue="1"}`:                                                "3",
 		`vunet_udp_flows{queue="0"}`:                                                "0",
 		`vunet_icmp_flows{queue="1"}`:                                               "0",
@@ -136,7 +136,7 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_ndp_messages_sent_total{queue="1",type="neighbor_advert"}`:           "7",
 		`vunet_ip_fragments_total{outcome="reassembled",queue="1"}`:                 "8",
 		`vunet_ip_fragments_total{outcome="overlap",queue="0"}`:                     "0",
-		`vunet_policy_drops_total{protocol="udp",queue="1",reason="dst_loopback"}`:     "9",
+		`vunet_policy_drops_total{protocol="udp",queue="1",reason="dst_loopback"}`:  "9",
 		`vunet_queue_drops_total{direction="from_guest",queue="1",reason="policy"}`: "9",
 	}
 	lines := samples(scrape(t, src))
@@ -238,9 +238,9 @@ func TestOnlyQueuesThatRanAreExported(t *testing.T) {
 // TestOneDirectionVocabulary: queue, UDP and TCP families say direction the
 // same way, and tcpstack's own names for its directions agree with it.
 func TestOneDirectionVocabulary(t *testing.T) {
-	if tcpstack.ToGuest.String() != dirToGuest || tcpstack.FromGuest.String() != dirFromGuest {
+	if stats.ToGuest.String() != dirToGuest || stats.FromGuest.String() != dirFromGuest {
 		t.Fatalf("tcpstack directions %q/%q, metrics say %q/%q",
-			tcpstack.ToGuest, tcpstack.FromGuest, dirToGuest, dirFromGuest)
+			stats.ToGuest, stats.FromGuest, dirToGuest, dirFromGuest)
 	}
 	src, _, _, _ := testSources(1, 0)
 	for k := range samples(scrape(t, src)) {

@@ -1,7 +1,7 @@
 // Package metrics exports vunet's counters to Prometheus.
 //
 // The data path never touches Prometheus types: it updates plain atomic
-// counters (virtqueue.Stats, tcpstack.QueueStats, vhostuser.Stats) and the
+// counters (virtqueue.Stats, stats.Queue, vhostuser.Stats) and the
 // collectors here read them at scrape time, so a packet costs no label
 // lookup and no lock. Every registry is vunet's own (no global default
 // registry), with the Go runtime and process collectors beside ours

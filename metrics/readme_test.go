@@ -9,8 +9,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"vunet/tcpstack"
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/stats"
 	"vunet/vhostuser"
 )
 
@@ -62,10 +62,10 @@ func everySeries() Sources {
 	}
 	ctl.Features.Store(1)
 	ctl.ProtocolFeatures.Store(1)
-	for r := tcpstack.DropReason(0); r < tcpstack.NumDropReasons; r++ {
+	for r := stats.DropReason(0); r < stats.NumDropReasons; r++ {
 		st[0].TX.Drops[r].Add(1)
 		st[0].RX.Drops[r].Add(1)
-		st[0].Proto.UDPDrops[tcpstack.ToGuest][r].Add(1)
+		st[0].Proto.UDPDrops[stats.ToGuest][r].Add(1)
 	}
 	st[0].PolicyDrops[addrpolicy.TCP][addrpolicy.DstLoopback].Add(1)
 	return src

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/stats"
 )
 
 // newAddrPolicy builds the address policy (package addrpolicy) from the
@@ -39,14 +40,13 @@ func newAddrPolicy(cfg *Config) *addrpolicy.Policy {
 const policyLogInterval = time.Second
 
 // policyGate is where a flow table asks the address policy before opening
-// a host socket, and where refusals are counted (QueueStats.PolicyDrops and
-// the TX drops as DropPolicy) and logged at a rate limit.
+// a host socket, and where refusals are counted (stats.Queue.PolicyDrops and
+// the TX drops as stats.DropPolicy) and logged at a rate limit.
 type policyGate struct {
-	pol        *addrpolicy.Policy
-	st         *QueueStats
-	log        *slog.Logger
-	last       time.Time // last drop line
-	suppressed uint64    // drops not logged since
+	pol      *addrpolicy.Policy
+	st       *stats.Queue
+	log      *slog.Logger
+	logLimit stats.Limiter // drop lines
 }
 
 // outbound returns the policy's verdict on a guest flow of proto from src to
@@ -57,7 +57,7 @@ func (g *policyGate) outbound(now time.Time, proto addrpolicy.Proto, src netip.A
 		return v
 	}
 	g.st.PolicyDrops[proto][v.Reason].Add(1)
-	g.st.TX.Drops[DropPolicy].Add(1)
+	g.st.TX.Drops[stats.DropPolicy].Add(1)
 	level := slog.LevelWarn
 	if v.Reason.Routine() {
 		level = slog.LevelDebug
@@ -65,14 +65,12 @@ func (g *policyGate) outbound(now time.Time, proto addrpolicy.Proto, src netip.A
 	if !g.log.Enabled(context.Background(), level) {
 		return v
 	}
-	if now.Sub(g.last) < policyLogInterval {
-		g.suppressed++
+	ok, suppressed := g.logLimit.Allow(now, policyLogInterval)
+	if !ok {
 		return v
 	}
-	g.last = now
 	g.log.Log(context.Background(), level, "guest packet refused by the address policy",
 		"reason", v.Reason.String(), "proto", proto.String(), "src", src, "dst", dst,
-		"suppressed", g.suppressed)
-	g.suppressed = 0
+		"suppressed", suppressed)
 	return v
 }

@@ -13,6 +13,7 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 )
 
 // loopbackSpellings are the ways a guest can write a host loopback address
@@ -182,10 +183,10 @@ func TestPolicyHostLoopbackUnreachable(t *testing.T) {
 				t.Errorf("map=%v: policy drops %v/%v = %d, want %d", mapGW, c.proto, c.reason, got, c.want)
 			}
 		}
-		if got, want := st.TX.Drops[DropPolicy].Load(), 3*n+6; got != want {
+		if got, want := st.TX.Drops[stats.DropPolicy].Load(), 3*n+6; got != want {
 			t.Errorf("map=%v: tx drops policy = %d, want %d", mapGW, got, want)
 		}
-		if got, want := st.Proto.UDPDrops[FromGuest][DropPolicy].Load(), n+2; got != want {
+		if got, want := st.Proto.UDPDrops[stats.FromGuest][stats.DropPolicy].Load(), n+2; got != want {
 			t.Errorf("map=%v: udp drops policy = %d, want %d", mapGW, got, want)
 		}
 		if got, want := st.FlowsOpened.Load(), uint64(0); mapGW && got != 1 || !mapGW && got != want {

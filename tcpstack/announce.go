@@ -1,6 +1,10 @@
 package tcpstack
 
-import "time"
+import (
+	"time"
+
+	"vunet/tcpstack/stats"
+)
 
 // Link announcements: what the loop tells the guest on its own, through
 // the link services (package linksvc) and the pending reply ring.
@@ -25,7 +29,7 @@ func (l *loop) announceLink() {
 	cfg := &l.s.cfg.Addr
 	if cfg.IPv4.Gateway.Is4() && !cfg.Disable4 {
 		if n := l.link.GratuitousARP(l.pending.next()); n > 0 {
-			l.queueAnnouncement(n, SvcARP)
+			l.queueAnnouncement(n, stats.SvcARP)
 		}
 	}
 	l.sendRA()
@@ -35,7 +39,7 @@ func (l *loop) announceLink() {
 // l.pending.next() pending, marked as one (see announceLink). It is
 // counted as the service's reply when it reaches the guest
 // (deliverPending), so every counted reply is delivered or dropped.
-func (l *loop) queueAnnouncement(n int, svc Service) {
+func (l *loop) queueAnnouncement(n int, svc stats.Service) {
 	l.queueReply(n)
 	l.pending.markLastAnnouncement(svc)
 }
@@ -48,7 +52,7 @@ func (l *loop) sendRA() {
 		return
 	}
 	if n := l.link.RouterAdvert(l.pending.next()); n > 0 {
-		l.queueAnnouncement(n, SvcNDP)
+		l.queueAnnouncement(n, stats.SvcNDP)
 	}
 	l.nextRA = time.Now().Add(raInterval)
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"testing"
 	"time"
+
+	"vunet/tcpstack/stats"
 )
 
 // TestAnnouncementNotADrop: the link announcement (gratuitous ARP for the
@@ -21,7 +23,7 @@ func TestAnnouncementNotADrop(t *testing.T) {
 	p.qp.RXEnabled = false
 	p.start()
 	st := p.stats()
-	drops := func() uint64 { return st.RX.Drops[DropRingDisabled].Load() }
+	drops := func() uint64 { return st.RX.Drops[stats.DropRingDisabled].Load() }
 	time.Sleep(20 * time.Millisecond)
 	p.s.StopPair(0)
 	if d := drops(); d != 0 {
@@ -60,10 +62,10 @@ func TestAnnouncementNotADrop(t *testing.T) {
 		t.Fatalf("%d ring_disabled drops", d)
 	}
 	// Counted as a reply once: the one delivered, not the two discarded.
-	if n := st.ServiceReplies[SvcARP].Load(); n != 1 {
+	if n := st.ServiceReplies[stats.SvcARP].Load(); n != 1 {
 		t.Fatalf("%d ARP service replies counted for one delivered announcement", n)
 	}
-	if n := st.RX.Drops[DropPendingOverflow].Load(); n != 0 {
+	if n := st.RX.Drops[stats.DropPendingOverflow].Load(); n != 0 {
 		t.Fatalf("%d pending overflows", n)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -14,7 +15,7 @@ import (
 // its steps directly on the benchmark goroutine.
 func benchLoop(b testing.TB, p *testPair) *loop {
 	b.Helper()
-	ps := &pairState{st: new(QueueStats), tcpStats: new(TCPStats)}
+	ps := &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
 	ps.flows = newFlowTable(p.s.flowConfig(), ps.st, p.s.log)
 	ps.tcp = newTCPTable(p.s.tcpConfig(0), ps.tcpStats, epollSet{fd: -1})
 	p.qp.RX, p.qp.TX = p.rx.Q, p.tx.Q
@@ -149,7 +150,7 @@ func BenchmarkUDPFromGuest(b *testing.B) {
 		l.txBatch()
 	}
 	b.StopTimer()
-	if d := l.st.TX.Drops[DropSendError].Load(); d != 0 {
+	if d := l.st.TX.Drops[stats.DropSendError].Load(); d != 0 {
 		b.Logf("send errors: %d", d)
 	}
 }

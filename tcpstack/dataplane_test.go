@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -82,10 +83,10 @@ func TestTXBatchOneUsedUpdate(t *testing.T) {
 	if got := p.tx.Stats.Notifies.Load() + p.tx.Stats.NotifiesSuppressed.Load(); got != 1 {
 		t.Errorf("TX flushes with publication = %d, want 1 (one used.idx update)", got)
 	}
-	if got := st.TXByEtherType[EtherOther].Load(); got != n {
+	if got := st.TXByEtherType[stats.EtherOther].Load(); got != n {
 		t.Errorf("TX other ethertype = %d, want %d", got, n)
 	}
-	if got := st.TX.Drops[DropUnknownEtherType].Load(); got != n {
+	if got := st.TX.Drops[stats.DropUnknownEtherType].Load(); got != n {
 		t.Errorf("unknown ethertype drops = %d, want %d", got, n)
 	}
 	var wantBytes uint64
@@ -108,7 +109,7 @@ func TestTXBatchOneUsedUpdate(t *testing.T) {
 	if got := st.TX.Batches.Load(); got != 2 {
 		t.Errorf("TX batches = %d, want 2", got)
 	}
-	if got := st.TX.Drops[DropMalformed].Load(); got != 3 {
+	if got := st.TX.Drops[stats.DropMalformed].Load(); got != 3 {
 		t.Errorf("malformed drops = %d, want 3", got)
 	}
 }
@@ -186,10 +187,10 @@ func TestARPRequestReply(t *testing.T) {
 				t.Errorf("reply\n got %x\nwant %x", frames[0], want)
 			}
 			st := p.stats()
-			if st.RX.Frames.Load() != 1 || st.RX.Bytes.Load() != 42 || st.ServiceReplies[SvcARP].Load() != 1 ||
-				st.TXByEtherType[EtherARP].Load() != 1 {
+			if st.RX.Frames.Load() != 1 || st.RX.Bytes.Load() != 42 || st.ServiceReplies[stats.SvcARP].Load() != 1 ||
+				st.TXByEtherType[stats.EtherARP].Load() != 1 {
 				t.Errorf("stats: rx frames %d bytes %d arp replies %d tx arp %d", st.RX.Frames.Load(),
-					st.RX.Bytes.Load(), st.ServiceReplies[SvcARP].Load(), st.TXByEtherType[EtherARP].Load())
+					st.RX.Bytes.Load(), st.ServiceReplies[stats.SvcARP].Load(), st.TXByEtherType[stats.EtherARP].Load())
 			}
 			if mac, ok := p.s.GuestMAC(); !ok || mac != testGuestMAC {
 				t.Errorf("guest MAC = %v %v", mac, ok)
@@ -257,7 +258,7 @@ func TestRXPendingOverflowDropsOldest(t *testing.T) {
 	p.tx.Send()
 	st := p.stats()
 	waitFor(t, "TX consumed", 2*time.Second, func() bool { return p.tx.UsedIdx() == n })
-	waitFor(t, "overflow counted", 2*time.Second, func() bool { return st.RX.Drops[DropPendingOverflow].Load() == 5 })
+	waitFor(t, "overflow counted", 2*time.Second, func() bool { return st.RX.Drops[stats.DropPendingOverflow].Load() == 5 })
 	for i := 0; i < n; i++ {
 		p.rx.AddBuffers(nil, 128)
 	}
@@ -322,7 +323,7 @@ func TestNoMRGFrameTooBigDropped(t *testing.T) {
 	p.addTX(arpRequest(testGuestIP, testGwIP))
 	p.tx.Send()
 	st := p.stats()
-	waitFor(t, "no-fit drop", 2*time.Second, func() bool { return st.RX.Drops[DropNoFit].Load() == 1 })
+	waitFor(t, "no-fit drop", 2*time.Second, func() bool { return st.RX.Drops[stats.DropNoFit].Load() == 1 })
 	p.s.StopPair(0)
 	if p.rx.UsedIdx() != 0 || p.rx.Q.LastAvail() != 0 {
 		t.Errorf("used %d last avail %d, want 0 0", p.rx.UsedIdx(), p.rx.Q.LastAvail())
@@ -382,11 +383,11 @@ func TestDisabledRings(t *testing.T) {
 	p.tx.Send()
 	waitFor(t, "TX discarded", 2*time.Second, func() bool { return p.tx.UsedIdx() == 5 })
 	st := p.stats()
-	if got := st.TX.Drops[DropRingDisabled].Load(); got != 5 {
+	if got := st.TX.Drops[stats.DropRingDisabled].Load(); got != 5 {
 		t.Errorf("ring-disabled drops = %d, want 5", got)
 	}
 	time.Sleep(10 * time.Millisecond)
-	if p.rx.UsedIdx() != 0 || st.ServiceReplies[SvcARP].Load() != 0 {
+	if p.rx.UsedIdx() != 0 || st.ServiceReplies[stats.SvcARP].Load() != 0 {
 		t.Errorf("disabled TX produced replies")
 	}
 
@@ -396,7 +397,7 @@ func TestDisabledRings(t *testing.T) {
 	p.restart()
 	p.addTX(arpRequest(testGuestIP, testGwIP))
 	p.tx.Send()
-	waitFor(t, "reply dropped", 2*time.Second, func() bool { return st.RX.Drops[DropRingDisabled].Load() == 1 })
+	waitFor(t, "reply dropped", 2*time.Second, func() bool { return st.RX.Drops[stats.DropRingDisabled].Load() == 1 })
 	p.s.StopPair(0)
 	if p.rx.UsedIdx() != 0 || p.rx.Q.LastAvail() != 0 {
 		t.Errorf("RX ring touched while disabled")

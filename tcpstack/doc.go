@@ -22,7 +22,7 @@
 // Before a guest flow opens a host socket (a TCP connection, a UDP or ICMP
 // echo flow) the address policy of package addrpolicy decides whether it
 // may and which host address it uses (the gateway mapping, the DNS
-// forward); refusals are counted in QueueStats.PolicyDrops and logged at a
+// forward); refusals are counted in stats.Queue.PolicyDrops and logged at a
 // rate limit (addr_policy.go).
 // Forwarded host ports (passt's -t and -u, [Config.TCPForwards] and
 // [Config.UDPForwards], opened by [Open]) bring host peers' connections and

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 	"vunet/virtqueue/vqtest"
 )
@@ -144,7 +145,7 @@ func (p *testPair) newTX(frame []byte) uint16 {
 	return p.tx.NewBuffers([][]byte{b})
 }
 
-func (p *testPair) stats() *QueueStats { return p.s.PairStats(p.qp.Index) }
+func (p *testPair) stats() *stats.Queue { return p.s.PairStats(p.qp.Index) }
 
 func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/stats"
 )
 
 // flowKind says which translation a flow does.
@@ -63,7 +64,7 @@ type flowConfig struct {
 // is used by one loop goroutine at a time.
 type flowTable struct {
 	cfg   flowConfig
-	st    *QueueStats
+	st    *stats.Queue
 	log   *slog.Logger
 	flows []flow
 	free  []int32
@@ -83,7 +84,7 @@ type flowTable struct {
 	now       time.Time
 	nextSweep time.Time
 	ipID      uint16
-	lastWarn  time.Time
+	warnLimit stats.Limiter
 	discard   [65536]byte // datagrams the guest cannot take are read into it
 	discardIO [1][]byte
 
@@ -93,7 +94,7 @@ type flowTable struct {
 	fwdFrom    unix.RawSockaddrAny // source address of the last forwarded datagram
 }
 
-func newFlowTable(cfg flowConfig, st *QueueStats, log *slog.Logger) *flowTable {
+func newFlowTable(cfg flowConfig, st *stats.Queue, log *slog.Logger) *flowTable {
 	ft := &flowTable{
 		cfg:    cfg,
 		st:     st,
@@ -150,7 +151,7 @@ func (ft *flowTable) detach() { ft.ep = epollSet{fd: -1} }
 // lookup returns the flow for key, opening its host socket when absent and
 // the address policy allows it. A failure is counted as a TX drop and
 // returned as why.
-func (ft *flowTable) lookup(key *flowKey) (i int32, why DropReason, ok bool) {
+func (ft *flowTable) lookup(key *flowKey) (i int32, why stats.DropReason, ok bool) {
 	if i, ok := ft.byKey[*key]; ok {
 		ft.flows[i].lastUsed = ft.now
 		return i, 0, true
@@ -161,11 +162,11 @@ func (ft *flowTable) lookup(key *flowKey) (i int32, why DropReason, ok bool) {
 	}
 	v := ft.policy.outbound(ft.now, proto, key.guestAddr(), netip.AddrPortFrom(key.remoteAddr(), key.remotePort))
 	if !v.Allowed() {
-		return 0, DropPolicy, false
+		return 0, stats.DropPolicy, false
 	}
 	if ft.noSockets {
-		ft.st.TX.Drops[DropNoFlow].Add(1)
-		return 0, DropNoFlow, false
+		ft.st.TX.Drops[stats.DropNoFlow].Add(1)
+		return 0, stats.DropNoFlow, false
 	}
 	if len(ft.free) == 0 {
 		// Full: the least recently used flow makes room, so a guest that
@@ -182,15 +183,15 @@ func (ft *flowTable) lookup(key *flowKey) (i int32, why DropReason, ok bool) {
 		fd, err = ft.openUDP(key, v.Host)
 	}
 	if err != nil {
-		ft.st.TX.Drops[DropNoFlow].Add(1)
+		ft.st.TX.Drops[stats.DropNoFlow].Add(1)
 		ft.warn("cannot open host socket for flow", "err", err, "kind", key.kind,
 			"remote", key.remoteAddr(), "port", key.remotePort, "host", v.Host)
-		return 0, DropNoFlow, false
+		return 0, stats.DropNoFlow, false
 	}
 	i, ok = ft.adopt(key, fd)
 	if !ok {
-		ft.st.TX.Drops[DropNoFlow].Add(1)
-		return 0, DropNoFlow, false
+		ft.st.TX.Drops[stats.DropNoFlow].Add(1)
+		return 0, stats.DropNoFlow, false
 	}
 	return i, 0, true
 }
@@ -387,11 +388,9 @@ func (ft *flowTable) expire(now time.Time) {
 }
 
 func (ft *flowTable) warn(msg string, args ...any) {
-	if ft.now.Sub(ft.lastWarn) < time.Second {
-		return
+	if ok, _ := ft.warnLimit.Allow(ft.now, time.Second); ok {
+		ft.log.Warn(msg, args...)
 	}
-	ft.lastWarn = ft.now
-	ft.log.Warn(msg, args...)
 }
 
 func (ft *flowTable) nextIPID() uint16 {

@@ -11,6 +11,7 @@ import (
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -203,8 +204,8 @@ func TestUDPFlowEcho(t *testing.T) {
 			}
 			checkUDPFrame(t, hdrs[0], frames[0], gw, src, port, 40000, payload)
 			st := p.stats()
-			if st.FlowsOpened.Load() != 1 || st.TX.Drops[DropSendError].Load() != 0 {
-				t.Errorf("flows opened %d send errors %d", st.FlowsOpened.Load(), st.TX.Drops[DropSendError].Load())
+			if st.FlowsOpened.Load() != 1 || st.TX.Drops[stats.DropSendError].Load() != 0 {
+				t.Errorf("flows opened %d send errors %d", st.FlowsOpened.Load(), st.TX.Drops[stats.DropSendError].Load())
 			}
 		})
 	}
@@ -266,7 +267,7 @@ func TestUDPToMulticastDropped(t *testing.T) {
 	p.addTX(udpFrame(testGuest4, netip.MustParseAddr("224.0.0.251"), 5353, 5353, []byte("mdns")))
 	p.tx.Send()
 	st := p.stats()
-	waitFor(t, "drop", 2*time.Second, func() bool { return st.TX.Drops[DropPolicy].Load() == 1 })
+	waitFor(t, "drop", 2*time.Second, func() bool { return st.TX.Drops[stats.DropPolicy].Load() == 1 })
 	if st.FlowsOpened.Load() != 0 {
 		t.Error("flow opened for multicast")
 	}
@@ -339,9 +340,9 @@ func TestICMPEcho(t *testing.T) {
 		if !bytes.Equal(msg[icmpEchoHdrLen:], payload) {
 			t.Errorf("payload %q", msg[icmpEchoHdrLen:])
 		}
-		if st.ServiceReplies[SvcICMPEcho].Load() != 1 || st.Proto.ICMPEchoRequests.Load() != 1 ||
+		if st.ServiceReplies[stats.SvcICMPEcho].Load() != 1 || st.Proto.ICMPEchoRequests.Load() != 1 ||
 			st.Proto.ICMPEchoReplies.Load() != 1 || st.Proto.ICMPFlows.Load() != 1 {
-			t.Errorf("echo replies %d, proto stats: requests %d replies %d flows %d", st.ServiceReplies[SvcICMPEcho].Load(),
+			t.Errorf("echo replies %d, proto stats: requests %d replies %d flows %d", st.ServiceReplies[stats.SvcICMPEcho].Load(),
 				st.Proto.ICMPEchoRequests.Load(), st.Proto.ICMPEchoReplies.Load(), st.Proto.ICMPFlows.Load())
 		}
 	}
@@ -360,7 +361,7 @@ func TestUDPFlowTableFullEvictsOldest(t *testing.T) {
 	if st.FlowsOpened.Load() != 3 || st.FlowsEvicted.Load() != 1 || st.FlowsClosed.Load() != 1 {
 		t.Errorf("opened %d evicted %d closed %d, want 3 1 1", st.FlowsOpened.Load(), st.FlowsEvicted.Load(), st.FlowsClosed.Load())
 	}
-	if st.TX.Drops[DropNoFlow].Load() != 0 {
+	if st.TX.Drops[stats.DropNoFlow].Load() != 0 {
 		t.Errorf("datagram dropped instead of evicting")
 	}
 }
@@ -387,8 +388,8 @@ func TestUDPZeroLengthDropped(t *testing.T) {
 		p.addTX(f)
 		p.tx.Send()
 		st := p.stats()
-		waitFor(t, "drop", 2*time.Second, func() bool { return st.Proto.UDPDrops[FromGuest][DropMalformed].Load() == 1 })
-		if n := st.Proto.UDPDatagrams[FromGuest].Load(); n != 0 {
+		waitFor(t, "drop", 2*time.Second, func() bool { return st.Proto.UDPDrops[stats.FromGuest][stats.DropMalformed].Load() == 1 })
+		if n := st.Proto.UDPDatagrams[stats.FromGuest].Load(); n != 0 {
 			t.Errorf("v6 %v: %d datagrams sent", v6, n)
 		}
 	}

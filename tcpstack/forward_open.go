@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"vunet/tcpstack/stats"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -87,7 +89,7 @@ func (s *Stack) OpenTCPForwards(fws []TCPForward) ([]uint16, error) {
 func (s *Stack) pairStateLocked(index int) *pairState {
 	ps := s.pairs[index]
 	if ps == nil {
-		ps = &pairState{st: new(QueueStats), tcpStats: new(TCPStats)}
+		ps = &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
 		ps.flows = newFlowTable(s.flowConfig(), ps.st, s.log.With("pair", index))
 		ps.flows.noSockets = s.noHostSockets
 		ps.tcp = newTCPTable(s.tcpConfig(index), ps.tcpStats, epollSet{fd: -1})

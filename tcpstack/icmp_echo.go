@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -43,7 +44,7 @@ func (l *loop) icmpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) bool {
 	// The whole message goes out as the guest built it; the kernel rewrites
 	// the identifier and the checksum.
 	if _, err := ft.io.send(ft.flows[i].fd, c.Readable, l.rx.vhLen+ip.l4Off, ip.l4Len); err != nil {
-		l.st.TX.Drops[DropSendError].Add(1)
+		l.st.TX.Drops[stats.DropSendError].Add(1)
 	} else {
 		l.st.Proto.ICMPEchoRequests.Add(1)
 	}
@@ -83,7 +84,7 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 		case rxOK:
 		case rxNoFit, rxBroken:
 			if _, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil {
-				ft.st.RX.Drops[DropNoFit].Add(1)
+				ft.st.RX.Drops[stats.DropNoFit].Add(1)
 				continue
 			}
 			return flowDrained
@@ -100,7 +101,7 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 		}
 		if mflags&unix.MSG_TRUNC != 0 || n < icmpEchoHdrLen {
 			w.Abort()
-			ft.st.RX.Drops[DropNoFit].Add(1)
+			ft.st.RX.Drops[stats.DropNoFit].Add(1)
 			continue
 		}
 		f.lastUsed = ft.now
@@ -118,7 +119,7 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 		var cb [2]byte
 		binary.BigEndian.PutUint16(cb[:], ^sum)
 		header.WriteIovecs(payload, 2, cb[:])
-		ft.st.ServiceReplies[SvcICMPEcho].Add(1)
+		ft.st.ServiceReplies[stats.SvcICMPEcho].Add(1)
 		ft.st.Proto.ICMPEchoReplies.Add(1)
 		w.Commit(n, nil)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -36,42 +37,6 @@ const (
 	fragBlocks   = (fragMaxPayload + 7) / 8
 	ipProtoFrag  = 44 // IPv6 Fragment header
 )
-
-// FragOutcome classifies IP fragments from the guest for
-// [ProtoStats.Fragments].
-type FragOutcome uint8
-
-// Fragment outcomes.
-const (
-	// FragReceived: a fragment was taken into a reassembly buffer.
-	FragReceived FragOutcome = iota
-	// FragReassembled: a datagram was completed and translated.
-	FragReassembled
-	// FragOverlap: a fragment overlapped (or repeated) one already held;
-	// the datagram was discarded.
-	FragOverlap
-	// FragInvalid: inconsistent lengths, or a datagram over 65535 bytes.
-	FragInvalid
-	// FragTimeout: a datagram not completed within 30 seconds.
-	FragTimeout
-	// FragEvicted: a datagram whose buffer a newer one took (pool full).
-	FragEvicted
-	// FragUnsupported: a TCP fragment, or an IPv6 fragment behind other
-	// extension headers.
-	FragUnsupported
-	// NumFragOutcomes is the number of outcomes (array size).
-	NumFragOutcomes
-)
-
-var fragOutcomeNames = [NumFragOutcomes]string{"received", "reassembled", "overlap", "invalid", "timeout", "evicted", "unsupported"}
-
-// String returns the metric label value for the outcome.
-func (o FragOutcome) String() string {
-	if o < NumFragOutcomes {
-		return fragOutcomeNames[o]
-	}
-	return "unknown"
-}
 
 // fragKey identifies the fragments of one datagram (RFC 791: source,
 // destination, protocol, identification; RFC 8200: source, destination,
@@ -124,11 +89,11 @@ func (l *loop) reassemble4(c *virtqueue.Chain, head []byte, frameLen, ihl int) {
 	ff := binary.BigEndian.Uint16(ip[6:8])
 	proto := ip[9]
 	if proto != ipProtoUDP && proto != ipProtoICMP {
-		l.fragDrop(FragUnsupported)
+		l.fragDrop(stats.FragUnsupported)
 		return
 	}
 	if total <= ihl || total > frameLen-ethHdrLen {
-		l.fragDrop(FragInvalid)
+		l.fragDrop(stats.FragInvalid)
 		return
 	}
 	fr := fragment{off: int(ff&0x1fff) * 8, n: total - ihl, more: ff&0x2000 != 0,
@@ -143,18 +108,18 @@ func (l *loop) reassemble4(c *virtqueue.Chain, head []byte, frameLen, ihl int) {
 func (l *loop) reassemble6(c *virtqueue.Chain, head []byte, frameLen int) {
 	ip := head[ethHdrLen:]
 	if len(ip) < ipv6HdrLen+8 {
-		l.fragDrop(FragInvalid)
+		l.fragDrop(stats.FragInvalid)
 		return
 	}
 	pl := int(binary.BigEndian.Uint16(ip[4:6]))
 	fh := ip[ipv6HdrLen:]
 	next := fh[0]
 	if next != ipProtoUDP && next != ipProtoICMPv6 {
-		l.fragDrop(FragUnsupported)
+		l.fragDrop(stats.FragUnsupported)
 		return
 	}
 	if pl <= 8 || ethHdrLen+ipv6HdrLen+pl > frameLen {
-		l.fragDrop(FragInvalid)
+		l.fragDrop(stats.FragInvalid)
 		return
 	}
 	ofm := binary.BigEndian.Uint16(fh[2:4])
@@ -165,9 +130,9 @@ func (l *loop) reassemble6(c *virtqueue.Chain, head []byte, frameLen int) {
 	l.addFragment(c, &fr)
 }
 
-func (l *loop) fragDrop(o FragOutcome) {
+func (l *loop) fragDrop(o stats.FragOutcome) {
 	l.st.Proto.Fragments[o].Add(1)
-	l.st.TX.Drops[DropFragment].Add(1)
+	l.st.TX.Drops[stats.DropFragment].Add(1)
 }
 
 // addFragment puts a fragment into its datagram's buffer and hands the
@@ -178,7 +143,7 @@ func (l *loop) addFragment(c *virtqueue.Chain, fr *fragment) {
 		limit -= fr.l3HdrLen // the IPv4 total length counts the header
 	}
 	if fr.more && fr.n%8 != 0 || fr.off+fr.n > limit {
-		l.fragDrop(FragInvalid)
+		l.fragDrop(stats.FragInvalid)
 		return
 	}
 	p := l.frag
@@ -186,14 +151,14 @@ func (l *loop) addFragment(c *virtqueue.Chain, fr *fragment) {
 	if b.total >= 0 && (fr.off+fr.n > b.total || !fr.more && fr.off+fr.n != b.total) ||
 		!fr.more && fr.off+fr.n < b.maxEnd {
 		b.inUse = false
-		l.fragDrop(FragInvalid)
+		l.fragDrop(stats.FragInvalid)
 		return
 	}
 	first, last := fr.off/8, (fr.off+fr.n+7)/8
 	for i := first; i < last; i++ {
 		if b.blocks[i/64]&(1<<(i%64)) != 0 {
 			b.inUse = false
-			l.fragDrop(FragOverlap)
+			l.fragDrop(stats.FragOverlap)
 			return
 		}
 	}
@@ -211,16 +176,16 @@ func (l *loop) addFragment(c *virtqueue.Chain, fr *fragment) {
 		copy(b.ethHdr[:], fr.head[:ethHdrLen])
 		b.ipHdrLen = copy(b.ipHdr[:fr.l3HdrLen], fr.head[ethHdrLen:])
 	}
-	l.st.Proto.Fragments[FragReceived].Add(1)
+	l.st.Proto.Fragments[stats.FragReceived].Add(1)
 	if b.total < 0 || b.received != b.total || !b.haveHead {
 		return
 	}
 	b.inUse = false
 	if !b.key.v6 && b.ipHdrLen+b.total > 65535 {
-		l.fragDrop(FragInvalid) // a longer header on the first fragment
+		l.fragDrop(stats.FragInvalid) // a longer header on the first fragment
 		return
 	}
-	l.st.Proto.Fragments[FragReassembled].Add(1)
+	l.st.Proto.Fragments[stats.FragReassembled].Add(1)
 	l.dispatchReassembled(b)
 }
 
@@ -232,8 +197,8 @@ func (p *fragPool) find(l *loop, key *fragKey) *fragBuf {
 		b := &p.bufs[i]
 		if b.inUse && l.now.Sub(b.started) >= fragTimeout {
 			b.inUse = false
-			l.st.Proto.Fragments[FragTimeout].Add(1)
-			l.st.TX.Drops[DropFragment].Add(1)
+			l.st.Proto.Fragments[stats.FragTimeout].Add(1)
+			l.st.TX.Drops[stats.DropFragment].Add(1)
 		}
 		if !b.inUse {
 			if free == nil {
@@ -250,8 +215,8 @@ func (p *fragPool) find(l *loop, key *fragKey) *fragBuf {
 	}
 	if free == nil {
 		free = oldest
-		l.st.Proto.Fragments[FragEvicted].Add(1)
-		l.st.TX.Drops[DropFragment].Add(1)
+		l.st.Proto.Fragments[stats.FragEvicted].Add(1)
+		l.st.TX.Drops[stats.DropFragment].Add(1)
 	}
 	b := free
 	b.inUse, b.key, b.started = true, *key, l.now

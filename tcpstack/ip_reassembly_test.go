@@ -10,6 +10,7 @@ import (
 
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -98,9 +99,9 @@ func (f *fragLoop) send(frame []byte) {
 	f.l.handleTXFrame(&f.chain)
 }
 
-func (f *fragLoop) outcomes() map[FragOutcome]uint64 {
-	m := map[FragOutcome]uint64{}
-	for o := FragOutcome(0); o < NumFragOutcomes; o++ {
+func (f *fragLoop) outcomes() map[stats.FragOutcome]uint64 {
+	m := map[stats.FragOutcome]uint64{}
+	for o := stats.FragOutcome(0); o < stats.NumFragOutcomes; o++ {
 		if n := f.l.st.Proto.Fragments[o].Load(); n > 0 {
 			m[o] = n
 		}
@@ -159,11 +160,11 @@ func TestReassemblyDelivers(t *testing.T) {
 			if !bytes.Equal(buf[:n], payload) {
 				t.Fatalf("host got %d bytes, want %d (equal prefix: %v)", n, len(payload), bytes.HasPrefix(payload, buf[:min(n, 64)]))
 			}
-			want := map[FragOutcome]uint64{FragReceived: uint64(len(pieces)), FragReassembled: 1}
+			want := map[stats.FragOutcome]uint64{stats.FragReceived: uint64(len(pieces)), stats.FragReassembled: 1}
 			if got := f.outcomes(); !equalOutcomes(got, want) {
 				t.Errorf("outcomes %v, want %v", got, want)
 			}
-			if d := f.l.st.TX.Drops[DropFragment].Load(); d != 0 {
+			if d := f.l.st.TX.Drops[stats.DropFragment].Load(); d != 0 {
 				t.Errorf("fragment drops %d", d)
 			}
 			for _, b := range f.l.frag.bufs {
@@ -175,7 +176,7 @@ func TestReassemblyDelivers(t *testing.T) {
 	}
 }
 
-func equalOutcomes(a, b map[FragOutcome]uint64) bool {
+func equalOutcomes(a, b map[stats.FragOutcome]uint64) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -196,27 +197,27 @@ func TestReassemblyRejects(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		steps     []fragStep
-		want      map[FragOutcome]uint64
+		want      map[stats.FragOutcome]uint64
 		wantDrops uint64
 	}{
 		{"overlap", steps(0, 1, ipProtoUDP, fragPiece{0, data[:1480], true}, fragPiece{8, data[8:1488], true}),
-			map[FragOutcome]uint64{FragReceived: 1, FragOverlap: 1}, 1},
+			map[stats.FragOutcome]uint64{stats.FragReceived: 1, stats.FragOverlap: 1}, 1},
 		{"duplicate", steps(0, 1, ipProtoUDP, fragPiece{0, data[:1480], true}, fragPiece{0, data[:1480], true}),
-			map[FragOutcome]uint64{FragReceived: 1, FragOverlap: 1}, 1},
+			map[stats.FragOutcome]uint64{stats.FragReceived: 1, stats.FragOverlap: 1}, 1},
 		{"over_65535", steps(0, 1, ipProtoUDP, fragPiece{65512, data[:16], false}),
-			map[FragOutcome]uint64{FragInvalid: 1}, 1},
+			map[stats.FragOutcome]uint64{stats.FragInvalid: 1}, 1},
 		{"odd_middle", steps(0, 1, ipProtoUDP, fragPiece{0, data[:1001], true}),
-			map[FragOutcome]uint64{FragInvalid: 1}, 1},
+			map[stats.FragOutcome]uint64{stats.FragInvalid: 1}, 1},
 		{"beyond_last", steps(0, 1, ipProtoUDP, fragPiece{1480, data[:100], false}, fragPiece{1576, data[:16], true}),
-			map[FragOutcome]uint64{FragReceived: 1, FragInvalid: 1}, 1},
+			map[stats.FragOutcome]uint64{stats.FragReceived: 1, stats.FragInvalid: 1}, 1},
 		{"tcp", steps(0, 1, ipProtoTCP, fragPiece{0, data[:1480], true}),
-			map[FragOutcome]uint64{FragUnsupported: 1}, 1},
+			map[stats.FragOutcome]uint64{stats.FragUnsupported: 1}, 1},
 		{"timeout", append(steps(0, 1, ipProtoUDP, fragPiece{0, data[:1480], true}),
 			steps(31*time.Second, 1, ipProtoUDP, fragPiece{1480, data[:100], false})...),
-			map[FragOutcome]uint64{FragReceived: 2, FragTimeout: 1}, 1},
+			map[stats.FragOutcome]uint64{stats.FragReceived: 2, stats.FragTimeout: 1}, 1},
 		{"pool_full", steps(0, 0, ipProtoUDP, fragPiece{0, data[:1480], true}, fragPiece{0, data[:1480], true},
 			fragPiece{0, data[:1480], true}, fragPiece{0, data[:1480], true}, fragPiece{0, data[:1480], true}),
-			map[FragOutcome]uint64{FragReceived: 5, FragEvicted: 1}, 1},
+			map[stats.FragOutcome]uint64{stats.FragReceived: 5, stats.FragEvicted: 1}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFragLoop(t)
@@ -228,7 +229,7 @@ func TestReassemblyRejects(t *testing.T) {
 			if got := f.outcomes(); !equalOutcomes(got, tc.want) {
 				t.Errorf("outcomes %v, want %v", got, tc.want)
 			}
-			if d := f.l.st.TX.Drops[DropFragment].Load(); d != tc.wantDrops {
+			if d := f.l.st.TX.Drops[stats.DropFragment].Load(); d != tc.wantDrops {
 				t.Errorf("fragment drops %d, want %d", d, tc.wantDrops)
 			}
 			if n := f.l.st.FlowsOpened.Load(); n != 0 {
@@ -305,7 +306,7 @@ func BenchmarkReassembleUDP(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	if got := l.st.Proto.Fragments[FragReassembled].Load(); got != uint64(b.N) {
+	if got := l.st.Proto.Fragments[stats.FragReassembled].Load(); got != uint64(b.N) {
 		b.Fatalf("reassembled %d, want %d", got, b.N)
 	}
 }
@@ -350,7 +351,7 @@ func TestICMPEchoFragmented(t *testing.T) {
 			binary.BigEndian.Uint16(reply[4:6]) != 0x4242 {
 			t.Errorf("v6=%v: reply of %d bytes, id %#x", v6, len(reply), binary.BigEndian.Uint16(reply[4:6]))
 		}
-		if got := p.stats().Proto.Fragments[FragReassembled].Load(); got != 1 {
+		if got := p.stats().Proto.Fragments[stats.FragReassembled].Load(); got != 1 {
 			t.Errorf("v6=%v: reassembled %d", v6, got)
 		}
 	}

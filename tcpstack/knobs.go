@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"vunet/tcpstack/stats"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -24,7 +26,7 @@ func (l *loop) protocolDisabled(proto uint8) bool {
 		off = cfg.NoICMP
 	}
 	if off {
-		l.st.TX.Drops[DropProtocolDisabled].Add(1)
+		l.st.TX.Drops[stats.DropProtocolDisabled].Add(1)
 	}
 	return off
 }

@@ -12,6 +12,7 @@ import (
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/stats"
 )
 
 // tcpSYNFrame is a guest SYN to dst:port.
@@ -64,7 +65,7 @@ func TestProtocolKnobs(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 			p.s.StopPair(0)
 			st := p.stats()
-			if got := st.TX.Drops[DropProtocolDisabled].Load(); got != tc.wantDrop {
+			if got := st.TX.Drops[stats.DropProtocolDisabled].Load(); got != tc.wantDrop {
 				t.Errorf("protocol_disabled drops %d, want %d", got, tc.wantDrop)
 			}
 			if got := st.FlowsOpened.Load(); got != tc.wantFlows {
@@ -73,7 +74,7 @@ func TestProtocolKnobs(t *testing.T) {
 			if got := p.s.PairTCPStats(0).Connects.Load(); got != tc.wantTCP {
 				t.Errorf("tcp connects %d, want %d", got, tc.wantTCP)
 			}
-			if got := st.ServiceReplies[SvcDHCP].Load(); got != tc.wantDHCP {
+			if got := st.ServiceReplies[stats.SvcDHCP].Load(); got != tc.wantDHCP {
 				t.Errorf("dhcp replies %d, want %d", got, tc.wantDHCP)
 			}
 			if tc.wantDrop > 0 && st.RX.Frames.Load() != uint64(p.announced) {
@@ -138,8 +139,8 @@ func TestOutboundSourceUnusable(t *testing.T) {
 	p.tx.Send()
 	waitFor(t, "frame consumed", 2*time.Second, func() bool { return p.tx.UsedIdx() == 1 })
 	p.s.StopPair(0)
-	if st := p.stats(); st.FlowsOpened.Load() != 0 || st.TX.Drops[DropNoFlow].Load() != 1 {
-		t.Errorf("flows %d no_flow drops %d, want 0 and 1", st.FlowsOpened.Load(), st.TX.Drops[DropNoFlow].Load())
+	if st := p.stats(); st.FlowsOpened.Load() != 0 || st.TX.Drops[stats.DropNoFlow].Load() != 1 {
+		t.Errorf("flows %d no_flow drops %d, want 0 and 1", st.FlowsOpened.Load(), st.TX.Drops[stats.DropNoFlow].Load())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -20,7 +21,7 @@ import (
 type loop struct {
 	s   *Stack
 	qp  virtqueue.QueuePair
-	st  *QueueStats
+	st  *stats.Queue
 	log *slog.Logger
 
 	ep              epollSet
@@ -265,7 +266,7 @@ func (l *loop) produceRX() (more bool) {
 // queueReply makes the frame just built in l.pending.next() pending.
 func (l *loop) queueReply(n int) {
 	if l.pending.commit(n) {
-		l.st.RX.Drops[DropPendingOverflow].Add(1)
+		l.st.RX.Drops[stats.DropPendingOverflow].Add(1)
 	}
 }
 
@@ -275,7 +276,7 @@ func (l *loop) deliverPending() {
 	for l.pending.len() > 0 {
 		p := l.pending.front()
 		if !l.qp.RXEnabled {
-			l.st.RX.Drops[DropRingDisabled].Add(1)
+			l.st.RX.Drops[stats.DropRingDisabled].Add(1)
 			l.pending.pop()
 			continue
 		}
@@ -283,10 +284,10 @@ func (l *loop) deliverPending() {
 		case rxOK:
 			l.popPending(p)
 		case rxNoFit:
-			l.st.RX.Drops[DropNoFit].Add(1)
+			l.st.RX.Drops[stats.DropNoFit].Add(1)
 			l.popPending(p)
 		case rxBroken:
-			l.st.RX.Drops[DropQueueBroken].Add(1)
+			l.st.RX.Drops[stats.DropQueueBroken].Add(1)
 			l.popPending(p)
 		case rxNoDesc:
 			if !p.waited {
@@ -306,7 +307,7 @@ func (l *loop) deliverPending() {
 func (l *loop) popPending(p *pendingReply) {
 	if p.announce {
 		l.st.ServiceReplies[p.svc].Add(1)
-		if p.svc == SvcNDP {
+		if p.svc == stats.SvcNDP {
 			l.st.Proto.RouterAdverts.Add(1)
 		}
 	}
@@ -375,7 +376,7 @@ func (l *loop) shutdown() {
 	}
 	// Announcements are made again at the next start: not drops.
 	if n := l.pending.replies(); n > 0 {
-		l.st.RX.Drops[DropRingDisabled].Add(uint64(n))
+		l.st.RX.Drops[stats.DropRingDisabled].Add(uint64(n))
 	}
 	l.flows.detach()
 	l.closeFDs()
@@ -422,12 +423,7 @@ func (l *loop) recoverFault() {
 const memoryFaultLogInterval = 5 * time.Second
 
 func (s *Stack) logMemoryFault(log *slog.Logger, addr uintptr, faults uint64) {
-	now := time.Now().UnixNano()
-	last := s.lastFaultLog.Load()
-	if last != 0 && now-last < int64(memoryFaultLogInterval) {
-		return
-	}
-	if !s.lastFaultLog.CompareAndSwap(last, now) {
+	if ok, _ := s.faultLog.Allow(time.Now(), memoryFaultLogInterval); !ok {
 		return
 	}
 	log.Error("guest memory fault: queue pair stopped until the front-end rebuilds it "+

@@ -3,6 +3,7 @@ package tcpstack
 import (
 	"time"
 
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -26,7 +27,7 @@ func (l *loop) attachTCP() {
 // the chain's guest memory straight to the host socket.
 func (l *loop) tcpFromGuest(c *virtqueue.Chain, head []byte, frameLen int) {
 	if !l.tcp.HandleGuestFrame(l.now, head, c.Readable, l.rx.vhLen, frameLen) {
-		l.st.TX.Drops[DropMalformed].Add(1)
+		l.st.TX.Drops[stats.DropMalformed].Add(1)
 	}
 }
 

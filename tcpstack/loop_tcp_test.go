@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 )
 
 // tcpGuestFrame builds a guest TCP segment over IPv4 or IPv6.
@@ -141,13 +142,13 @@ func TestTCPThroughLoop(t *testing.T) {
 	if !bytes.Equal(data.Payload(), []byte("world")) || data.SequenceNumber() != hseq {
 		t.Errorf("data %q seq %d, want \"world\" seq %d", data.Payload(), data.SequenceNumber(), hseq)
 	}
-	if got := p.stats().TX.Drops[DropMalformed].Load(); got != 0 {
+	if got := p.stats().TX.Drops[stats.DropMalformed].Load(); got != 0 {
 		t.Errorf("malformed drops %d", got)
 	}
 
 	// The front-end leaves: the host peer must learn at once (RST), not
 	// after its own timeouts.
-	rstBefore := p.s.PairTCPStats(0).ConnsByState[tcpEstablished].Load()
+	rstBefore := p.s.PairTCPStats(0).ConnsByState[stats.TCPEstablished].Load()
 	p.s.EndSession()
 	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
 	if n, err := conn.Read(buf); !errors.Is(err, syscall.ECONNRESET) {
@@ -156,7 +157,7 @@ func TestTCPThroughLoop(t *testing.T) {
 	if rstBefore != 1 {
 		t.Errorf("established before EndSession = %d, want 1", rstBefore)
 	}
-	if got := p.s.PairTCPStats(0).ConnsByState[tcpEstablished].Load(); got != 0 {
+	if got := p.s.PairTCPStats(0).ConnsByState[stats.TCPEstablished].Load(); got != 0 {
 		t.Errorf("established after EndSession = %d, want 0", got)
 	}
 }

@@ -1,5 +1,7 @@
 package tcpstack
 
+import "vunet/tcpstack/stats"
+
 // Sizes of the pending reply ring. Link-service replies (ARP, DHCP, DHCPv6,
 // NDP, ICMP echo replies) are small; a guest that stops refilling its RX ring
 // must not make us queue without bound, so the ring is fixed and the oldest
@@ -17,7 +19,7 @@ type pendingReply struct {
 	// service svc, made again at every pair start: counted as a service
 	// reply when delivered, and not a drop when discarded at stop.
 	announce bool
-	svc      Service
+	svc      stats.Service
 	buf      [pendingReplySize]byte
 }
 
@@ -57,7 +59,7 @@ func (r *replyRing) len() int { return r.count }
 
 // markLastAnnouncement marks the newest pending reply as a link
 // announcement of service svc.
-func (r *replyRing) markLastAnnouncement(svc Service) {
+func (r *replyRing) markLastAnnouncement(svc stats.Service) {
 	if r.count > 0 {
 		s := &r.slots[(r.head+r.count-1)%len(r.slots)]
 		s.announce, s.svc = true, svc

@@ -8,6 +8,7 @@ import (
 
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/internal/guestframe"
+	"vunet/tcpstack/stats"
 )
 
 // TestUDPStats: a UDP echo counts one datagram and its payload bytes each
@@ -34,12 +35,12 @@ func TestUDPStats(t *testing.T) {
 	}{
 		{"udp flows", ps.UDPFlows.Load(), 1},
 		{"icmp flows", ps.ICMPFlows.Load(), 0},
-		{"datagrams to guest", int64(ps.UDPDatagrams[ToGuest].Load()), 1},
-		{"datagrams from guest", int64(ps.UDPDatagrams[FromGuest].Load()), 1},
-		{"bytes to guest", int64(ps.UDPBytes[ToGuest].Load()), 123},
-		{"bytes from guest", int64(ps.UDPBytes[FromGuest].Load()), 123},
-		{"multicast drop", int64(ps.UDPDrops[FromGuest][DropPolicy].Load()), 1},
-		{"multicast drop in tx drops", int64(p.stats().TX.Drops[DropPolicy].Load()), 1},
+		{"datagrams to guest", int64(ps.UDPDatagrams[stats.ToGuest].Load()), 1},
+		{"datagrams from guest", int64(ps.UDPDatagrams[stats.FromGuest].Load()), 1},
+		{"bytes to guest", int64(ps.UDPBytes[stats.ToGuest].Load()), 123},
+		{"bytes from guest", int64(ps.UDPBytes[stats.FromGuest].Load()), 123},
+		{"multicast drop", int64(ps.UDPDrops[stats.FromGuest][stats.DropPolicy].Load()), 1},
+		{"multicast drop in tx drops", int64(p.stats().TX.Drops[stats.DropPolicy].Load()), 1},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)

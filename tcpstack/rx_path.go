@@ -3,6 +3,7 @@ package tcpstack
 import (
 	"log/slog"
 
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -53,7 +54,7 @@ type rxReservation struct {
 // before control returns to the event loop.
 type rxWriter struct {
 	q      *virtqueue.SplitQueue
-	st     *QueueStats
+	st     *stats.Queue
 	log    *slog.Logger
 	vhLen  int  // virtio-net header length (10 or 12)
 	mrg    bool // VIRTIO_NET_F_MRG_RXBUF: a frame may span chains
@@ -91,7 +92,7 @@ type rxWriter struct {
 	capIov  [][]byte
 }
 
-func (r *rxWriter) init(q *virtqueue.SplitQueue, st *QueueStats, log *slog.Logger, features uint64, enabled bool) {
+func (r *rxWriter) init(q *virtqueue.SplitQueue, st *stats.Queue, log *slog.Logger, features uint64, enabled bool) {
 	r.q = q
 	r.st = st
 	r.log = log
@@ -179,7 +180,7 @@ func (r *rxWriter) reserve(hdrLen, maxPayload int) (rv *rxReservation, niov, ple
 			r.used++
 			r.assigned++
 			r.staged++
-			r.st.RX.Drops[DropBadRXChain].Add(1)
+			r.st.RX.Drops[stats.DropBadRXChain].Add(1)
 			continue
 		}
 		if r.rqLen == 0 {

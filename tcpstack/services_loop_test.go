@@ -10,6 +10,7 @@ import (
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/stats"
 )
 
 // TestLinkServicesThroughLoop sends a DHCP DISCOVER, a Neighbor Solicitation
@@ -65,7 +66,7 @@ func TestLinkServicesThroughLoop(t *testing.T) {
 			t.Fatalf("frames %v, want %v", kinds, want)
 		}
 	}
-	for svc, n := range map[Service]uint64{SvcARP: 1, SvcDHCP: 1, SvcDHCPv6: 1, SvcNDP: 2} {
+	for svc, n := range map[stats.Service]uint64{stats.SvcARP: 1, stats.SvcDHCP: 1, stats.SvcDHCPv6: 1, stats.SvcNDP: 2} {
 		if got := st.ServiceReplies[svc].Load(); got != n {
 			t.Errorf("%v replies = %d, want %d", svc, got, n)
 		}

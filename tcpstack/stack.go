@@ -11,6 +11,7 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -36,7 +37,7 @@ type Config struct {
 	ICMPTimeout time.Duration
 	// NoTCP, NoUDP and NoICMP drop the guest's TCP segments, UDP
 	// datagrams (the DHCP and DHCPv6 services still answer) and ICMP echo
-	// requests, counted as DropProtocolDisabled (passt's --no-tcp,
+	// requests, counted as stats.DropProtocolDisabled (passt's --no-tcp,
 	// --no-udp, --no-icmp).
 	NoTCP, NoUDP, NoICMP bool
 	// Outbound4 and Outbound6, when valid, are the source addresses host
@@ -71,7 +72,7 @@ type Stack struct {
 	// (fuzzing must not send to whatever addresses the fuzzer invents).
 	noHostSockets bool
 
-	lastFaultLog atomic.Int64 // unix nanoseconds of the last memory-fault log line
+	faultLog stats.Limiter // memory-fault log lines, across the Stack's loops
 
 	mu    sync.Mutex
 	loops map[int]*loop
@@ -83,8 +84,8 @@ type Stack struct {
 // counters and its flows and connections, whose sockets stay open and are
 // re-registered with the next loop's epoll set.
 type pairState struct {
-	st       *QueueStats
-	tcpStats *TCPStats
+	st       *stats.Queue
+	tcpStats *stats.TCP
 	flows    *flowTable
 	tcp      *tcpTable
 }
@@ -208,7 +209,7 @@ func (s *Stack) GuestMAC() (mac [6]byte, ok bool) {
 
 // PairStats returns the counters of pair index, or nil if the pair has never
 // been started. The pointer stays valid for the Stack's lifetime.
-func (s *Stack) PairStats(index int) *QueueStats {
+func (s *Stack) PairStats(index int) *stats.Queue {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ps := s.pairs[index]; ps != nil {
@@ -219,7 +220,7 @@ func (s *Stack) PairStats(index int) *QueueStats {
 
 // EachPairStats calls fn for every pair that has ever been started, in no
 // particular order. fn must not call back into the Stack.
-func (s *Stack) EachPairStats(fn func(index int, st *QueueStats)) {
+func (s *Stack) EachPairStats(fn func(index int, st *stats.Queue)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, ps := range s.pairs {
@@ -272,7 +273,7 @@ func (s *Stack) EndSession() {
 
 // PairTCPStats returns the TCP translation counters of pair index, or nil
 // if the pair has never been started.
-func (s *Stack) PairTCPStats(index int) *TCPStats {
+func (s *Stack) PairTCPStats(index int) *stats.TCP {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ps := s.pairs[index]; ps != nil {

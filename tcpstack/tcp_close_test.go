@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 )
 
 // ackAll makes the guest acknowledge everything in segs.
@@ -51,7 +52,7 @@ func TestTCPGuestCloseFirst(t *testing.T) {
 	if len(got) == 0 || got[len(got)-1].ack != h.seq {
 		t.Fatalf("guest FIN not acknowledged: %+v", got)
 	}
-	if h.stats.ConnsByState[tcpClosing].Load() != 1 {
+	if h.stats.ConnsByState[stats.TCPClosing].Load() != 1 {
 		t.Fatalf("not closing")
 	}
 	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -77,7 +78,7 @@ func TestTCPGuestCloseFirst(t *testing.T) {
 	}
 	for s := range h.stats.ConnsByState {
 		if h.stats.ConnsByState[s].Load() != 0 {
-			t.Fatalf("gauge %s = %d", tcpState(s), h.stats.ConnsByState[s].Load())
+			t.Fatalf("gauge %s = %d", stats.TCPState(s), h.stats.ConnsByState[s].Load())
 		}
 	}
 }
@@ -197,8 +198,8 @@ func TestTCPAckTimeoutBackoff(t *testing.T) {
 		if string(tcpPayloadOf(re)) != "unacked" || re[0].seq != first[0].seq {
 			t.Fatalf("retry %d: %+v", i, re)
 		}
-		if h.stats.Retransmits[TCPRetransTimeout].Load() != uint64(i+1) {
-			t.Fatalf("timeout retransmits %d", h.stats.Retransmits[TCPRetransTimeout].Load())
+		if h.stats.Retransmits[stats.TCPRetransTimeout].Load() != uint64(i+1) {
+			t.Fatalf("timeout retransmits %d", h.stats.Retransmits[stats.TCPRetransTimeout].Load())
 		}
 	}
 	h.now = at.Add(8 * time.Second)
@@ -366,7 +367,7 @@ func TestTCPResettingFlowReleasedDespiteGuestTraffic(t *testing.T) {
 		t.Fatalf("RST went out without a buffer: %+v", got)
 	}
 	f := h.flow()
-	if f == nil || f.state != tcpResetting {
+	if f == nil || f.state != stats.TCPResetting {
 		t.Fatalf("not resetting")
 	}
 	for i := 1; i <= 7; i++ {

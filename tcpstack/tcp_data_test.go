@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 )
 
 // waitQueued waits until the host socket of the harness flow has n bytes
@@ -185,8 +186,8 @@ func tcpTestPeek(t *testing.T, noPeekOff bool) {
 	if len(re) == 0 || re[0].seq != start+1000 || !bytes.Equal(tcpPayloadOf(re), b) {
 		t.Fatalf("retransmission wrong: %+v", re)
 	}
-	if h.stats.Retransmits[TCPRetransDupAck].Load() != 1 {
-		t.Fatalf("dup-ack retransmits %d", h.stats.Retransmits[TCPRetransDupAck].Load())
+	if h.stats.Retransmits[stats.TCPRetransDupAck].Load() != 1 {
+		t.Fatalf("dup-ack retransmits %d", h.stats.Retransmits[stats.TCPRetransDupAck].Load())
 	}
 	// And reading goes on after the rewound data, not before it.
 	c := bytes.Repeat([]byte("C"), 300)

@@ -5,7 +5,7 @@ package tcpstack
 // tcpTable (tcp_table.go) holds one queue pair's TCP connections: a fixed
 // array of cfg.MaxFlows slots, a map from the guest-side 4-tuple to a slot,
 // no goroutine per connection and no locks; only the pair's loop goroutine
-// touches it. Counters are in TCPStats (atomics, for metrics). A guest TCP
+// touches it. Counters are in stats.TCP (atomics, for metrics). A guest TCP
 // connection becomes a host connect()ed socket; there is no TCP stack here.
 //
 // The loop owns (and implements) two small interfaces:
@@ -23,7 +23,7 @@ package tcpstack
 //
 // and calls:
 //
-//	t := newTCPTable(cfg TCPConfig, stats *TCPStats, p tcpPoller) // once per pair index; keep it across restarts
+//	t := newTCPTable(cfg TCPConfig, stats *stats.TCP, p tcpPoller) // once per pair index; keep it across restarts
 //	t.Attach(p tcpPoller)                        // after StartPair built a new epoll set: re-registers all sockets
 //	t.Detach()                                   // when the loop stops, before its epoll set is closed
 //	t.SetGuest(mac [6]byte, v4, v6 netip.Addr)   // guest MAC/addresses for forwarded connections (also learned from frames)
@@ -45,7 +45,7 @@ package tcpstack
 //     payload is written to the host socket with sendmsg straight from the
 //     chain's guest memory, so the chain must not be pushed back to the
 //     guest before HandleGuestFrame returns (it is not kept after).
-//     false means malformed: count DropMalformed.
+//     false means malformed: count stats.DropMalformed.
 //  2. epoll: events whose token has bits 56–63 == cfg.TokenTag go to
 //     t.HandleSocketEvent(now, token, events). The token is a uint64; with
 //     unix.EpollEvent keep it as Fd = low 32 bits, Pad = high 32 bits.

@@ -3,6 +3,8 @@ package tcpstack
 import (
 	"time"
 
+	"vunet/tcpstack/stats"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -62,14 +64,14 @@ func (t *tcpTable) HandleSocketEvent(now time.Time, token uint64, events uint32)
 // deadline returns when f's next timer fires; zero for none.
 func (t *tcpTable) deadline(f *tcpFlow) time.Time {
 	switch f.state {
-	case tcpFree:
+	case stats.TCPFree:
 		return time.Time{}
-	case tcpConnecting, tcpSynAckSent:
+	case stats.TCPConnecting, stats.TCPSynAckSent:
 		return f.created.Add(t.cfg.HandshakeTimeout)
-	case tcpSynSent:
+	case stats.TCPSynSent:
 		// Our SYN is repeated every AckTimeout until the handshake times out.
 		return tcpEarliest(f.created.Add(t.cfg.HandshakeTimeout), f.lastAckProg.Add(t.cfg.AckTimeout))
-	case tcpResetting:
+	case stats.TCPResetting:
 		// Waiting for an RX buffer for the RST since the reset
 		// (lastActivity, no longer moved); give up eventually.
 		return f.lastActivity.Add(t.cfg.FinTimeout)
@@ -90,7 +92,7 @@ func (t *tcpTable) quietTimeout(f *tcpFlow) time.Duration {
 	// evGuestFinSent is cleared by a rewind (the FIN goes again): a
 	// sequence past the EOF is what says our FIN went out.
 	finSent := f.has(evSockFin) && tcpSeqGT(f.sndMax, f.eofSeq)
-	if f.state == tcpClosing && finSent && (f.has(evGuestFin) || !f.has(evGuestFinAck)) {
+	if f.state == stats.TCPClosing && finSent && (f.has(evGuestFin) || !f.has(evGuestFinAck)) {
 		return t.cfg.FinTimeout
 	}
 	return t.cfg.IdleTimeout
@@ -122,7 +124,7 @@ func (t *tcpTable) Timers(now time.Time) (next time.Time) {
 			continue
 		}
 		t.fire(now, f)
-		if f.state != tcpFree {
+		if f.state != stats.TCPFree {
 			next = tcpEarliest(next, t.deadline(f))
 		}
 	}
@@ -133,7 +135,7 @@ func (t *tcpTable) Timers(now time.Time) (next time.Time) {
 // fire handles f's expired timers.
 func (t *tcpTable) fire(now time.Time, f *tcpFlow) {
 	switch f.state {
-	case tcpSynSent:
+	case stats.TCPSynSent:
 		if f.created.Add(t.cfg.HandshakeTimeout).After(now) {
 			f.flags |= flSynDue
 			f.lastAckProg = now
@@ -143,14 +145,14 @@ func (t *tcpTable) fire(now time.Time, f *tcpFlow) {
 		t.log.Debug("tcp handshake timeout (forwarded)", "remote", f.remoteAddr, "port", f.remotePort)
 		t.resetFlow(f, now)
 		return
-	case tcpConnecting, tcpSynAckSent:
+	case stats.TCPConnecting, stats.TCPSynAckSent:
 		t.log.Debug("tcp handshake timeout", "remote", f.remoteAddr, "port", f.remotePort)
-		if f.state == tcpConnecting {
+		if f.state == stats.TCPConnecting {
 			t.stats.ConnectFailures.Add(1)
 		}
 		t.resetFlow(f, now)
 		return
-	case tcpResetting:
+	case stats.TCPResetting:
 		t.release(f) // the RST never found a buffer
 		return
 	}
@@ -169,10 +171,10 @@ func (t *tcpTable) fire(now time.Time, f *tcpFlow) {
 		}
 		f.retrans++
 		f.lastAckProg = now
-		t.rewind(f, TCPRetransTimeout)
+		t.rewind(f, stats.TCPRetransTimeout)
 	}
 	if !f.lastActivity.Add(t.quietTimeout(f)).After(now) {
-		t.log.Debug("tcp idle timeout", "remote", f.remoteAddr, "port", f.remotePort, "closing", f.state == tcpClosing)
+		t.log.Debug("tcp idle timeout", "remote", f.remoteAddr, "port", f.remotePort, "closing", f.state == stats.TCPClosing)
 		t.resetFlow(f, now)
 	}
 }

@@ -3,6 +3,8 @@ package tcpstack
 import (
 	"net/netip"
 	"time"
+
+	"vunet/tcpstack/stats"
 )
 
 // tcpKey identifies a connection by what the guest sees: its own address
@@ -46,7 +48,7 @@ type tcpFlow struct {
 	fd     int
 	slot   int32
 	gen    uint32
-	state  tcpState
+	state  stats.TCPState
 	events uint16
 	flags  uint16
 

@@ -10,6 +10,7 @@ import (
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -48,7 +49,7 @@ func FuzzTCPGuestFrame(f *testing.F) {
 			fl.iss, fl.seqToGuest, fl.sndMax, fl.seqAckFromGuest = 5000, 5001, 5001, 5001
 			fl.seqInitFromGuest, fl.seqFromGuest, fl.seqAckToGuest = 1000, 1001, 1001
 			fl.mssToGuest, fl.wndFromGuest = 1400, 65535
-			tab.setState(fl, tcpEstablished)
+			tab.setState(fl, stats.TCPEstablished)
 		}
 		head := frame[:min(len(frame), 256)]
 		// The frame in "guest memory", split in two iovecs at split.

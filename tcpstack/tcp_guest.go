@@ -10,6 +10,7 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 )
 
 // tcpSegment is a guest TCP segment with its headers parsed out of the
@@ -145,7 +146,7 @@ func (t *tcpTable) HandleGuestFrame(now time.Time, head []byte, frame [][]byte, 
 	t.learnGuest(sg)
 	f := &t.flows[s]
 	t.guestSegment(now, f, sg, frame, skip)
-	if f.state != tcpFree {
+	if f.state != stats.TCPFree {
 		t.noteTimer(t.deadline(f))
 	}
 	return true
@@ -210,7 +211,7 @@ func (t *tcpTable) connect(now time.Time, sg *tcpSegment, host netip.AddrPort) {
 	}
 	t.stats.Connects.Add(1)
 	fd, inProgress, err := t.dial(host, t.cfg.SndBuf, t.cfg.RcvBuf)
-	t.setState(f, tcpConnecting)
+	t.setState(f, stats.TCPConnecting)
 	if err != nil {
 		t.stats.ConnectFailures.Add(1)
 		t.log.Debug("tcp connect failed", "dst", host, "err", err)
@@ -230,13 +231,13 @@ func (t *tcpTable) connect(now time.Time, sg *tcpSegment, host netip.AddrPort) {
 // could not make.
 func (t *tcpTable) connected(f *tcpFlow) {
 	f.flags |= flConnected | flSynAckDue
-	t.setState(f, tcpSynAckSent)
+	t.setState(f, stats.TCPSynAckSent)
 	t.markDirty(f)
 }
 
 // establish finishes the handshake on the guest's ACK of our SYN-ACK.
 func (t *tcpTable) establish(now time.Time, f *tcpFlow) {
-	t.setState(f, tcpEstablished)
+	t.setState(f, stats.TCPEstablished)
 	f.seqAckFromGuest = f.iss + 1
 	f.lastAckProg = now
 	if t.peekOff {
@@ -253,7 +254,7 @@ func (t *tcpTable) establish(now time.Time, f *tcpFlow) {
 
 // guestSegment handles a segment for an existing connection.
 func (t *tcpTable) guestSegment(now time.Time, f *tcpFlow, sg *tcpSegment, frame [][]byte, skip int) {
-	if f.state != tcpResetting {
+	if f.state != stats.TCPResetting {
 		// A resetting flow's deadline runs from the reset: a guest that
 		// keeps sending but never refills RX must not keep its slot.
 		f.lastActivity = now
@@ -265,16 +266,16 @@ func (t *tcpTable) guestSegment(now time.Time, f *tcpFlow, sg *tcpSegment, frame
 	}
 	syn := sg.flags.Has(header.TCPFlagSYN)
 	switch f.state {
-	case tcpResetting:
+	case stats.TCPResetting:
 		return
-	case tcpSynSent:
+	case stats.TCPSynSent:
 		t.guestSynAck(now, f, sg)
 		return
-	case tcpConnecting:
+	case stats.TCPConnecting:
 		// A retransmitted SYN while connect() is pending: the SYN-ACK goes
 		// when the host connection is up; never reset here (invariant 8).
 		return
-	case tcpSynAckSent:
+	case stats.TCPSynAckSent:
 		if syn && !sg.flags.Has(header.TCPFlagACK) {
 			if sg.seq == f.seqInitFromGuest {
 				f.flags |= flSynAckDue // our SYN-ACK may have been lost
@@ -294,7 +295,7 @@ func (t *tcpTable) guestSegment(now time.Time, f *tcpFlow, sg *tcpSegment, frame
 		}
 		f.flags &^= flSynAckDue
 		t.establish(now, f)
-		if f.state != tcpEstablished {
+		if f.state != stats.TCPEstablished {
 			return
 		}
 	}
@@ -355,7 +356,7 @@ func (t *tcpTable) guestAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
 		f.dupAcks++
 		if f.dupAcks == 2 {
 			// The guest is asking for the data after ack again.
-			t.rewind(f, TCPRetransDupAck)
+			t.rewind(f, stats.TCPRetransDupAck)
 		}
 	}
 	// A zero window while data is in flight is ignored, as passt does: some
@@ -419,7 +420,7 @@ func (t *tcpTable) applyClampWorkaround(f *tcpFlow) {
 }
 
 // rewind makes the next output pass send again from the guest's last ACK.
-func (t *tcpTable) rewind(f *tcpFlow, cause TCPRetransCause) {
+func (t *tcpTable) rewind(f *tcpFlow, cause stats.TCPRetransCause) {
 	if f.inFlight() == 0 {
 		return
 	}
@@ -510,7 +511,7 @@ func (t *tcpTable) guestData(now time.Time, f *tcpFlow, sg *tcpSegment, frame []
 			_ = unix.Shutdown(f.fd, unix.SHUT_WR)
 			f.events |= evSockShut
 		}
-		t.setState(f, tcpClosing)
+		t.setState(f, stats.TCPClosing)
 		f.flags |= flAckDue
 		t.markDirty(f)
 	}

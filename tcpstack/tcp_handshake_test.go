@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 )
 
 // tcpBacklogFullListener returns a loopback listener whose accept queue is
@@ -54,7 +55,7 @@ func TestTCPSynAckOnlyAfterConnect(t *testing.T) {
 	h.remote = netip.AddrPortFrom(netip.MustParseAddr("10.0.2.2"), port)
 
 	h.sendSYN(tcpMss1400ws7)
-	if f := h.flow(); f == nil || f.state != tcpConnecting {
+	if f := h.flow(); f == nil || f.state != stats.TCPConnecting {
 		t.Fatalf("flow not connecting: %+v", f)
 	}
 	if got := h.pump(300 * time.Millisecond); len(got) != 0 {
@@ -68,8 +69,8 @@ func TestTCPSynAckOnlyAfterConnect(t *testing.T) {
 	if h.stats.RSTSent.Load() != 0 || h.flow() == nil {
 		t.Fatalf("connection reset on retransmitted SYN")
 	}
-	if h.stats.ConnsByState[tcpConnecting].Load() != 1 {
-		t.Fatalf("connecting gauge = %d", h.stats.ConnsByState[tcpConnecting].Load())
+	if h.stats.ConnsByState[stats.TCPConnecting].Load() != 1 {
+		t.Fatalf("connecting gauge = %d", h.stats.ConnsByState[stats.TCPConnecting].Load())
 	}
 	// Make room in the accept queue: the kernel's SYN retransmission gets in.
 	for i := 0; i < 3; i++ {
@@ -103,7 +104,7 @@ func TestTCPSynAckOnlyAfterConnect(t *testing.T) {
 	// Guest ACK completes the handshake.
 	h.ack = sa.seq + 1
 	h.sendAck(nil)
-	if f := h.flow(); f.state != tcpEstablished || h.stats.ConnsByState[tcpEstablished].Load() != 1 {
+	if f := h.flow(); f.state != stats.TCPEstablished || h.stats.ConnsByState[stats.TCPEstablished].Load() != 1 {
 		t.Fatalf("not established")
 	}
 }
@@ -141,7 +142,7 @@ func TestTCPConnectRefused(t *testing.T) {
 	}
 	for s := range h.stats.ConnsByState {
 		if h.stats.ConnsByState[s].Load() != 0 {
-			t.Fatalf("state gauge %s = %d", tcpState(s), h.stats.ConnsByState[s].Load())
+			t.Fatalf("state gauge %s = %d", stats.TCPState(s), h.stats.ConnsByState[s].Load())
 		}
 	}
 }
@@ -213,7 +214,7 @@ func TestTCPSynRetransmitAndAckInOneBatch(t *testing.T) {
 		t.Fatalf("handshake disturbed: %+v", got)
 	}
 	f := h.flow()
-	if f == nil || f.state != tcpEstablished || h.stats.RSTSent.Load() != 0 {
+	if f == nil || f.state != stats.TCPEstablished || h.stats.RSTSent.Load() != 0 {
 		t.Fatalf("not established (flow %v, RSTs %d)", f != nil, h.stats.RSTSent.Load())
 	}
 	peer, err := ln.AcceptTCP()

@@ -14,6 +14,7 @@ import (
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -129,8 +130,8 @@ type tcpHarness struct {
 	poll   *tcpEpollPoller
 	w      *tcpFakeWriter
 	now    time.Time
-	stats  *TCPStats
-	qstats *QueueStats // the policy's drop counters
+	stats  *stats.TCP
+	qstats *stats.Queue // the policy's drop counters
 
 	guest, remote netip.AddrPort
 	guestMAC      [6]byte
@@ -162,8 +163,8 @@ func tcpNewHarness(t testing.TB, cfg TCPConfig) *tcpHarness {
 		poll:     tcpNewEpollPoller(t),
 		w:        tcpNewFakeWriter(1 << 20),
 		now:      time.Unix(1_000_000, 0),
-		stats:    new(TCPStats),
-		qstats:   new(QueueStats),
+		stats:    new(stats.TCP),
+		qstats:   new(stats.Queue),
 		guest:    netip.MustParseAddrPort("10.0.2.15:40000"),
 		guestMAC: [6]byte{0x52, 0x54, 0, 0x12, 0x34, 0x56},
 		isn:      1_000_000,
@@ -353,7 +354,7 @@ func (h *tcpHarness) establish(ln *net.TCPListener, opts header.TCPOptions) *net
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(func() { peer.Close() })
-	if got := h.flow(); got == nil || got.state != tcpEstablished {
+	if got := h.flow(); got == nil || got.state != stats.TCPEstablished {
 		h.t.Fatalf("flow not established")
 	}
 	return peer

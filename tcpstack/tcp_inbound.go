@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 )
 
 // Inbound port forwarding: a host listener accepts a connection, and the
@@ -189,7 +190,7 @@ func (t *tcpTable) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort
 	f.seqToGuest, f.sndMax, f.seqAckFromGuest = f.iss, f.iss, f.iss
 	f.created, f.lastActivity, f.lastAckProg = now, now, now
 	f.flags |= flConnected | flSynDue
-	t.setState(f, tcpSynSent)
+	t.setState(f, stats.TCPSynSent)
 	t.updateEpoll(f)
 	t.markDirty(f)
 	t.noteTimer(t.deadline(f))

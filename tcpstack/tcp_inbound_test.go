@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 )
 
 // TestTCPForwardInbound: a connection to a forwarded host port becomes a
@@ -31,7 +32,7 @@ func TestTCPForwardInbound(t *testing.T) {
 		s.src.Addr() != netip.MustParseAddr("10.0.2.2") || !s.opts.HasMSS || s.opts.MSS != 1460 {
 		t.Fatalf("bad SYN %+v", s)
 	}
-	if h.stats.Accepted.Load() != 1 || h.stats.ConnsByState[tcpSynSent].Load() != 1 {
+	if h.stats.Accepted.Load() != 1 || h.stats.ConnsByState[stats.TCPSynSent].Load() != 1 {
 		t.Fatalf("accepted %d", h.stats.Accepted.Load())
 	}
 	// Our SYN is repeated while the guest does not answer.
@@ -52,7 +53,7 @@ func TestTCPForwardInbound(t *testing.T) {
 	if len(ack) != 1 || ack[0].flags != header.TCPFlagACK || ack[0].ack != h.isn+1 {
 		t.Fatalf("handshake ACK %+v", ack)
 	}
-	if f := h.flow(); f == nil || f.state != tcpEstablished || f.mssToGuest != 1000 {
+	if f := h.flow(); f == nil || f.state != stats.TCPEstablished || f.mssToGuest != 1000 {
 		t.Fatalf("not established")
 	}
 	// Host → guest.

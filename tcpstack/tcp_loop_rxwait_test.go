@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 )
 
 // TestTCPLoopRXWaitCounted: host data to a guest whose 16-entry RX ring is
@@ -116,14 +117,14 @@ func TestTCPLoopRXWaitCounted(t *testing.T) {
 	waited := st.RXWaitedForDescriptors.Load() - waited0
 	tst := p.s.PairTCPStats(0)
 	t.Logf("%d refills, %d descriptor waits, retransmissions: %d timeout, %d dup-ack",
-		refills, waited, tst.Retransmits[TCPRetransTimeout].Load(), tst.Retransmits[TCPRetransDupAck].Load())
+		refills, waited, tst.Retransmits[stats.TCPRetransTimeout].Load(), tst.Retransmits[stats.TCPRetransDupAck].Load())
 	if waited == 0 {
 		t.Fatalf("RXWaitedForDescriptors did not count the TCP frames that waited for the %d refills", refills)
 	}
 	if waited > uint64(refills)+1 {
 		t.Fatalf("RXWaitedForDescriptors = %d for %d refills: retries counted, not waits", waited, refills)
 	}
-	if n := tst.Retransmits[TCPRetransTimeout].Load(); n != 0 {
+	if n := tst.Retransmits[stats.TCPRetransTimeout].Load(); n != 0 {
 		t.Fatalf("%d timeout retransmissions: waiting frames were not sent on the refill", n)
 	}
 }

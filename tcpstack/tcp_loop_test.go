@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -92,7 +93,7 @@ func TestTCPLoopRXRefill(t *testing.T) {
 	}
 	st := p.s.PairTCPStats(0)
 	if st == nil || st.Connects.Load() != 1 || st.BytesToGuest.Load() != uint64(len(data)) ||
-		st.ConnsByState[tcpEstablished].Load() != 1 {
+		st.ConnsByState[stats.TCPEstablished].Load() != 1 {
 		t.Fatalf("TCP stats not wired: %+v", st)
 	}
 }

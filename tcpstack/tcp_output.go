@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -36,7 +37,7 @@ func (t *tcpTable) Flush(now time.Time, w tcpFrameWriter) (blocked bool) {
 		}
 		f.nextOut = -1
 		f.flags &^= flDirty
-		if f.state == tcpFree {
+		if f.state == stats.TCPFree {
 			t.free = append(t.free, s) // released while queued
 			continue
 		}
@@ -45,7 +46,7 @@ func (t *tcpTable) Flush(now time.Time, w tcpFrameWriter) (blocked bool) {
 			t.markDirty(f)
 			return true
 		}
-		if f.state != tcpFree {
+		if f.state != stats.TCPFree {
 			t.noteTimer(t.deadline(f))
 		}
 	}
@@ -64,9 +65,9 @@ func (t *tcpTable) output(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 		return true
 	}
 	switch f.state {
-	case tcpConnecting:
+	case stats.TCPConnecting:
 		return true
-	case tcpSynSent:
+	case stats.TCPSynSent:
 		if f.flags&flSynDue == 0 {
 			return true
 		}
@@ -78,7 +79,7 @@ func (t *tcpTable) output(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 		f.seqToGuest = f.iss + 1
 		f.sndMax = f.seqToGuest
 		return true
-	case tcpSynAckSent:
+	case stats.TCPSynAckSent:
 		if f.flags&flSynAckDue == 0 {
 			return true
 		}
@@ -105,7 +106,7 @@ func (t *tcpTable) output(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 		f.seqToGuest++
 		f.sndMax = tcpSeqMax(f.sndMax, f.seqToGuest)
 		f.events |= evGuestFinSent
-		t.setState(f, tcpClosing)
+		t.setState(f, stats.TCPClosing)
 		t.updateEpoll(f)
 	}
 	check := f.flags&flAckCheck != 0
@@ -172,7 +173,7 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 			f.ackDueAt = now.Add(t.ackCheckInterval(f))
 		}
 	}
-	handshake := f.state == tcpSynAckSent || f.state == tcpSynSent
+	handshake := f.state == stats.TCPSynAckSent || f.state == stats.TCPSynSent
 	peerWnd := uint32(tcpMaxWindow)
 	queued := 0
 	if haveInfo {

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/stats"
 
 	"vunet/virtqueue"
 )
@@ -21,11 +22,11 @@ const tcpMaxWindow = 8 << 20
 const tcpMaxFramesPerPass = 64
 
 // tcpTable holds the TCP connections of one queue pair. It is used only by
-// the pair's loop goroutine (no locks); TCPStats are atomics for metrics.
+// the pair's loop goroutine (no locks); stats.TCP are atomics for metrics.
 type tcpTable struct {
 	cfg   TCPConfig
 	log   *slog.Logger
-	stats *TCPStats
+	stats *stats.TCP
 	poll  tcpPoller
 
 	flows  []tcpFlow
@@ -71,17 +72,17 @@ type tcpFrame struct {
 	capLen int
 }
 
-// newTCPTable allocates a table of cfg.MaxFlows connections. stats may be
+// newTCPTable allocates a table of cfg.MaxFlows connections. st may be
 // nil (a private set is used).
-func newTCPTable(cfg TCPConfig, stats *TCPStats, p tcpPoller) *tcpTable {
+func newTCPTable(cfg TCPConfig, st *stats.TCP, p tcpPoller) *tcpTable {
 	cfg.setDefaults()
-	if stats == nil {
-		stats = new(TCPStats)
+	if st == nil {
+		st = new(stats.TCP)
 	}
 	t := &tcpTable{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		stats:   stats,
+		stats:   st,
 		poll:    p,
 		flows:   make([]tcpFlow, cfg.MaxFlows),
 		free:    make([]int32, 0, cfg.MaxFlows),
@@ -93,7 +94,7 @@ func newTCPTable(cfg TCPConfig, stats *TCPStats, p tcpPoller) *tcpTable {
 		bufs:    make([][]byte, 0, tcpIovMax),
 		dial:    tcpDialer(cfg.BindV4, cfg.BindV6),
 		// Until the Stack sets the real one: a policy that refuses all.
-		policy: policyGate{pol: addrpolicy.New(addrpolicy.Config{}), st: new(QueueStats), log: cfg.Logger},
+		policy: policyGate{pol: addrpolicy.New(addrpolicy.Config{}), st: new(stats.Queue), log: cfg.Logger},
 	}
 	for i := cfg.MaxFlows - 1; i >= 0; i-- {
 		t.flows[i].slot = int32(i)
@@ -177,20 +178,20 @@ func (t *tcpTable) flowByToken(tok uint64) *tcpFlow {
 		return nil
 	}
 	f := &t.flows[slot]
-	if f.state == tcpFree || f.gen&tcpTokenGenMask != uint32(tok>>32)&tcpTokenGenMask {
+	if f.state == stats.TCPFree || f.gen&tcpTokenGenMask != uint32(tok>>32)&tcpTokenGenMask {
 		return nil
 	}
 	return f
 }
 
-func (t *tcpTable) setState(f *tcpFlow, s tcpState) {
+func (t *tcpTable) setState(f *tcpFlow, s stats.TCPState) {
 	if f.state == s {
 		return
 	}
-	if f.state != tcpFree {
+	if f.state != stats.TCPFree {
 		t.stats.ConnsByState[f.state].Add(-1)
 	}
-	if s != tcpFree {
+	if s != stats.TCPFree {
 		t.stats.ConnsByState[s].Add(1)
 	}
 	f.state = s
@@ -214,7 +215,7 @@ func (t *tcpTable) alloc(key tcpKey) *tcpFlow {
 // release returns f's slot. The socket must be closed already, and f must
 // not be in the output list (output passes skip free slots anyway).
 func (t *tcpTable) release(f *tcpFlow) {
-	if f.state == tcpFree {
+	if f.state == stats.TCPFree {
 		return
 	}
 	if s, ok := t.byKey[f.key]; ok && s == f.slot {
@@ -228,7 +229,7 @@ func (t *tcpTable) release(f *tcpFlow) {
 			break
 		}
 	}
-	t.setState(f, tcpFree)
+	t.setState(f, stats.TCPFree)
 	f.gen++
 	if f.flags&flDirty == 0 {
 		t.free = append(t.free, f.slot)
@@ -262,7 +263,7 @@ func (t *tcpTable) resetFlow(f *tcpFlow, now time.Time) {
 	t.closeSocket(f, true)
 	f.flags |= flRstDue
 	f.lastActivity = now // the deadline for getting the RST out runs from here
-	t.setState(f, tcpResetting)
+	t.setState(f, stats.TCPResetting)
 	t.markDirty(f)
 }
 
@@ -310,7 +311,7 @@ func (t *tcpTable) updateEpoll(f *tcpFlow) {
 	switch {
 	case f.flags&flConnected == 0:
 		ev = unix.EPOLLOUT // connect() completion, once
-	case f.state == tcpSynSent:
+	case f.state == stats.TCPSynSent:
 		ev = unix.EPOLLET // the guest has not accepted yet: read once established
 	case f.has(evGuestFinSent):
 		ev = unix.EPOLLET // nothing more to read; ERR and HUP are always reported

@@ -8,6 +8,7 @@ import (
 
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -40,13 +41,13 @@ const (
 
 // txPath holds the per-loop scratch state of the TX side.
 type txPath struct {
-	chains  [txBatchMax]virtqueue.Chain
-	hdr     virtqueue.NetHdr
-	head    [virtqueue.NetHdrLen + txHeadLen]byte
-	full    [txFullMax]byte
-	pkt     header.Packet // the frame being dispatched, parsed
-	broken  bool
-	lastLog time.Time // rate limit for the per-frame debug line
+	chains   [txBatchMax]virtqueue.Chain
+	hdr      virtqueue.NetHdr
+	head     [virtqueue.NetHdrLen + txHeadLen]byte
+	full     [txFullMax]byte
+	pkt      header.Packet // the frame being dispatched, parsed
+	broken   bool
+	logLimit stats.Limiter // the per-frame debug line
 }
 
 // processTX drains the TX ring in batches with kicks disabled, re-enabling
@@ -89,7 +90,7 @@ func (l *loop) txBatch() (full bool) {
 		ok, err := q.Pop(&l.tx.chains[n])
 		if err != nil {
 			l.tx.broken = true
-			l.st.TX.Drops[DropQueueBroken].Add(1)
+			l.st.TX.Drops[stats.DropQueueBroken].Add(1)
 			l.log.Error("TX ring broken: guest frames are ignored until the ring is reset", "err", err)
 			break
 		}
@@ -120,12 +121,12 @@ func (l *loop) handleTXFrame(c *virtqueue.Chain) {
 	total := c.ReadableLen()
 	st.TX.Frames.Add(1)
 	if !l.qp.TXEnabled {
-		st.TX.Drops[DropRingDisabled].Add(1)
+		st.TX.Drops[stats.DropRingDisabled].Add(1)
 		return
 	}
 	hl := l.rx.vhLen
 	if total < hl+ethHdrLen {
-		st.TX.Drops[DropRunt].Add(1)
+		st.TX.Drops[stats.DropRunt].Add(1)
 		return
 	}
 	frameLen := total - hl
@@ -142,17 +143,17 @@ func (l *loop) handleTXFrame(c *virtqueue.Chain) {
 	}
 	switch binary.BigEndian.Uint16(head[12:14]) {
 	case etherTypeARP:
-		st.TXByEtherType[EtherARP].Add(1)
-		l.serve(SvcARP, head)
+		st.TXByEtherType[stats.EtherARP].Add(1)
+		l.serve(stats.SvcARP, head)
 	case etherTypeIPv4:
-		st.TXByEtherType[EtherIPv4].Add(1)
+		st.TXByEtherType[stats.EtherIPv4].Add(1)
 		l.handleIPv4(c, head, frameLen)
 	case etherTypeIPv6:
-		st.TXByEtherType[EtherIPv6].Add(1)
+		st.TXByEtherType[stats.EtherIPv6].Add(1)
 		l.handleIPv6(c, head, frameLen)
 	default:
-		st.TXByEtherType[EtherOther].Add(1)
-		st.TX.Drops[DropUnknownEtherType].Add(1)
+		st.TXByEtherType[stats.EtherOther].Add(1)
+		st.TX.Drops[stats.DropUnknownEtherType].Add(1)
 		l.logUnknown("unknown ethertype", head)
 	}
 }
@@ -164,7 +165,7 @@ func (l *loop) fullFrame(c *virtqueue.Chain, head []byte, frameLen int) []byte {
 		return head
 	}
 	if frameLen > len(l.tx.full) {
-		l.st.TX.Drops[DropOversize].Add(1)
+		l.st.TX.Drops[stats.DropOversize].Add(1)
 		return nil
 	}
 	n := header.CopyFromIovecs(l.tx.full[:frameLen], c.Readable, l.rx.vhLen)
@@ -175,12 +176,12 @@ func (l *loop) fullFrame(c *virtqueue.Chain, head []byte, frameLen int) []byte {
 func (l *loop) handleIPv4(c *virtqueue.Chain, head []byte, frameLen int) {
 	ip := head[ethHdrLen:]
 	if len(ip) < 20 || ip[0]>>4 != 4 {
-		l.st.TX.Drops[DropMalformed].Add(1)
+		l.st.TX.Drops[stats.DropMalformed].Add(1)
 		return
 	}
 	ihl := int(ip[0]&0xf) * 4
 	if ihl < 20 || len(ip) < ihl {
-		l.st.TX.Drops[DropMalformed].Add(1)
+		l.st.TX.Drops[stats.DropMalformed].Add(1)
 		return
 	}
 	proto := ip[9]
@@ -193,7 +194,7 @@ func (l *loop) handleIPv4(c *virtqueue.Chain, head []byte, frameLen int) {
 		dport := binary.BigEndian.Uint16(ip[ihl+2:])
 		if dport == 67 {
 			if f := l.fullFrame(c, head, frameLen); f != nil {
-				l.serve(SvcDHCP, f)
+				l.serve(stats.SvcDHCP, f)
 			}
 			return
 		}
@@ -201,7 +202,7 @@ func (l *loop) handleIPv4(c *virtqueue.Chain, head []byte, frameLen int) {
 	if l.handleIPv4Flow(c, head, frameLen, ihl, proto) {
 		return
 	}
-	l.st.TX.Drops[DropUnhandledProtocol].Add(1)
+	l.st.TX.Drops[stats.DropUnhandledProtocol].Add(1)
 	l.logUnknown("untranslated IPv4", head)
 }
 
@@ -209,7 +210,7 @@ func (l *loop) handleIPv4(c *virtqueue.Chain, head []byte, frameLen int) {
 func (l *loop) handleIPv6(c *virtqueue.Chain, head []byte, frameLen int) {
 	ip := head[ethHdrLen:]
 	if len(ip) < 40 || ip[0]>>4 != 6 {
-		l.st.TX.Drops[DropMalformed].Add(1)
+		l.st.TX.Drops[stats.DropMalformed].Add(1)
 		return
 	}
 	next := ip[6]
@@ -220,11 +221,11 @@ func (l *loop) handleIPv6(c *virtqueue.Chain, head []byte, frameLen int) {
 		pl := int(binary.BigEndian.Uint16(ip[4:6]))
 		ul, err := header.IPv6(ip[:min(len(ip), ipv6HdrLen+pl)]).UpperLayer()
 		if err != nil {
-			l.st.TX.Drops[DropMalformed].Add(1)
+			l.st.TX.Drops[stats.DropMalformed].Add(1)
 			return
 		}
 		if ul.Fragment {
-			l.fragDrop(FragUnsupported) // only directly after the IPv6 header
+			l.fragDrop(stats.FragUnsupported) // only directly after the IPv6 header
 			return
 		}
 		next, l4off = uint8(ul.Protocol), ul.Offset
@@ -237,14 +238,14 @@ func (l *loop) handleIPv6(c *virtqueue.Chain, head []byte, frameLen int) {
 	case ipProtoICMPv6:
 		if len(l4) >= 1 && l4[0] >= 133 && l4[0] <= 137 { // RS, RA, NS, NA, redirect
 			if f := l.fullFrame(c, head, frameLen); f != nil {
-				l.serve(SvcNDP, f)
+				l.serve(stats.SvcNDP, f)
 			}
 			return
 		}
 	case ipProtoUDP:
 		if len(l4) >= 8 && binary.BigEndian.Uint16(l4[2:]) == 547 {
 			if f := l.fullFrame(c, head, frameLen); f != nil {
-				l.serve(SvcDHCPv6, f)
+				l.serve(stats.SvcDHCPv6, f)
 			}
 			return
 		}
@@ -252,7 +253,7 @@ func (l *loop) handleIPv6(c *virtqueue.Chain, head []byte, frameLen int) {
 	if l.handleIPv6Flow(c, head, frameLen, next, l4off) {
 		return
 	}
-	l.st.TX.Drops[DropUnhandledProtocol].Add(1)
+	l.st.TX.Drops[stats.DropUnhandledProtocol].Add(1)
 	l.logUnknown("untranslated IPv6", head)
 }
 
@@ -269,23 +270,23 @@ func isIPv6ExtensionHeader(next uint8) bool {
 
 // serve lets link service svc answer frame; a reply is queued for the guest
 // and counted by what the service says it built.
-func (l *loop) serve(svc Service, frame []byte) {
+func (l *loop) serve(svc stats.Service, frame []byte) {
 	p := &l.tx.pkt
 	if header.ParseFrame(frame, len(frame), p) != nil {
 		return
 	}
 	var answer func(*header.Packet, []byte, []byte) (int, linksvc.Reply)
 	switch svc {
-	case SvcARP:
+	case stats.SvcARP:
 		answer = l.link.ARP
-	case SvcDHCP:
+	case stats.SvcDHCP:
 		answer = l.link.DHCP
-	case SvcDHCPv6:
+	case stats.SvcDHCPv6:
 		answer = l.link.DHCPv6
-	case SvcNDP:
+	case stats.SvcNDP:
 		answer = l.link.NDP
 	default:
-		l.st.TX.Drops[DropUnhandledProtocol].Add(1)
+		l.st.TX.Drops[stats.DropUnhandledProtocol].Add(1)
 		return
 	}
 	n, kind := answer(p, frame, l.pending.next())
@@ -293,8 +294,23 @@ func (l *loop) serve(svc Service, frame []byte) {
 		return
 	}
 	l.st.ServiceReplies[svc].Add(1)
-	l.st.countServiceReply(svc, kind)
+	countServiceReply(l.st, svc, kind)
 	l.queueReply(n)
+}
+
+// countServiceReply counts a link-service reply by what the service says
+// it built.
+func countServiceReply(st *stats.Queue, svc stats.Service, r linksvc.Reply) {
+	switch {
+	case svc == stats.SvcDHCP && r == linksvc.ReplyLease:
+		st.Proto.DHCPLeases.Add(1)
+	case svc == stats.SvcDHCPv6 && r == linksvc.ReplyLease:
+		st.Proto.DHCPv6Leases.Add(1)
+	case r == linksvc.ReplyRouterAdvert:
+		st.Proto.RouterAdverts.Add(1)
+	case r == linksvc.ReplyNeighborAdvert:
+		st.Proto.NeighborAdverts.Add(1)
+	}
 }
 
 // learnGuestMAC remembers the guest's unicast source address, so frames we
@@ -318,11 +334,9 @@ func (l *loop) logUnknown(what string, head []byte) {
 	if !l.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	now := time.Now()
-	if now.Sub(l.tx.lastLog) < time.Second {
+	if ok, _ := l.tx.logLimit.Allow(time.Now(), time.Second); !ok {
 		return
 	}
-	l.tx.lastLog = now
 	et := binary.BigEndian.Uint16(head[12:14])
 	proto := -1
 	switch {

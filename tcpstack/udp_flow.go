@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -84,7 +85,7 @@ func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int
 	}
 	var ip l3Info
 	if !parseL3v4(head, frameLen, ihl, &ip) {
-		l.st.TX.Drops[DropMalformed].Add(1)
+		l.st.TX.Drops[stats.DropMalformed].Add(1)
 		return true
 	}
 	switch proto {
@@ -115,7 +116,7 @@ func (l *loop) handleIPv6Flow(c *virtqueue.Chain, head []byte, frameLen int, nex
 	}
 	var ip l3Info
 	if !parseL3v6(head, frameLen, l4off, &ip) {
-		l.st.TX.Drops[DropMalformed].Add(1)
+		l.st.TX.Drops[stats.DropMalformed].Add(1)
 		return true
 	}
 	if next == ipProtoUDP {
@@ -130,7 +131,7 @@ func (l *loop) handleIPv6Flow(c *virtqueue.Chain, head []byte, frameLen int, nex
 func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 	st := l.st
 	if ip.l4Len < udpHdrLen || len(head) < ip.l4Off+udpHdrLen {
-		st.udpDrop(FromGuest, DropMalformed)
+		st.UDPDrop(stats.FromGuest, stats.DropMalformed)
 		return
 	}
 	u := head[ip.l4Off:]
@@ -138,19 +139,19 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 	if ulen < udpHdrLen || ulen > ip.l4Len {
 		// Length 0 over IPv6 would be a jumbogram's, which no link of
 		// ours carries: malformed like any other short length.
-		st.udpDrop(FromGuest, DropMalformed)
+		st.UDPDrop(stats.FromGuest, stats.DropMalformed)
 		return
 	}
 	ft := l.flows
 	key := flowKey{kind: flowUDP, v6: ip.v6, guestIP: ip.src, remoteIP: ip.dst,
 		guestPort: binary.BigEndian.Uint16(u[0:2]), remotePort: binary.BigEndian.Uint16(u[2:4])}
 	if key.remotePort == 0 {
-		st.udpDrop(FromGuest, DropMalformed)
+		st.UDPDrop(stats.FromGuest, stats.DropMalformed)
 		return
 	}
 	i, why, ok := ft.lookup(&key)
 	if !ok {
-		st.Proto.UDPDrops[FromGuest][why].Add(1) // lookup counted the TX drop
+		st.Proto.UDPDrops[stats.FromGuest][why].Add(1) // lookup counted the TX drop
 		return
 	}
 	fd := ft.flows[i].fd
@@ -163,7 +164,7 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 		if n/seg > maxUSOSegments {
 			// A tiny segment size would turn one frame into thousands of
 			// system calls; no real driver does that.
-			st.udpDrop(FromGuest, DropMalformed)
+			st.UDPDrop(stats.FromGuest, stats.DropMalformed)
 			return
 		}
 	}
@@ -178,10 +179,10 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 			}
 		}
 		if err != nil {
-			st.udpDrop(FromGuest, DropSendError)
+			st.UDPDrop(stats.FromGuest, stats.DropSendError)
 		} else {
-			st.Proto.UDPDatagrams[FromGuest].Add(1)
-			st.Proto.UDPBytes[FromGuest].Add(uint64(m))
+			st.Proto.UDPDatagrams[stats.FromGuest].Add(1)
+			st.Proto.UDPBytes[stats.FromGuest].Add(uint64(m))
 		}
 		off += m
 		n -= m
@@ -215,7 +216,7 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 		case rxNoFit, rxBroken:
 			// The guest can never take it: consume and count.
 			if n, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
-				ft.st.udpDrop(ToGuest, DropNoFit)
+				ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 				continue
 			}
 			return flowDrained
@@ -234,7 +235,7 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 					return flowBlocked
 				}
 				if n, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
-					ft.st.udpDrop(ToGuest, DropNoFit)
+					ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 					continue
 				}
 				return flowDrained
@@ -256,14 +257,14 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 		}
 		if mflags&unix.MSG_TRUNC != 0 {
 			w.Abort()
-			ft.st.udpDrop(ToGuest, DropNoFit)
+			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 			continue
 		}
 		f.lastUsed = ft.now
 		vh := ft.buildUDPHeaders(l, rv.hdr, &f.key, w.iov[:niov], n)
 		w.Commit(n, &vh)
-		ft.st.Proto.UDPDatagrams[ToGuest].Add(1)
-		ft.st.Proto.UDPBytes[ToGuest].Add(uint64(n))
+		ft.st.Proto.UDPDatagrams[stats.ToGuest].Add(1)
+		ft.st.Proto.UDPBytes[stats.ToGuest].Add(uint64(n))
 	}
 	return flowBudgetUsed
 }
@@ -275,7 +276,7 @@ func (ft *flowTable) discardAll(fd int) flowRead {
 		if _, _, err := ft.io.recv(fd, ft.discardIO[:], 0); err != nil {
 			return flowDrained
 		}
-		ft.st.RX.Drops[DropRingDisabled].Add(1)
+		ft.st.RX.Drops[stats.DropRingDisabled].Add(1)
 	}
 }
 

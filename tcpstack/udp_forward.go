@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"unsafe"
 
+	"vunet/tcpstack/stats"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -159,7 +161,7 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 		case rxOK:
 		case rxNoFit, rxBroken:
 			if _, _, err := ft.io.recv(lis.fd, ft.discardIO[:], 0); err == nil {
-				ft.st.udpDrop(ToGuest, DropNoFit)
+				ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 				continue
 			}
 			return flowDrained
@@ -173,7 +175,7 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 					return flowBlocked
 				}
 				if _, _, err := ft.io.recv(lis.fd, ft.discardIO[:], 0); err == nil {
-					ft.st.udpDrop(ToGuest, DropNoFit)
+					ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 					continue
 				}
 				return flowDrained
@@ -192,16 +194,16 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 		if mflags&unix.MSG_TRUNC != 0 || !ok || !kok {
 			w.Abort()
 			if mflags&unix.MSG_TRUNC != 0 {
-				ft.st.udpDrop(ToGuest, DropNoFit)
+				ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 			} else {
-				ft.st.udpDrop(ToGuest, DropNoFlow)
+				ft.st.UDPDrop(stats.ToGuest, stats.DropNoFlow)
 			}
 			continue
 		}
 		vh := ft.buildUDPHeaders(l, rv.hdr, &key, w.iov[:niov], n)
 		w.Commit(n, &vh)
-		ft.st.Proto.UDPDatagrams[ToGuest].Add(1)
-		ft.st.Proto.UDPBytes[ToGuest].Add(uint64(n))
+		ft.st.Proto.UDPDatagrams[stats.ToGuest].Add(1)
+		ft.st.Proto.UDPBytes[stats.ToGuest].Add(uint64(n))
 		ft.forwardFlow(lis, &key, peer)
 	}
 	return flowBudgetUsed
@@ -258,7 +260,7 @@ func (ft *flowTable) forwardFlow(lis *udpListener, key *flowKey, peer netip.Addr
 	}
 	if err != nil {
 		// The guest's replies then leave from another port; counted.
-		ft.st.TX.Drops[DropNoFlow].Add(1)
+		ft.st.TX.Drops[stats.DropNoFlow].Add(1)
 		ft.warn("cannot open reply socket for forwarded UDP peer", "peer", peer, "err", err)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/stats"
 )
 
 // TestUDPForward: a datagram from a host peer to a forwarded port reaches
@@ -89,13 +90,13 @@ func TestUDPForward(t *testing.T) {
 			if len(got) != 2 {
 				t.Fatalf("%d UDP frames to the guest, want 2", len(got))
 			}
-			if st.FlowsOpened.Load() != 1 || st.TX.Drops[DropNoFlow].Load() != 0 || st.TX.Drops[DropSendError].Load() != 0 {
+			if st.FlowsOpened.Load() != 1 || st.TX.Drops[stats.DropNoFlow].Load() != 0 || st.TX.Drops[stats.DropSendError].Load() != 0 {
 				t.Errorf("flows %d no_flow %d send errors %d", st.FlowsOpened.Load(),
-					st.TX.Drops[DropNoFlow].Load(), st.TX.Drops[DropSendError].Load())
+					st.TX.Drops[stats.DropNoFlow].Load(), st.TX.Drops[stats.DropSendError].Load())
 			}
-			if st.Proto.UDPDatagrams[ToGuest].Load() != 2 || st.Proto.UDPDatagrams[FromGuest].Load() != 1 || st.Proto.UDPFlows.Load() != 1 {
-				t.Errorf("udp datagrams to guest %d from guest %d, flows %d", st.Proto.UDPDatagrams[ToGuest].Load(),
-					st.Proto.UDPDatagrams[FromGuest].Load(), st.Proto.UDPFlows.Load())
+			if st.Proto.UDPDatagrams[stats.ToGuest].Load() != 2 || st.Proto.UDPDatagrams[stats.FromGuest].Load() != 1 || st.Proto.UDPFlows.Load() != 1 {
+				t.Errorf("udp datagrams to guest %d from guest %d, flows %d", st.Proto.UDPDatagrams[stats.ToGuest].Load(),
+					st.Proto.UDPDatagrams[stats.FromGuest].Load(), st.Proto.UDPFlows.Load())
 			}
 			s.Close()
 			if c2, err := net.ListenUDP(tc.network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(tc.host, port))); err != nil {

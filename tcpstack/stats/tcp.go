@@ -1,27 +1,30 @@
-package tcpstack
+package stats
 
 import "sync/atomic"
 
-// tcpState is a connection's coarse state, for the state machine and the
-// connections-by-state gauge.
-type tcpState uint8
+// TCPState is a TCP connection's coarse state: the translation's state
+// machine (package tcp) runs on these values, and the connections-by-state
+// gauge counts them.
+type TCPState uint8
 
+// Connection states.
 const (
-	tcpFree        tcpState = iota // slot unused
-	tcpConnecting                  // guest SYN seen, host connect() pending
-	tcpSynAckSent                  // host connected, SYN-ACK to the guest, waiting for its ACK
-	tcpSynSent                     // host peer accepted on a forwarded port, SYN to the guest, waiting for its SYN-ACK
-	tcpEstablished                 // data both ways
-	tcpClosing                     // a FIN went or came on either side
-	tcpResetting                   // socket gone; an RST to the guest is still due
-	numTCPStates
+	TCPFree        TCPState = iota // slot unused
+	TCPConnecting                  // guest SYN seen, host connect() pending
+	TCPSynAckSent                  // host connected, SYN-ACK to the guest, waiting for its ACK
+	TCPSynSent                     // host peer accepted on a forwarded port, SYN to the guest, waiting for its SYN-ACK
+	TCPEstablished                 // data both ways
+	TCPClosing                     // a FIN went or came on either side
+	TCPResetting                   // socket gone; an RST to the guest is still due
+	// NumTCPStates is the number of states (array size).
+	NumTCPStates
 )
 
-var tcpStateNames = [numTCPStates]string{"free", "connecting", "syn_ack_sent", "syn_sent", "established", "closing", "resetting"}
+var tcpStateNames = [NumTCPStates]string{"free", "connecting", "syn_ack_sent", "syn_sent", "established", "closing", "resetting"}
 
 // String returns the metric label value of the state.
-func (s tcpState) String() string {
-	if s < numTCPStates {
+func (s TCPState) String() string {
+	if s < NumTCPStates {
 		return tcpStateNames[s]
 	}
 	return "unknown"
@@ -51,12 +54,12 @@ func (c TCPRetransCause) String() string {
 	return "unknown"
 }
 
-// TCPStats counts TCP translation events of one table. All fields are
+// TCP counts TCP translation events of one queue pair. All fields are
 // atomics so metrics read them at scrape time while the loop writes them.
-type TCPStats struct {
+type TCP struct {
 	// ConnsByState is a gauge of live connections per state, indexed by the
 	// state number (see TCPStateName).
-	ConnsByState [numTCPStates]atomic.Int64
+	ConnsByState [NumTCPStates]atomic.Int64
 	// Connects counts host connect() attempts; ConnectFailures those refused,
 	// unreachable or timed out.
 	Connects, ConnectFailures atomic.Uint64
@@ -80,4 +83,4 @@ type TCPStats struct {
 }
 
 // TCPStateName returns the label of state number i of ConnsByState.
-func TCPStateName(i int) string { return tcpState(i).String() }
+func TCPStateName(i int) string { return TCPState(i).String() }

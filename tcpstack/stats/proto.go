@@ -1,12 +1,8 @@
-package tcpstack
+package stats
 
-import (
-	"sync/atomic"
+import "sync/atomic"
 
-	"vunet/tcpstack/linksvc"
-)
-
-// FlowDir is a direction of translated traffic for [ProtoStats].
+// FlowDir is a direction of translated traffic for [Proto].
 type FlowDir uint8
 
 // Directions.
@@ -27,17 +23,17 @@ func (d FlowDir) String() string {
 	return "unknown"
 }
 
-// ProtoStats counts UDP and ICMP translation and what the link services
+// Proto counts UDP and ICMP translation and what the link services
 // handed out. All fields are atomics, written by the pair's loop and read
 // by metrics at scrape time.
-type ProtoStats struct {
+type Proto struct {
 	// UDPFlows and ICMPFlows are the live flows (gauges).
 	UDPFlows, ICMPFlows atomic.Int64
 	// UDPDatagrams and UDPBytes (payload) count datagrams translated, by
 	// direction.
 	UDPDatagrams, UDPBytes [NumFlowDirs]atomic.Uint64
 	// UDPDrops counts UDP datagrams dropped, by direction and reason (they
-	// are counted in DirStats.Drops as well).
+	// are counted in Dir.Drops as well).
 	UDPDrops [NumFlowDirs][NumDropReasons]atomic.Uint64
 	// ICMPEchoRequests counts guest echo requests sent out of a ping
 	// socket; ICMPEchoReplies the replies delivered to the guest.
@@ -52,28 +48,38 @@ type ProtoStats struct {
 	Fragments [NumFragOutcomes]atomic.Uint64
 }
 
-// udpDrop counts a dropped UDP datagram in both the direction's drops and
-// the UDP ones.
-func (st *QueueStats) udpDrop(d FlowDir, r DropReason) {
-	if d == ToGuest {
-		st.RX.Drops[r].Add(1)
-	} else {
-		st.TX.Drops[r].Add(1)
-	}
-	st.Proto.UDPDrops[d][r].Add(1)
-}
+// FragOutcome classifies IP fragments from the guest for
+// [Proto.Fragments].
+type FragOutcome uint8
 
-// countServiceReply counts a link-service reply by what the service says
-// it built.
-func (st *QueueStats) countServiceReply(svc Service, r linksvc.Reply) {
-	switch {
-	case svc == SvcDHCP && r == linksvc.ReplyLease:
-		st.Proto.DHCPLeases.Add(1)
-	case svc == SvcDHCPv6 && r == linksvc.ReplyLease:
-		st.Proto.DHCPv6Leases.Add(1)
-	case r == linksvc.ReplyRouterAdvert:
-		st.Proto.RouterAdverts.Add(1)
-	case r == linksvc.ReplyNeighborAdvert:
-		st.Proto.NeighborAdverts.Add(1)
+// Fragment outcomes.
+const (
+	// FragReceived: a fragment was taken into a reassembly buffer.
+	FragReceived FragOutcome = iota
+	// FragReassembled: a datagram was completed and translated.
+	FragReassembled
+	// FragOverlap: a fragment overlapped (or repeated) one already held;
+	// the datagram was discarded.
+	FragOverlap
+	// FragInvalid: inconsistent lengths, or a datagram over 65535 bytes.
+	FragInvalid
+	// FragTimeout: a datagram not completed within 30 seconds.
+	FragTimeout
+	// FragEvicted: a datagram whose buffer a newer one took (pool full).
+	FragEvicted
+	// FragUnsupported: a TCP fragment, or an IPv6 fragment behind other
+	// extension headers.
+	FragUnsupported
+	// NumFragOutcomes is the number of outcomes (array size).
+	NumFragOutcomes
+)
+
+var fragOutcomeNames = [NumFragOutcomes]string{"received", "reassembled", "overlap", "invalid", "timeout", "evicted", "unsupported"}
+
+// String returns the metric label value for the outcome.
+func (o FragOutcome) String() string {
+	if o < NumFragOutcomes {
+		return fragOutcomeNames[o]
 	}
+	return "unknown"
 }

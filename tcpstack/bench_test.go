@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
@@ -83,11 +84,11 @@ func BenchmarkRXWriteFrame(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				p.rx.repost(heads)
 				for j := 0; j < 64; j++ {
-					if s := l.rx.writeFrame(frame, 0); s != rxOK {
+					if s := l.rx.WriteFrame(frame, 0); s != guestring.OK {
 						b.Fatalf("writeFrame: %v", s)
 					}
 				}
-				l.rx.publish()
+				l.rx.Publish()
 			}
 		})
 	}
@@ -188,7 +189,7 @@ func BenchmarkUDPToGuest(b *testing.B) {
 				}
 				for l.flows.flush(l) {
 				}
-				l.rx.publish()
+				l.rx.Publish()
 			}
 			b.StopTimer()
 			if got := l.st.RX.Frames.Load(); got < uint64(b.N*64) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
 )
 
@@ -125,11 +126,11 @@ func BenchmarkCaptureRXWriteFrame(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		p.rx.repost(heads)
 		for j := 0; j < 64; j++ {
-			if s := l.rx.writeFrame(frame, 0); s != rxOK {
+			if s := l.rx.WriteFrame(frame, 0); s != guestring.OK {
 				b.Fatalf("writeFrame: %v", s)
 			}
 		}
-		l.rx.publish()
+		l.rx.Publish()
 	}
 	b.StopTimer()
 	if cp.frames != b.N*64 {

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
@@ -43,7 +44,7 @@ func (l *loop) icmpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) bool {
 	}
 	// The whole message goes out as the guest built it; the kernel rewrites
 	// the identifier and the checksum.
-	if _, err := ft.io.send(ft.flows[i].fd, c.Readable, l.rx.vhLen+ip.l4Off, ip.l4Len); err != nil {
+	if _, err := ft.io.send(ft.flows[i].fd, c.Readable, l.vhLen+ip.l4Off, ip.l4Len); err != nil {
 		l.st.TX.Drops[stats.DropSendError].Add(1)
 	} else {
 		l.st.Proto.ICMPEchoRequests.Add(1)
@@ -76,13 +77,13 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 		proto = header.IPProtocolICMPv6
 	}
 	for b := 0; b < flowBudget; b++ {
-		if !w.enable {
+		if !w.Enabled() {
 			return ft.discardAll(f.fd)
 		}
-		rv, niov, _, s := w.reserve(hl, maxPay)
+		hdr, pay, s := w.Reserve(hl, maxPay)
 		switch s {
-		case rxOK:
-		case rxNoFit, rxBroken:
+		case guestring.OK:
+		case guestring.NoFit, guestring.Broken:
 			if _, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil {
 				ft.st.RX.Drops[stats.DropNoFit].Add(1)
 				continue
@@ -91,7 +92,7 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 		default:
 			return flowBlocked
 		}
-		n, mflags, err := ft.io.recv(f.fd, w.iov[:niov], 0)
+		n, mflags, err := ft.io.recv(f.fd, pay, 0)
 		if err != nil {
 			w.Abort()
 			if errors.Is(err, unix.EAGAIN) {
@@ -105,12 +106,12 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 			continue
 		}
 		f.lastUsed = ft.now
-		payload := w.iov[:niov]
+		payload := pay
 		var idb [2]byte
 		binary.BigEndian.PutUint16(idb[:], f.key.guestPort)
 		header.WriteIovecs(payload, 4, idb[:])
 		header.WriteIovecs(payload, 2, []byte{0, 0})
-		ft.buildL2L3(l, rv.hdr, &f.key, proto, n)
+		ft.buildL2L3(l, hdr, &f.key, proto, n)
 		var sum uint16
 		if f.key.v6 {
 			sum = header.PseudoHeaderChecksum(proto, f.key.remoteAddr(), f.key.guestAddr(), uint32(n))

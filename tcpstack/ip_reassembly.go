@@ -165,7 +165,7 @@ func (l *loop) addFragment(c *virtqueue.Chain, fr *fragment) {
 	for i := first; i < last; i++ {
 		b.blocks[i/64] |= 1 << (i % 64)
 	}
-	header.CopyFromIovecs(b.buf[fragHeadroom+fr.off:fragHeadroom+fr.off+fr.n], c.Readable, l.rx.vhLen+fr.dataOff)
+	header.CopyFromIovecs(b.buf[fragHeadroom+fr.off:fragHeadroom+fr.off+fr.n], c.Readable, l.vhLen+fr.dataOff)
 	b.received += fr.n
 	b.maxEnd = max(b.maxEnd, fr.off+fr.n)
 	if !fr.more {
@@ -229,7 +229,7 @@ func (p *fragPool) find(l *loop, key *fragKey) *fragBuf {
 // unfragmented frame behind a zero virtio-net header, and runs it through
 // the TX handlers as a one-buffer chain.
 func (l *loop) dispatchReassembled(b *fragBuf) {
-	vh := l.rx.vhLen
+	vh := l.vhLen
 	l3 := b.ipHdrLen
 	start := fragHeadroom - l3 - ethHdrLen - vh
 	frame := b.buf[start : fragHeadroom+b.total]

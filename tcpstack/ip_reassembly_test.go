@@ -93,7 +93,7 @@ func newFragLoop(t *testing.T) *fragLoop {
 
 // send hands one frame to the TX path as a chain would.
 func (f *fragLoop) send(frame []byte) {
-	vh := f.l.rx.vhLen
+	vh := f.l.vhLen
 	b := append(make([]byte, vh), frame...)
 	f.chain.Readable = [][]byte{b}
 	f.l.handleTXFrame(&f.chain)
@@ -291,7 +291,7 @@ func BenchmarkReassembleUDP(b *testing.B) {
 	l.flows.now = l.now
 	var frames [][]byte
 	for _, pc := range split(udpDatagram(testGuest4, testGw4, 40000, port, make([]byte, 3000)), 1480) {
-		frames = append(frames, append(make([]byte, l.rx.vhLen), fragFrame(testGuest4, testGw4, ipProtoUDP, 7, pc)...))
+		frames = append(frames, append(make([]byte, l.vhLen), fragFrame(testGuest4, testGw4, ipProtoUDP, 7, pc)...))
 	}
 	var chain virtqueue.Chain
 	iov := make([][]byte, 1)

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
@@ -36,13 +37,14 @@ type loop struct {
 	link      *linksvc.Link // ARP, DHCP, DHCPv6, NDP answers and announcements
 	nextRA    time.Time     // next unsolicited Router Advertisement; zero: none
 	tx        txPath
-	rx        rxWriter
+	rx        guestring.Writer
 	pending   replyRing
 	flows     *flowTable
 	tcp       *tcpTable
 	frag      *fragPool // IP reassembly buffers (ip_reassembly.go)
 	now       time.Time // taken once per iteration
 	mtu       int       // guest MTU the TCP table was last told
+	vhLen     int       // virtio-net header length the features give (both rings)
 	guestCsum bool      // VIRTIO_NET_F_GUEST_CSUM: frames to the guest may carry partial checksums
 	rxWaiting bool      // producers wait for RX descriptors: RX kicks are enabled
 	tcpRXWait bool      // the TCP output is blocked on RX descriptors (counted once per wait)
@@ -76,8 +78,9 @@ func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState) (*loop, error) {
 		done:    make(chan struct{}),
 		frag:    new(fragPool),
 	}
-	l.rx.init(qp.RX, st, l.log, qp.Features, qp.RXEnabled)
-	l.rx.setCapture(s.cfg.Capture, qp.Index)
+	l.rx.Init(qp.RX, st, l.log, qp.Features, qp.RXEnabled)
+	l.rx.SetCapture(s.cfg.Capture, qp.Index)
+	l.vhLen = virtqueue.NetHdrLenFor(qp.Features)
 	l.guestCsum = virtqueue.HasFeature(qp.Features, virtqueue.FeatureNetGuestCsum)
 	l.link = linksvc.New(&s.cfg.Addr)
 	if err := l.openFDs(); err != nil {
@@ -234,13 +237,13 @@ func (l *loop) run() {
 // iterate does one round of work: guest frames (when tx), frames for the
 // guest, and one publication of the RX used ring.
 func (l *loop) iterate(tx bool) {
-	l.rx.starved, l.rx.limited = false, false
+	l.rx.BeginIteration()
 	txMore := false
 	if tx {
 		txMore = l.processTX()
 	}
 	more := l.produceRX()
-	if l.rx.starved && l.rx.enable {
+	if l.rx.Starved() && l.rx.Enabled() {
 		// Enable kicks while our reservations are still popped: with
 		// EVENT_IDX avail_event then points past everything the guest has
 		// posted, so its next refill kicks us even after we Unpop.
@@ -250,8 +253,8 @@ func (l *loop) iterate(tx bool) {
 		l.rxWaiting = false
 		l.qp.RX.DisableKicks()
 	}
-	l.rx.publish()
-	l.again = txMore || more || l.rx.limited
+	l.rx.Publish()
+	l.again = txMore || more || l.rx.Limited()
 	l.armTimer()
 }
 
@@ -280,22 +283,22 @@ func (l *loop) deliverPending() {
 			l.pending.pop()
 			continue
 		}
-		switch l.rx.writeFrame(p.buf[:p.n], 0) {
-		case rxOK:
+		switch l.rx.WriteFrame(p.buf[:p.n], 0) {
+		case guestring.OK:
 			l.popPending(p)
-		case rxNoFit:
+		case guestring.NoFit:
 			l.st.RX.Drops[stats.DropNoFit].Add(1)
 			l.popPending(p)
-		case rxBroken:
+		case guestring.Broken:
 			l.st.RX.Drops[stats.DropQueueBroken].Add(1)
 			l.popPending(p)
-		case rxNoDesc:
+		case guestring.NoDesc:
 			if !p.waited {
 				p.waited = true
 				l.st.RXWaitedForDescriptors.Add(1)
 			}
 			return
-		default: // rxLimited: try again next iteration
+		default: // Limited: try again next iteration
 			return
 		}
 	}
@@ -386,7 +389,7 @@ func (l *loop) shutdown() {
 // fault here too (shrunk just as the pair stops).
 func (l *loop) leaveRings() {
 	defer l.recoverFault()
-	l.rx.publish()
+	l.rx.Publish()
 	// TX chains are flushed per batch, but bad chains Pop staged after the
 	// last batch's Flush would be counted in LastAvail and never reach
 	// used.idx.

@@ -26,7 +26,7 @@ func (l *loop) attachTCP() {
 // tcpFromGuest passes a guest TCP segment to the table; payload goes from
 // the chain's guest memory straight to the host socket.
 func (l *loop) tcpFromGuest(c *virtqueue.Chain, head []byte, frameLen int) {
-	if !l.tcp.HandleGuestFrame(l.now, head, c.Readable, l.rx.vhLen, frameLen) {
+	if !l.tcp.HandleGuestFrame(l.now, head, c.Readable, l.vhLen, frameLen) {
 		l.st.TX.Drops[stats.DropMalformed].Add(1)
 	}
 }
@@ -47,13 +47,13 @@ func (l *loop) tcpOutput() {
 		l.mtu = m
 		l.tcp.SetMTU(m)
 	}
-	starved := l.rx.starved
+	starved := l.rx.Starved()
 	frames := l.st.RX.Frames.Load()
 	if !l.tcp.Flush(l.now, &l.rx) {
 		l.tcpRXWait = false
 		return
 	}
-	if !l.rx.starved {
+	if !l.rx.Starved() {
 		return // our own reservation limit, not the guest's ring: iterate comes back at once
 	}
 	if !starved && (!l.tcpRXWait || l.st.RX.Frames.Load() != frames) {

@@ -3,6 +3,8 @@ package tcpstack
 import (
 	"unsafe"
 
+	"vunet/tcpstack/hostsock"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -10,7 +12,7 @@ import (
 // preallocated iovec and msghdr storage: x/sys/unix's Sendmsg/Recvmsg
 // wrappers allocate per call.
 type sockIO struct {
-	iov [rxIovMax]unix.Iovec
+	iov [hostsock.MaxIovecs]unix.Iovec
 	msg unix.Msghdr
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
@@ -49,8 +50,8 @@ type Config struct {
 	TCPForwards []TCPForward
 	UDPForwards []UDPForward
 	// Capture, when set, gets a copy of every frame from and to the guest
-	// (see FrameCapture); nil costs nothing.
-	Capture FrameCapture
+	// (see guestring.FrameCapture); nil costs nothing.
+	Capture guestring.FrameCapture
 	// TCP configures TCP translation. Its OurMAC, MTU, gateways, token tag
 	// and logger are filled in from the fields above.
 	TCP TCPConfig

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
 	"vunet/virtqueue"
 )
@@ -30,17 +31,17 @@ func newTCPRingWriter(n, size int) *tcpRingWriter {
 	return w
 }
 
-func (w *tcpRingWriter) Reserve(hdrLen, maxPayload int) ([]byte, [][]byte, bool) {
+func (w *tcpRingWriter) Reserve(hdrLen, maxPayload int) ([]byte, [][]byte, guestring.Status) {
 	if w.pending == len(w.bufs) {
-		return nil, nil, false
+		return nil, nil, guestring.NoDesc
 	}
 	b := w.bufs[(w.next+w.pending)%len(w.bufs)]
 	w.pending++
 	w.pay[0] = b[hdrLen : hdrLen+min(maxPayload, len(b)-hdrLen)]
 	if maxPayload == 0 {
-		return b[:hdrLen], nil, true
+		return b[:hdrLen], nil, guestring.OK
 	}
-	return b[:hdrLen], w.pay[:], true
+	return b[:hdrLen], w.pay[:], guestring.OK
 }
 
 func (w *tcpRingWriter) Commit(n int, _ *virtqueue.NetHdr) {
@@ -50,7 +51,9 @@ func (w *tcpRingWriter) Commit(n int, _ *virtqueue.NetHdr) {
 	w.bytes += n
 }
 
-func (w *tcpRingWriter) Abort() { w.pending = 0 }
+func (w *tcpRingWriter) Abort()          { w.pending = 0 }
+func (w *tcpRingWriter) Enabled() bool   { return true }
+func (w *tcpRingWriter) MoreLater() bool { return false }
 
 // tcpBenchAck is a prebuilt guest ACK frame whose ACK number is patched in
 // place, handed to the table without allocating.

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
@@ -44,16 +45,16 @@ func tcpNewFakeWriter(free int) *tcpFakeWriter {
 	return &tcpFakeWriter{free: free, bufSize: 70000}
 }
 
-func (w *tcpFakeWriter) Reserve(hdrLen, maxPayload int) ([]byte, [][]byte, bool) {
+func (w *tcpFakeWriter) Reserve(hdrLen, maxPayload int) ([]byte, [][]byte, guestring.Status) {
 	if w.free == 0 {
-		return nil, nil, false
+		return nil, nil, guestring.NoDesc
 	}
 	w.free--
 	n := min(maxPayload, w.bufSize-hdrLen)
 	buf := make([]byte, hdrLen+n)
 	w.pending = append(w.pending, tcpFakeRes{buf: buf, hdrLen: hdrLen})
 	if n == 0 {
-		return buf[:hdrLen], nil, true
+		return buf[:hdrLen], nil, guestring.OK
 	}
 	var pay [][]byte
 	p := buf[hdrLen:]
@@ -65,7 +66,7 @@ func (w *tcpFakeWriter) Reserve(hdrLen, maxPayload int) ([]byte, [][]byte, bool)
 		pay = append(pay, p[:c])
 		p = p[c:]
 	}
-	return buf[:hdrLen], pay, true
+	return buf[:hdrLen], pay, guestring.OK
 }
 
 func (w *tcpFakeWriter) Commit(payloadLen int, vh *virtqueue.NetHdr) {
@@ -79,6 +80,9 @@ func (w *tcpFakeWriter) Abort() {
 	w.pending = nil
 	w.aborts++
 }
+
+func (w *tcpFakeWriter) Enabled() bool   { return true }
+func (w *tcpFakeWriter) MoreLater() bool { return false }
 
 // take returns and forgets the committed frames.
 func (w *tcpFakeWriter) take() []tcpFakeFrame {

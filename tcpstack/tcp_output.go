@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
@@ -22,7 +23,7 @@ const tcpSndBufRefresh = 100 * time.Millisecond
 // guest posts RX buffers. blocked reports that the guest's RX ring ran out:
 // the unserved connections stay queued, and the loop must call Flush again
 // when buffers arrive (enable RX kicks); no timer is involved.
-func (t *tcpTable) Flush(now time.Time, w tcpFrameWriter) (blocked bool) {
+func (t *tcpTable) Flush(now time.Time, w guestring.Sink) (blocked bool) {
 	if t.nrst > 0 && !t.flushRSTs(w) {
 		return true
 	}
@@ -55,7 +56,7 @@ func (t *tcpTable) Flush(now time.Time, w tcpFrameWriter) (blocked bool) {
 
 // output writes everything due for f. It returns false when the guest had
 // no RX buffer for something that was due.
-func (t *tcpTable) output(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
+func (t *tcpTable) output(now time.Time, f *tcpFlow, w guestring.Sink) bool {
 	if f.flags&flRstDue != 0 {
 		if !t.sendFlags(f, w, header.TCPFlagRST|header.TCPFlagACK, f.seqToGuest) {
 			return false
@@ -341,7 +342,7 @@ func (f *tcpFlow) guestMSS() uint32 {
 // sendData peeks socket data into guest buffers, frame by frame, and
 // commits what it read. seqToGuest advances only on Commit (invariant 1).
 // It returns false when the guest ran out of RX buffers with data left.
-func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
+func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w guestring.Sink) bool {
 	if f.fd < 0 || f.has(evGuestFinSent) || (f.has(evSockFin) && f.seqToGuest == f.eofSeq) {
 		return true
 	}
@@ -369,8 +370,8 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w tcpFrameWriter) bool {
 		}
 		nfr, reserved, blocked := 0, 0, false
 		for fill > 0 && nfr < len(t.frm) && len(t.bufs) < tcpIovMax {
-			hdr, pay, ok := w.Reserve(hdrLen, min(fill, frameMax))
-			if !ok {
+			hdr, pay, st := w.Reserve(hdrLen, min(fill, frameMax))
+			if st != guestring.OK {
 				blocked = true
 				break
 			}
@@ -531,7 +532,7 @@ func (t *tcpTable) rxBlocked(f *tcpFlow, b bool) {
 
 // commitData fills the headers of reserved frame fr for n payload bytes and
 // commits it.
-func (t *tcpTable) commitData(f *tcpFlow, w tcpFrameWriter, fr *tcpFrame, n int, last bool) {
+func (t *tcpTable) commitData(f *tcpFlow, w guestring.Sink, fr *tcpFrame, n int, last bool) {
 	fl := header.TCPFlagACK
 	if last {
 		fl |= header.TCPFlagPSH
@@ -545,7 +546,7 @@ func (t *tcpTable) commitData(f *tcpFlow, w tcpFrameWriter, fr *tcpFrame, n int,
 
 // sendFlags sends a frame without payload. It returns false when the guest
 // had no RX buffer.
-func (t *tcpTable) sendFlags(f *tcpFlow, w tcpFrameWriter, fl header.TCPFlags, seq uint32) bool {
+func (t *tcpTable) sendFlags(f *tcpFlow, w guestring.Sink, fl header.TCPFlags, seq uint32) bool {
 	var opts []byte
 	var ob [8]byte
 	if fl.Has(header.TCPFlagSYN) {
@@ -557,8 +558,8 @@ func (t *tcpTable) sendFlags(f *tcpFlow, w tcpFrameWriter, fl header.TCPFlags, s
 		opts = ob[:header.EncodeTCPOptions(ob[:], &o)]
 	}
 	hdrLen := header.EthernetMinimumSize + t.ipHdrLen(f.key.v6) + header.TCPMinimumSize + len(opts)
-	hdr, _, ok := w.Reserve(hdrLen, 0)
-	if !ok {
+	hdr, _, st := w.Reserve(hdrLen, 0)
+	if st != guestring.OK {
 		t.rxBlocked(f, true)
 		return false
 	}

@@ -1,6 +1,7 @@
 package tcpstack
 
 import (
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
 )
 
@@ -45,7 +46,7 @@ func (t *tcpTable) queueRST(sg *tcpSegment) {
 }
 
 // flushRSTs sends the queued resets; false when the guest had no buffer.
-func (t *tcpTable) flushRSTs(w tcpFrameWriter) bool {
+func (t *tcpTable) flushRSTs(w guestring.Sink) bool {
 	i := 0
 	for ; i < t.nrst; i++ {
 		r := &t.rsts[i]

@@ -6,36 +6,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/linksvc"
-	"vunet/virtqueue"
 )
-
-// tcpFrameWriter is what the RX path lends the TCP table to put frames for
-// the guest straight into reserved guest RX buffers. Several reservations
-// may be outstanding at once; they are always committed front first, and
-// Abort gives back every reservation not committed yet (virtqueue Unpop).
-//
-// This shape is what makes frame accounting exact (DESIGN invariant 1): the
-// TCP code peeks socket data into the payload buffers of reservations it
-// already holds, and advances its sequence to the guest only by what it
-// Commits. Nothing is ever "sent" that could later fail to find a buffer.
-type tcpFrameWriter interface {
-	// Reserve takes guest RX buffers for one frame: hdrLen bytes of headers
-	// (Ethernet onward; the writer owns the virtio-net header in front of
-	// them) and up to maxPayload bytes of payload. hdr is contiguous and
-	// exactly hdrLen long. payload is writable guest memory, 1..maxPayload
-	// bytes in total when maxPayload > 0 (less when the guest's buffers are
-	// smaller and cannot be merged), nil when maxPayload == 0. The [][]byte
-	// itself may be reused by the next Reserve; the memory it points to stays
-	// valid until Commit or Abort. ok is false when the guest has no buffer
-	// now: the loop must call tcpTable.Flush again once it posts more.
-	Reserve(hdrLen, maxPayload int) (hdr []byte, payload [][]byte, ok bool)
-	// Commit publishes the oldest outstanding reservation as a frame of
-	// hdrLen+payloadLen bytes. vh carries the checksum/GSO fields for the
-	// virtio-net header; the writer sets NumBuffers itself.
-	Commit(payloadLen int, vh *virtqueue.NetHdr)
-	// Abort returns all outstanding, uncommitted reservations to the ring.
-	Abort()
-}
 
 // tcpPoller is the event loop's epoll set as the TCP table uses it. The
 // token is returned by epoll with each event; the loop hands events whose

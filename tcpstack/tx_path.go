@@ -124,7 +124,7 @@ func (l *loop) handleTXFrame(c *virtqueue.Chain) {
 		st.TX.Drops[stats.DropRingDisabled].Add(1)
 		return
 	}
-	hl := l.rx.vhLen
+	hl := l.vhLen
 	if total < hl+ethHdrLen {
 		st.TX.Drops[stats.DropRunt].Add(1)
 		return
@@ -168,7 +168,7 @@ func (l *loop) fullFrame(c *virtqueue.Chain, head []byte, frameLen int) []byte {
 		l.st.TX.Drops[stats.DropOversize].Add(1)
 		return nil
 	}
-	n := header.CopyFromIovecs(l.tx.full[:frameLen], c.Readable, l.rx.vhLen)
+	n := header.CopyFromIovecs(l.tx.full[:frameLen], c.Readable, l.vhLen)
 	return l.tx.full[:n]
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
@@ -155,7 +156,7 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 		return
 	}
 	fd := ft.flows[i].fd
-	off := l.rx.vhLen + ip.l4Off + udpHdrLen
+	off := l.vhLen + ip.l4Off + udpHdrLen
 	n := ulen - udpHdrLen
 	// USO (GSO_UDP_L4): the frame carries several datagrams of GSOSize.
 	seg := n
@@ -207,13 +208,14 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 		maxPay = maxUDPv6Pay
 	}
 	for b := 0; b < flowBudget; b++ {
-		if !w.enable {
+		if !w.Enabled() {
 			return ft.discardAll(f.fd)
 		}
-		rv, niov, plen, s := w.reserve(hl, maxPay)
+		hdr, pay, s := w.Reserve(hl, maxPay)
+		plen := iovLen(pay)
 		switch s {
-		case rxOK:
-		case rxNoFit, rxBroken:
+		case guestring.OK:
+		case guestring.NoFit, guestring.Broken:
 			// The guest can never take it: consume and count.
 			if n, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
 				ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
@@ -228,11 +230,8 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 			size, err := pendingDatagram(f.fd)
 			if err == nil && size > plen {
 				w.Abort()
-				if w.mrg && w.starved {
+				if w.MoreLater() {
 					return flowBlocked // wait for the guest to post more buffers
-				}
-				if w.limited {
-					return flowBlocked
 				}
 				if n, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
 					ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
@@ -241,7 +240,7 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 				return flowDrained
 			}
 		}
-		n, mflags, err := ft.io.recv(f.fd, w.iov[:niov], 0)
+		n, mflags, err := ft.io.recv(f.fd, pay, 0)
 		if err != nil {
 			w.Abort()
 			if errors.Is(err, unix.EAGAIN) {
@@ -261,7 +260,7 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 			continue
 		}
 		f.lastUsed = ft.now
-		vh := ft.buildUDPHeaders(l, rv.hdr, &f.key, w.iov[:niov], n)
+		vh := ft.buildUDPHeaders(l, hdr, &f.key, pay, n)
 		w.Commit(n, &vh)
 		ft.st.Proto.UDPDatagrams[stats.ToGuest].Add(1)
 		ft.st.Proto.UDPBytes[stats.ToGuest].Add(uint64(n))
@@ -328,4 +327,13 @@ func (ft *flowTable) buildL2L3(l *loop, hdr []byte, key *flowKey, proto header.I
 		Protocol: proto, Source: src, Destination: dst}
 	header.EncodeIPv4(hdr[ethHdrLen:], &f)
 	return ethHdrLen + ipv4HdrLen
+}
+
+// iovLen is the total length of bufs.
+func iovLen(bufs [][]byte) int {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	return n
 }

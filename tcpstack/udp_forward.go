@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"unsafe"
 
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/stats"
 
 	"golang.org/x/sys/unix"
@@ -153,13 +154,14 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 		maxPay = maxUDPv6Pay
 	}
 	for b := 0; b < flowBudget; b++ {
-		if !w.enable {
+		if !w.Enabled() {
 			return ft.discardAll(lis.fd)
 		}
-		rv, niov, plen, s := w.reserve(hl, maxPay)
+		hdr, pay, s := w.Reserve(hl, maxPay)
+		plen := iovLen(pay)
 		switch s {
-		case rxOK:
-		case rxNoFit, rxBroken:
+		case guestring.OK:
+		case guestring.NoFit, guestring.Broken:
 			if _, _, err := ft.io.recv(lis.fd, ft.discardIO[:], 0); err == nil {
 				ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 				continue
@@ -171,7 +173,7 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 		if plen < maxPay {
 			if size, err := pendingDatagram(lis.fd); err == nil && size > plen {
 				w.Abort()
-				if (w.mrg && w.starved) || w.limited {
+				if w.MoreLater() {
 					return flowBlocked
 				}
 				if _, _, err := ft.io.recv(lis.fd, ft.discardIO[:], 0); err == nil {
@@ -181,7 +183,7 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 				return flowDrained
 			}
 		}
-		n, mflags, err := ft.io.recvFrom(lis.fd, w.iov[:niov], &ft.fwdFrom)
+		n, mflags, err := ft.io.recvFrom(lis.fd, pay, &ft.fwdFrom)
 		if err != nil {
 			w.Abort()
 			if errors.Is(err, unix.EAGAIN) {
@@ -200,7 +202,7 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 			}
 			continue
 		}
-		vh := ft.buildUDPHeaders(l, rv.hdr, &key, w.iov[:niov], n)
+		vh := ft.buildUDPHeaders(l, hdr, &key, pay, n)
 		w.Commit(n, &vh)
 		ft.st.Proto.UDPDatagrams[stats.ToGuest].Add(1)
 		ft.st.Proto.UDPBytes[stats.ToGuest].Add(uint64(n))

@@ -1,4 +1,4 @@
-package tcpstack
+package guestring
 
 // FrameCapture receives a copy of every frame crossing the guest link, both
 // directions (cmd/vunet's pcap writer implements it; tcpstack does not
@@ -18,7 +18,7 @@ const rxCaptureIovMax = 2 * rxIovMax
 
 // captureCommitted passes the frame just pushed in chains res[first:first+n]
 // (total bytes, virtio-net header included) to the capture.
-func (r *rxWriter) captureCommitted(first, n, total int) {
+func (r *Writer) captureCommitted(first, n, total int) {
 	iov := r.capIov[:0]
 	covered := 0
 	for i := first; i < first+n && covered < total; i++ {

@@ -1,11 +1,16 @@
-package tcpstack
+package guestring
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"testing"
 
+	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
+	"vunet/virtqueue/vqtest"
 )
 
 // TestRXWriterRandomized drives the RX writer directly with random guest
@@ -20,18 +25,18 @@ func TestRXWriterRandomized(t *testing.T) {
 		if seed%2 == 1 {
 			feat = featMrg
 		}
-		p := newTestPair(t, feat, 256)
-		l := benchLoop(t, p)
-		w := &l.rx
+		ring, hdrLen := newTestRing(t, feat, 256)
+		var w Writer
+		w.Init(ring.Q, new(stats.Queue), testLogger, feat, true)
 		nChains := 1 + rng.IntN(200)
-		for i := 0; i < nChains && p.rx.Free() >= 3; i++ {
+		for i := 0; i < nChains && ring.Free() >= 3; i++ {
 			var bufs []uint32
 			for d := 0; d < 1+rng.IntN(3); d++ {
 				bufs = append(bufs, uint32(1+rng.IntN(3000)))
 			}
-			p.rx.AddBuffers(nil, bufs...)
+			ring.AddBuffers(nil, bufs...)
 		}
-		p.rx.Post()
+		ring.Post()
 
 		var want [][]byte
 		pattern := func(n int) []byte {
@@ -44,8 +49,8 @@ func TestRXWriterRandomized(t *testing.T) {
 		for op := 0; op < 300; op++ {
 			switch rng.IntN(5) {
 			case 0, 1:
-				f := pattern(ethHdrLen + rng.IntN(9000))
-				if w.writeFrame(f, 0) == rxOK {
+				f := pattern(header.EthernetMinimumSize + rng.IntN(9000))
+				if w.WriteFrame(f, 0) == OK {
 					want = append(want, f)
 				}
 			case 2, 3:
@@ -57,9 +62,9 @@ func TestRXWriterRandomized(t *testing.T) {
 				}
 				var rs []res
 				for j := 0; j < k; j++ {
-					hl := ethHdrLen + rng.IntN(120)
-					hdr, pay, ok := w.Reserve(hl, rng.IntN(20000))
-					if !ok {
+					hl := header.EthernetMinimumSize + rng.IntN(120)
+					hdr, pay, st := w.Reserve(hl, rng.IntN(20000))
+					if st != OK {
 						break
 					}
 					if len(hdr) != hl {
@@ -86,33 +91,34 @@ func TestRXWriterRandomized(t *testing.T) {
 				}
 				w.Abort()
 			default:
-				w.publish()
+				w.Publish()
 			}
 		}
-		w.publish()
+		w.Publish()
 
 		var got [][]byte
 		for {
-			head, n, ok := p.rx.popUsed()
+			u, ok := ring.PopUsed()
 			if !ok {
 				break
 			}
-			if int(n) < p.hdrLen {
+			head, n := uint16(u.ID), u.Len
+			if int(n) < hdrLen {
 				continue // a chain given back empty
 			}
-			b := p.rx.Written(head, n)
+			b := ring.Written(head, n)
 			var h virtqueue.NetHdr
-			h.Decode(b[:p.hdrLen])
-			data := append([]byte(nil), b[p.hdrLen:]...)
+			h.Decode(b[:hdrLen])
+			data := append([]byte(nil), b[hdrLen:]...)
 			if feat&(1<<virtqueue.FeatureNetMrgRxbuf) == 0 && h.NumBuffers != 1 {
 				t.Fatalf("seed %d: num_buffers %d without MRG_RXBUF", seed, h.NumBuffers)
 			}
 			for i := 1; i < int(h.NumBuffers); i++ {
-				head, n, ok := p.rx.popUsed()
+				u, ok := ring.PopUsed()
 				if !ok {
 					t.Fatalf("seed %d: frame cut short", seed)
 				}
-				data = append(data, p.rx.Written(head, n)...)
+				data = append(data, ring.Written(uint16(u.ID), u.Len)...)
 			}
 			got = append(got, data)
 		}
@@ -124,8 +130,35 @@ func TestRXWriterRandomized(t *testing.T) {
 				t.Fatalf("seed %d: frame %d differs (len %d vs %d)", seed, i, len(got[i]), len(want[i]))
 			}
 		}
-		if la, used := p.rx.Q.LastAvail(), p.rx.UsedIdx(); la != used {
+		if la, used := ring.Q.LastAvail(), ring.UsedIdx(); la != used {
 			t.Fatalf("seed %d: LastAvail %d but %d used: chains leaked or double-used", seed, la, used)
 		}
 	}
+}
+
+const (
+	featModern = 1<<virtqueue.FeatureVersion1 | 1<<virtqueue.FeatureRingEventIdx
+	featMrg    = featModern | 1<<virtqueue.FeatureNetMrgRxbuf
+)
+
+var testLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// newTestRing is a guest RX ring of size entries with its device queue
+// built, and the virtio-net header length features give.
+func newTestRing(t testing.TB, features uint64, size uint16) (*vqtest.Ring, int) {
+	t.Helper()
+	m, err := vqtest.NewFlatMemory(16 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	r, err := vqtest.NewRing(m, size, 0, 1<<20, 15<<20, virtqueue.HasFeature(features, virtqueue.FeatureRingEventIdx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	if err := r.Rebuild(r.QueueConfig(0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	return r, virtqueue.NetHdrLenFor(features)
 }

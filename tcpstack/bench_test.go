@@ -18,7 +18,7 @@ func benchLoop(b testing.TB, p *testPair) *loop {
 	b.Helper()
 	ps := &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
 	ps.flows = newFlowTable(p.s.flowConfig(), ps.st, p.s.log)
-	ps.tcp = newTCPTable(p.s.tcpConfig(0), ps.tcpStats, epollSet{fd: -1})
+	ps.tcp = newTCPTable(p.s.tcpConfig(0), ps.tcpStats, nil)
 	p.qp.RX, p.qp.TX = p.rx.Q, p.tx.Q
 	l, err := newLoop(p.s, p.qp, ps)
 	if err != nil {

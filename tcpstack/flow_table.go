@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 )
 
@@ -77,10 +78,10 @@ type flowTable struct {
 	readyQ        []int32
 	rHead, rCount int
 
-	ep        epollSet
+	ep        *hostsock.Epoll // the running loop's; nil between loops
 	policy    policyGate
 	noSockets bool // Stack.noHostSockets
-	io        sockIO
+	io        hostsock.IO
 	now       time.Time
 	nextSweep time.Time
 	ipID      uint16
@@ -103,7 +104,6 @@ func newFlowTable(cfg flowConfig, st *stats.Queue, log *slog.Logger) *flowTable 
 		free:   make([]int32, 0, cfg.maxFlows),
 		byKey:  make(map[flowKey]int32, cfg.maxFlows),
 		readyQ: make([]int32, cfg.maxFlows),
-		ep:     epollSet{fd: -1},
 		policy: policyGate{pol: cfg.policy, st: st, log: log},
 	}
 	for i := cfg.maxFlows - 1; i >= 0; i-- {
@@ -114,18 +114,18 @@ func newFlowTable(cfg flowConfig, st *stats.Queue, log *slog.Logger) *flowTable 
 	return ft
 }
 
-func (ft *flowTable) token(i int32) uint64 {
+func (ft *flowTable) token(i int32) hostsock.Token {
 	f := &ft.flows[i]
-	tag := tagUDP
+	o := hostsock.OwnerUDP
 	if f.key.kind == flowICMP {
-		tag = tagICMP
+		o = hostsock.OwnerICMP
 	}
-	return makeToken(tag, uint64(f.gen&0xffffff)<<32|uint64(uint32(i)))
+	return hostsock.NewToken(o, f.gen, uint32(i))
 }
 
 // attach registers every open socket with a new loop's epoll set. The
 // sockets are also queued as ready: data may have arrived meanwhile.
-func (ft *flowTable) attach(ep epollSet) error {
+func (ft *flowTable) attach(ep *hostsock.Epoll) error {
 	ft.ep = ep
 	ft.now = time.Now()
 	for i := range ft.flows {
@@ -146,7 +146,7 @@ func (ft *flowTable) attach(ep epollSet) error {
 
 // detach forgets the epoll set of a loop that ended (closing it removed the
 // registrations).
-func (ft *flowTable) detach() { ft.ep = epollSet{fd: -1} }
+func (ft *flowTable) detach() { ft.ep = nil }
 
 // lookup returns the flow for key, opening its host socket when absent and
 // the address policy allows it. A failure is counted as a TX drop and
@@ -204,7 +204,7 @@ func (ft *flowTable) adopt(key *flowKey, fd int) (int32, bool) {
 	f := &ft.flows[i]
 	f.key, f.fd, f.inUse, f.lastUsed = *key, fd, true, ft.now
 	f.gen++
-	if ft.ep.fd >= 0 {
+	if ft.ep != nil {
 		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, ft.token(i)); err != nil {
 			ft.warn("register flow socket", "err", err)
 			ft.closeFlow(i)
@@ -280,14 +280,13 @@ func (ft *flowTable) enqueue(i int32) {
 }
 
 // ready handles an epoll event for a flow socket.
-func (ft *flowTable) ready(tok uint64, events uint32) {
-	i := int32(uint32(tok))
-	gen := uint32(tok>>32) & 0xffffff
+func (ft *flowTable) ready(tok hostsock.Token, events uint32) {
+	i, gen := int32(tok.Slot()), tok.Gen()
 	if i < 0 || int(i) >= len(ft.flows) {
 		return
 	}
 	f := &ft.flows[i]
-	if !f.inUse || f.gen&0xffffff != gen {
+	if !f.inUse || f.gen&hostsock.GenMask != gen {
 		return // stale event for a closed or reused slot
 	}
 	ft.enqueue(i)
@@ -400,29 +399,6 @@ func (ft *flowTable) nextIPID() uint16 {
 
 // openDgram opens a non-blocking datagram socket of proto connected to
 // host, where the address policy sends key's remote end.
-func (ft *flowTable) openDgram(key *flowKey, host netip.AddrPort, proto int) (int, error) {
-	remote := host.Addr()
-	family := unix.AF_INET
-	if key.v6 {
-		family = unix.AF_INET6
-	}
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, proto)
-	if err != nil {
-		return -1, err
-	}
-	if err := bindSource(fd, key.v6, ft.cfg.bind4, ft.cfg.bind6); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	var sa unix.Sockaddr
-	if key.v6 {
-		sa = &unix.SockaddrInet6{Port: int(host.Port()), Addr: remote.As16()}
-	} else {
-		sa = &unix.SockaddrInet4{Port: int(host.Port()), Addr: remote.As4()}
-	}
-	if err := unix.Connect(fd, sa); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
+func (ft *flowTable) openDgram(host netip.AddrPort, proto int) (int, error) {
+	return hostsock.DialDatagram(host, proto, hostsock.Source{V4: ft.cfg.bind4, V6: ft.cfg.bind6})
 }

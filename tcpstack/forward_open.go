@@ -92,7 +92,7 @@ func (s *Stack) pairStateLocked(index int) *pairState {
 		ps = &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
 		ps.flows = newFlowTable(s.flowConfig(), ps.st, s.log.With("pair", index))
 		ps.flows.noSockets = s.noHostSockets
-		ps.tcp = newTCPTable(s.tcpConfig(index), ps.tcpStats, epollSet{fd: -1})
+		ps.tcp = newTCPTable(s.tcpConfig(index), ps.tcpStats, nil)
 		ps.tcp.policy = policyGate{pol: s.policy, st: ps.st, log: ps.tcp.log}
 		s.pairs[index] = ps
 	}

@@ -44,7 +44,7 @@ func (l *loop) icmpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) bool {
 	}
 	// The whole message goes out as the guest built it; the kernel rewrites
 	// the identifier and the checksum.
-	if _, err := ft.io.send(ft.flows[i].fd, c.Readable, l.vhLen+ip.l4Off, ip.l4Len); err != nil {
+	if _, err := ft.io.Send(ft.flows[i].fd, c.Readable, l.vhLen+ip.l4Off, ip.l4Len); err != nil {
 		l.st.TX.Drops[stats.DropSendError].Add(1)
 	} else {
 		l.st.Proto.ICMPEchoRequests.Add(1)
@@ -57,7 +57,7 @@ func (ft *flowTable) openICMP(key *flowKey, host netip.AddrPort) (int, error) {
 	if key.v6 {
 		proto = unix.IPPROTO_ICMPV6
 	}
-	fd, err := ft.openDgram(key, host, proto)
+	fd, err := ft.openDgram(host, proto)
 	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
 		return -1, errors.New("ping sockets not permitted: widen net.ipv4.ping_group_range to include our group")
 	}
@@ -84,7 +84,7 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 		switch s {
 		case guestring.OK:
 		case guestring.NoFit, guestring.Broken:
-			if _, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil {
+			if _, _, err := ft.io.Recv(f.fd, ft.discardIO[:], 0); err == nil {
 				ft.st.RX.Drops[stats.DropNoFit].Add(1)
 				continue
 			}
@@ -92,7 +92,7 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 		default:
 			return flowBlocked
 		}
-		n, mflags, err := ft.io.recv(f.fd, pay, 0)
+		n, mflags, err := ft.io.Recv(f.fd, pay, 0)
 		if err != nil {
 			w.Abort()
 			if errors.Is(err, unix.EAGAIN) {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/guestring"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
@@ -25,7 +26,7 @@ type loop struct {
 	st  *stats.Queue
 	log *slog.Logger
 
-	ep              epollSet
+	ep              *hostsock.Epoll
 	wakefd, timerfd int
 	txKick, rxKick  int // kick eventfds, -1 when the front-end polls
 	polling         bool
@@ -57,6 +58,14 @@ type loop struct {
 	faulted bool
 }
 
+// Slots of the loop's own fds in their epoll tokens (hostsock.OwnerLoop).
+const (
+	loopFDWake = iota + 1
+	loopFDTimer
+	loopFDTXKick
+	loopFDRXKick
+)
+
 // pollInterval is how often the rings are polled when the front-end gave no
 // kick eventfd (vhost-user "no fd" flag).
 const pollInterval = time.Millisecond
@@ -70,7 +79,6 @@ func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState) (*loop, error) {
 		flows:   ps.flows,
 		tcp:     ps.tcp,
 		log:     s.log.With("pair", qp.Index),
-		ep:      epollSet{fd: -1},
 		wakefd:  -1,
 		timerfd: -1,
 		txKick:  qp.TX.KickFD(),
@@ -101,7 +109,7 @@ func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState) (*loop, error) {
 
 func (l *loop) openFDs() error {
 	var err error
-	if l.ep, err = newEpollSet(); err != nil {
+	if l.ep, err = hostsock.NewEpoll(); err != nil {
 		return err
 	}
 	if l.wakefd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
@@ -112,12 +120,12 @@ func (l *loop) openFDs() error {
 	}
 	for _, w := range [...]struct {
 		fd  int
-		tok uint64
+		tok uint32
 	}{{l.wakefd, loopFDWake}, {l.timerfd, loopFDTimer}, {l.txKick, loopFDTXKick}, {l.rxKick, loopFDRXKick}} {
 		if w.fd < 0 {
 			continue
 		}
-		if err := l.ep.Add(w.fd, unix.EPOLLIN, makeToken(tagLoop, w.tok)); err != nil {
+		if err := l.ep.Add(w.fd, unix.EPOLLIN, hostsock.NewToken(hostsock.OwnerLoop, 0, w.tok)); err != nil {
 			return fmt.Errorf("epoll add fd %d: %w", w.fd, err)
 		}
 	}
@@ -136,7 +144,7 @@ func (l *loop) openFDs() error {
 // newLoop's failure path) instead: stop writes to it while the loop may be
 // exiting.
 func (l *loop) closeFDs() {
-	l.ep.close()
+	l.ep.Close()
 	if l.timerfd >= 0 {
 		unix.Close(l.timerfd)
 		l.timerfd = -1
@@ -187,7 +195,7 @@ func (l *loop) run() {
 		if l.again {
 			timeout = 0
 		}
-		n, err := unix.EpollWait(l.ep.fd, l.events[:], timeout)
+		n, err := l.ep.Wait(l.events[:], timeout)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
@@ -202,12 +210,12 @@ func (l *loop) run() {
 		tx := l.again
 		for i := 0; i < n; i++ {
 			ev := &l.events[i]
-			tok := eventToken(ev)
-			if tokenTag(tok) != tagLoop {
+			tok := hostsock.EventToken(ev)
+			if tok.Owner() != hostsock.OwnerLoop {
 				l.onSocket(tok, ev.Events)
 				continue
 			}
-			switch tok & tokenValMask {
+			switch tok.Slot() {
 			case loopFDWake:
 				var b [8]byte
 				unix.Read(l.wakefd, b[:])
@@ -356,14 +364,14 @@ func (l *loop) onTimer() {
 	}
 }
 
-// onSocket dispatches readiness of a flow socket by its token's tag.
-func (l *loop) onSocket(tok uint64, events uint32) {
-	switch tokenTag(tok) {
-	case tagUDP, tagICMP:
+// onSocket hands a socket's readiness to the socket's owner.
+func (l *loop) onSocket(tok hostsock.Token, events uint32) {
+	switch tok.Owner() {
+	case hostsock.OwnerUDP, hostsock.OwnerICMP:
 		l.flows.ready(tok, events)
-	case tagTCP:
+	case hostsock.OwnerTCP, hostsock.OwnerTCPListener:
 		l.tcp.HandleSocketEvent(l.now, tok, events)
-	case tagUDPFwd:
+	case hostsock.OwnerUDPForward:
 		l.flows.forwardReady(tok)
 	}
 }

@@ -289,7 +289,6 @@ func (s *Stack) tcpConfig(index int) TCPConfig {
 	c.OurMAC = s.cfg.Addr.OurMAC
 	c.MTU = s.cfg.Addr.EffectiveMTU()
 	c.BindV4, c.BindV6 = s.cfg.Outbound4, s.cfg.Outbound6
-	c.TokenTag = tagTCP
 	if c.Logger == nil {
 		c.Logger = s.log.With("pair", index)
 	}

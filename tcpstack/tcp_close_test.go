@@ -258,7 +258,7 @@ func TestTCPFinTimeout(t *testing.T) {
 // epollQuiet reports whether the table's epoll set stays silent for d.
 func (h *tcpHarness) epollQuiet(d time.Duration) bool {
 	var evs [8]unix.EpollEvent
-	n, _ := unix.EpollWait(h.poll.ep, evs[:], int(d/time.Millisecond))
+	n, _ := h.poll.Wait(evs[:], int(d/time.Millisecond))
 	return n == 0
 }
 

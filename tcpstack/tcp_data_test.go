@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 )
 
@@ -144,7 +145,7 @@ func tcpTestPeek(t *testing.T, noPeekOff bool) {
 	if h.tab.peekOff == noPeekOff {
 		t.Fatalf("peekOff = %v", h.tab.peekOff)
 	}
-	if !noPeekOff && !tcpPeekOffsetSupported() {
+	if !noPeekOff && !hostsock.PeekOffsetSupported() {
 		t.Skip("kernel without SO_PEEK_OFF for TCP")
 	}
 	ln := h.listen()

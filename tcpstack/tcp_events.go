@@ -3,6 +3,7 @@ package tcpstack
 import (
 	"time"
 
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 
 	"golang.org/x/sys/unix"
@@ -12,9 +13,9 @@ import (
 // token. It only changes state and queues output; the loop's next Flush
 // writes the frames. Stale tokens (a connection closed earlier in the same
 // epoll batch) are ignored.
-func (t *tcpTable) HandleSocketEvent(now time.Time, token uint64, events uint32) {
-	if slot := uint32(token); slot&tcpListenerBit != 0 {
-		t.accept(now, int(slot&^tcpListenerBit))
+func (t *tcpTable) HandleSocketEvent(now time.Time, token hostsock.Token, events uint32) {
+	if token.Owner() == hostsock.OwnerTCPListener {
+		t.accept(now, int(token.Slot()))
 		return
 	}
 	f := t.flowByToken(token)
@@ -26,8 +27,8 @@ func (t *tcpTable) HandleSocketEvent(now time.Time, token uint64, events uint32)
 		if events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) == 0 {
 			return
 		}
-		soErr, e := tcpGetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
-		if e != 0 || soErr != 0 || events&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		soErr, err := hostsock.GetInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil || soErr != 0 || events&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 			t.stats.ConnectFailures.Add(1)
 			t.log.Debug("tcp connect failed", "remote", f.remoteAddr, "port", f.remotePort, "err", unix.Errno(soErr))
 			t.resetFlow(f, now)
@@ -39,7 +40,7 @@ func (t *tcpTable) HandleSocketEvent(now time.Time, token uint64, events uint32)
 		return
 	}
 	if events&unix.EPOLLERR != 0 {
-		soErr, _ := tcpGetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		soErr, _ := hostsock.GetInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
 		t.log.Debug("tcp host socket error", "err", unix.Errno(soErr))
 		t.resetFlow(f, now)
 		return

@@ -10,6 +10,7 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 )
 
@@ -241,8 +242,8 @@ func (t *tcpTable) establish(now time.Time, f *tcpFlow) {
 	f.seqAckFromGuest = f.iss + 1
 	f.lastAckProg = now
 	if t.peekOff {
-		if e := tcpSetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); e != 0 {
-			t.log.Debug("tcp SO_PEEK_OFF failed", "err", e)
+		if err := hostsock.SetInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); err != nil {
+			t.log.Debug("tcp SO_PEEK_OFF failed", "err", err)
 			t.resetFlow(f, now)
 			return
 		}
@@ -333,9 +334,9 @@ func (t *tcpTable) guestAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
 		}
 		n := dataEnd - f.seqAckFromGuest
 		if n > 0 && f.fd >= 0 {
-			r, e := tcpDiscard(f.fd, int(n))
-			if e != 0 || r != int(n) {
-				t.log.Debug("tcp consume failed", "want", n, "got", r, "err", e)
+			r, err := hostsock.Discard(f.fd, int(n))
+			if err != nil || r != int(n) {
+				t.log.Debug("tcp consume failed", "want", n, "got", r, "err", err)
 				t.resetFlow(f, now)
 				return false
 			}
@@ -404,15 +405,15 @@ func (t *tcpTable) applyClampWorkaround(f *tcpFlow) {
 	if t.cfg.NoWindowClamp || f.fd < 0 {
 		return
 	}
-	cur, e := tcpGetsockoptInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
-	if e != 0 || cur <= 0 {
+	cur, err := hostsock.GetInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
+	if err != nil || cur <= 0 {
 		return
 	}
 	v := cur
-	if t.sys.tcpInfo(f.fd) && int(t.sys.info.Rcv_wnd) > v {
-		v = int(t.sys.info.Rcv_wnd)
+	if hostsock.TCPInfo(f.fd, &t.info) && int(t.info.Rcv_wnd) > v {
+		v = int(t.info.Rcv_wnd)
 	}
-	if tcpSetsockoptInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, v) != 0 {
+	if hostsock.SetInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, v) != nil {
 		return
 	}
 	f.clamp = v
@@ -430,8 +431,8 @@ func (t *tcpTable) rewind(f *tcpFlow, cause stats.TCPRetransCause) {
 	f.seqToGuest = f.seqAckFromGuest
 	f.dupAcks = 0
 	if t.peekOff && f.fd >= 0 {
-		if e := tcpSetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); e != 0 {
-			t.log.Debug("tcp SO_PEEK_OFF reset failed", "err", e)
+		if err := hostsock.SetInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); err != nil {
+			t.log.Debug("tcp SO_PEEK_OFF reset failed", "err", err)
 		}
 	}
 	t.stats.Retransmits[cause].Add(1)
@@ -478,15 +479,13 @@ func (t *tcpTable) guestData(now time.Time, f *tcpFlow, sg *tcpSegment, frame []
 			f.flags |= flAckDue // all old: the guest missed our ACK
 			t.markDirty(f)
 		} else if f.fd >= 0 {
-			t.bufs = tcpAppendIovecs(t.bufs[:0], frame, skip+sg.payloadOff+int(off), l-int(off))
-			n, e := t.sys.send(f.fd, t.sys.setIov(t.bufs))
-			t.bufs = t.bufs[:0]
-			switch e {
-			case 0:
+			n, err := t.io.Send(f.fd, frame, skip+sg.payloadOff+int(off), l-int(off))
+			switch err {
+			case nil:
 			case unix.EAGAIN:
 				n = 0
 			default:
-				t.log.Debug("tcp write to host failed", "err", e)
+				t.log.Debug("tcp write to host failed", "err", err)
 				t.resetFlow(f, now)
 				return
 			}
@@ -515,26 +514,4 @@ func (t *tcpTable) guestData(now time.Time, f *tcpFlow, sg *tcpSegment, frame []
 		f.flags |= flAckDue
 		t.markDirty(f)
 	}
-}
-
-// tcpAppendIovecs appends the n bytes at offset off of the concatenated bufs
-// to dst.
-func tcpAppendIovecs(dst, bufs [][]byte, off, n int) [][]byte {
-	for _, b := range bufs {
-		if n <= 0 {
-			break
-		}
-		if off >= len(b) {
-			off -= len(b)
-			continue
-		}
-		b = b[off:]
-		off = 0
-		if len(b) > n {
-			b = b[:n]
-		}
-		dst = append(dst, b)
-		n -= len(b)
-	}
-	return dst
 }

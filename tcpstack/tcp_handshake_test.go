@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 )
 
@@ -159,13 +160,13 @@ func TestTCPHostSocketOptions(t *testing.T) {
 		ln := h.listen()
 		h.establish(ln, tcpMss1400ws7)
 		fd := h.flow().fd
-		if v, _ := tcpGetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY); v != 1 {
+		if v, _ := hostsock.GetInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY); v != 1 {
 			t.Fatalf("TCP_NODELAY = %d", v)
 		}
 		ref, _ := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
-		defRcv, _ := tcpGetsockoptInt(ref, unix.SOL_SOCKET, unix.SO_RCVBUF)
+		defRcv, _ := hostsock.GetInt(ref, unix.SOL_SOCKET, unix.SO_RCVBUF)
 		unix.Close(ref)
-		rcv, _ := tcpGetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+		rcv, _ := hostsock.GetInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
 		if pin && rcv != 2*32768 {
 			t.Fatalf("pinned SO_RCVBUF = %d, want %d", rcv, 2*32768)
 		}
@@ -183,8 +184,8 @@ func TestTCPSurvivesPairRestart(t *testing.T) {
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()
 	h.tab.Detach()
-	unix.Close(h.poll.ep)
-	h.poll = tcpNewEpollPoller(t)
+	h.poll.Close()
+	h.poll = tcpNewEpoll(t)
 	h.tab.Attach(h.poll)
 	peer.Write([]byte("after restart"))
 	got := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= 13 })

@@ -14,6 +14,7 @@ import (
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
@@ -91,29 +92,15 @@ func (w *tcpFakeWriter) take() []tcpFakeFrame {
 	return f
 }
 
-// tcpEpollPoller is the tcpPoller of the tests: a real epoll set.
-type tcpEpollPoller struct{ ep int }
-
-func tcpNewEpollPoller(t testing.TB) *tcpEpollPoller {
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+// tcpNewEpoll is the harness's epoll set, as a loop has one.
+func tcpNewEpoll(t testing.TB) *hostsock.Epoll {
+	ep, err := hostsock.NewEpoll()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Close(ep) })
-	return &tcpEpollPoller{ep: ep}
+	t.Cleanup(func() { ep.Close() })
+	return ep
 }
-
-func (p *tcpEpollPoller) ctl(op, fd int, events uint32, token uint64) error {
-	ev := unix.EpollEvent{Events: events, Fd: int32(uint32(token)), Pad: int32(uint32(token >> 32))}
-	return unix.EpollCtl(p.ep, op, fd, &ev)
-}
-func (p *tcpEpollPoller) Add(fd int, ev uint32, tok uint64) error {
-	return p.ctl(unix.EPOLL_CTL_ADD, fd, ev, tok)
-}
-func (p *tcpEpollPoller) Mod(fd int, ev uint32, tok uint64) error {
-	return p.ctl(unix.EPOLL_CTL_MOD, fd, ev, tok)
-}
-func (p *tcpEpollPoller) Del(fd int) error { return unix.EpollCtl(p.ep, unix.EPOLL_CTL_DEL, fd, nil) }
 
 // tcpSeg is a parsed frame to the guest.
 type tcpSeg struct {
@@ -131,7 +118,7 @@ type tcpSeg struct {
 type tcpHarness struct {
 	t      testing.TB
 	tab    *tcpTable
-	poll   *tcpEpollPoller
+	poll   *hostsock.Epoll
 	w      *tcpFakeWriter
 	now    time.Time
 	stats  *stats.TCP
@@ -164,7 +151,7 @@ func tcpNewHarness(t testing.TB, cfg TCPConfig) *tcpHarness {
 	t.Helper()
 	h := &tcpHarness{
 		t:        t,
-		poll:     tcpNewEpollPoller(t),
+		poll:     tcpNewEpoll(t),
 		w:        tcpNewFakeWriter(1 << 20),
 		now:      time.Unix(1_000_000, 0),
 		stats:    new(stats.TCP),
@@ -243,13 +230,12 @@ func (h *tcpHarness) sendFin() {
 func (h *tcpHarness) pump(d time.Duration) []tcpSeg {
 	h.t.Helper()
 	var evs [32]unix.EpollEvent
-	n, err := unix.EpollWait(h.poll.ep, evs[:], int(d/time.Millisecond))
+	n, err := h.poll.Wait(evs[:], int(d/time.Millisecond))
 	if err != nil && !errors.Is(err, unix.EINTR) {
 		h.t.Fatal(err)
 	}
 	for i := 0; i < n; i++ {
-		tok := uint64(uint32(evs[i].Fd)) | uint64(uint32(evs[i].Pad))<<32
-		h.tab.HandleSocketEvent(h.now, tok, evs[i].Events)
+		h.tab.HandleSocketEvent(h.now, hostsock.EventToken(&evs[i]), evs[i].Events)
 	}
 	return h.flush()
 }

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 )
 
@@ -22,9 +23,6 @@ type tcpListener struct {
 	v6        bool
 	guestPort uint16
 }
-
-// tcpListenerBit marks listener slots in epoll tokens.
-const tcpListenerBit = 1 << 31
 
 // tcpAcceptBatch bounds accepts per event so a flood cannot starve the loop;
 // edge-triggered epoll would not report the rest, so the listener is
@@ -61,33 +59,8 @@ func (t *tcpTable) Listen(fw TCPForward) (uint16, error) {
 	if !addr.IsValid() {
 		addr = netip.IPv4Unspecified()
 	}
-	family := unix.AF_INET
-	if addr.Is6() {
-		family = unix.AF_INET6
-	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	fd, port, err := hostsock.ListenTCP(netip.AddrPortFrom(addr, fw.HostPort), fw.Iface)
 	if err != nil {
-		return 0, fmt.Errorf("forward socket: %w", err)
-	}
-	_ = tcpSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	if addr.Is6() {
-		_ = tcpSetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
-	}
-	if err := bindToDevice(fd, fw.Iface); err != nil {
-		unix.Close(fd)
-		return 0, fmt.Errorf("forward %w", err)
-	}
-	if err := unix.Bind(fd, tcpSockaddr(netip.AddrPortFrom(addr, fw.HostPort))); err != nil {
-		unix.Close(fd)
-		return 0, fmt.Errorf("forward bind %v: %w", netip.AddrPortFrom(addr, fw.HostPort), err)
-	}
-	if err := unix.Listen(fd, 128); err != nil {
-		unix.Close(fd)
-		return 0, fmt.Errorf("forward listen: %w", err)
-	}
-	_, port, err := boundPort(fd)
-	if err != nil {
-		unix.Close(fd)
 		return 0, err
 	}
 	gp := fw.GuestPort
@@ -106,8 +79,8 @@ func (t *tcpTable) Listen(fw TCPForward) (uint16, error) {
 	return port, nil
 }
 
-func (t *tcpTable) listenerToken(i int) uint64 {
-	return uint64(t.cfg.TokenTag)<<tcpTokenTagShift | uint64(uint32(i)|tcpListenerBit)
+func (t *tcpTable) listenerToken(i int) hostsock.Token {
+	return hostsock.NewToken(hostsock.OwnerTCPListener, 0, uint32(i))
 }
 
 // closeListeners closes the forwarded ports.
@@ -128,20 +101,13 @@ func (t *tcpTable) accept(now time.Time, i int) {
 	}
 	l := &t.listeners[i]
 	for n := 0; n < tcpAcceptBatch; n++ {
-		fd, sa, err := unix.Accept4(l.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		fd, peer, err := hostsock.Accept(l.fd)
 		if err != nil {
 			return // EAGAIN, or an error the next event retries
 		}
-		var peer netip.AddrPort
-		switch a := sa.(type) {
-		case *unix.SockaddrInet4:
-			peer = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
-		case *unix.SockaddrInet6:
-			peer = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
-		}
 		if !t.inbound(now, fd, peer, l.guestPort) {
 			t.stats.AcceptRefused.Add(1)
-			tcpCloseWithReset(fd)
+			hostsock.CloseWithReset(fd)
 		}
 	}
 }
@@ -176,13 +142,7 @@ func (t *tcpTable) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort
 	if peer.Addr().IsLoopback() {
 		f.flags |= flLocal
 	}
-	_ = tcpSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	if t.cfg.SndBuf > 0 {
-		_ = tcpSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, t.cfg.SndBuf)
-	}
-	if t.cfg.RcvBuf > 0 {
-		_ = tcpSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, t.cfg.RcvBuf)
-	}
+	hostsock.TuneTCP(fd, t.cfg.SndBuf, t.cfg.RcvBuf)
 	f.mssToGuest = max(t.cfg.MTU-t.ipHdrLen(key.v6)-header.TCPMinimumSize, 64)
 	f.wsToGuest = tcpWsToGuest // offered; dropped if the guest's SYN-ACK has none
 	f.wndFromGuest = 1

@@ -8,6 +8,7 @@ import (
 
 	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
@@ -151,7 +152,7 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 		f.seqAckToGuest = f.seqFromGuest
 		return
 	}
-	haveInfo := t.sys.tcpInfo(f.fd)
+	haveInfo := hostsock.TCPInfo(f.fd, &t.info)
 	local := f.flags&flLocal != 0 && !t.cfg.AckOnPeerAck
 	peerAcks := false
 	switch {
@@ -163,7 +164,7 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 		// Remote peer: ACK what it acknowledged, so the guest feels the
 		// end-to-end backpressure.
 		peerAcks = true
-		a := f.ackBase + uint32(t.sys.info.Bytes_acked)
+		a := f.ackBase + uint32(t.info.Bytes_acked)
 		if tcpSeqGT(a, f.seqFromGuest) {
 			a = f.seqFromGuest
 		}
@@ -178,19 +179,19 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 	peerWnd := uint32(tcpMaxWindow)
 	queued := 0
 	if haveInfo {
-		peerWnd = t.sys.info.Snd_wnd
+		peerWnd = t.info.Snd_wnd
 		if handshake && peerWnd == 0 {
 			peerWnd = 65535
 		}
 		// Bytes in our send queue, unsent or unacknowledged (SIOCOUTQ,
 		// without the system call): written minus acknowledged.
-		queued = max(int(int32(f.seqFromGuest-f.ackBase-uint32(t.sys.info.Bytes_acked))), 0)
+		queued = max(int(int32(f.seqFromGuest-f.ackBase-uint32(t.info.Bytes_acked))), 0)
 	} else {
-		queued = tcpSendQueueBytes(f.fd)
+		queued = hostsock.SendQueued(f.fd)
 	}
 	sndMSS := 0
 	if haveInfo {
-		sndMSS = int(t.sys.info.Snd_mss)
+		sndMSS = int(t.info.Snd_mss)
 	}
 	space, full := t.sendSpace(now, f, queued, sndMSS)
 	wnd := min(uint32(space), uint32(0xffff)<<f.wsToGuest, tcpMaxWindow)
@@ -272,13 +273,13 @@ const tcpSndRatioMinQueued = 8192
 // memory is free, so the estimate errs on the safe side (DESIGN invariant
 // 5): the guest never has more in flight than the socket takes.
 func (t *tcpTable) sendSpace(now time.Time, f *tcpFlow, queued, sndMSS int) (space int, full bool) {
-	sndbuf, wq, ok := tcpSndMem(f.fd)
+	sndbuf, wq, ok := hostsock.SendMemory(f.fd)
 	if !ok {
 		// No SO_MEMINFO (before Linux 4.6): half of SO_SNDBUF, re-read now
 		// and then (it only changes with auto-tuning) and whenever it
 		// looks like the limit.
 		if f.sndBuf == 0 || now.Sub(f.sndBufAt) >= tcpSndBufRefresh || f.sndBuf/2-queued < f.mssToGuest {
-			if sb, e := tcpGetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_SNDBUF); e == 0 {
+			if sb, err := hostsock.GetInt(f.fd, unix.SOL_SOCKET, unix.SO_SNDBUF); err == nil {
 				f.sndBuf, f.sndBufAt = sb, now
 			}
 		}
@@ -369,7 +370,7 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w guestring.Sink) bool {
 			t.bufs = append(t.bufs, t.discard[:already])
 		}
 		nfr, reserved, blocked := 0, 0, false
-		for fill > 0 && nfr < len(t.frm) && len(t.bufs) < tcpIovMax {
+		for fill > 0 && nfr < len(t.frm) && len(t.bufs) < hostsock.MaxIovecs {
 			hdr, pay, st := w.Reserve(hdrLen, min(fill, frameMax))
 			if st != guestring.OK {
 				blocked = true
@@ -378,7 +379,7 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w guestring.Sink) bool {
 			fr := &t.frm[nfr]
 			fr.hdr, fr.first, fr.capLen = hdr, len(t.bufs), 0
 			for _, b := range pay {
-				if len(t.bufs) == tcpIovMax {
+				if len(t.bufs) == hostsock.MaxIovecs {
 					// One recvmsg takes no more iovecs: the frame carries
 					// less than reserved, and reserved counts only what the
 					// peek can fill, so a short read is never mistaken for
@@ -413,11 +414,11 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w guestring.Sink) bool {
 			}
 			return true
 		}
-		r, e := t.sys.recvPeek(f.fd, t.sys.setIov(t.bufs))
+		r, err := t.io.Peek(f.fd, t.bufs)
 		got := 0
 		eof := false
-		switch e {
-		case 0:
+		switch err {
+		case nil:
 			got = r
 			if !t.peekOff {
 				got -= int(already)
@@ -432,7 +433,7 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w guestring.Sink) bool {
 		default:
 			w.Abort()
 			t.bufs = t.bufs[:0]
-			t.log.Debug("tcp read from host failed", "err", e)
+			t.log.Debug("tcp read from host failed", "err", err)
 			t.resetFlow(f, now)
 			return true
 		}

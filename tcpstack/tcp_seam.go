@@ -8,23 +8,6 @@ import (
 	"vunet/tcpstack/linksvc"
 )
 
-// tcpPoller is the event loop's epoll set as the TCP table uses it. The
-// token is returned by epoll with each event; the loop hands events whose
-// token carries the table's tag (see tcpTokenTag) to HandleSocketEvent.
-type tcpPoller interface {
-	Add(fd int, events uint32, token uint64) error
-	Mod(fd int, events uint32, token uint64) error
-	Del(fd int) error
-}
-
-// Token layout: bits 56–63 are the tag the loop dispatches on, bits 32–55
-// a generation that makes events for a reused slot harmless, bits 0–31 the
-// flow slot.
-const (
-	tcpTokenTagShift = 56
-	tcpTokenGenMask  = 1<<24 - 1
-)
-
 // TCPConfig configures TCP translation. The zero value is usable: every zero
 // field takes the default documented on it.
 type TCPConfig struct {
@@ -71,8 +54,6 @@ type TCPConfig struct {
 	NoPeekOffset bool
 	// NoWindowClamp disables the TCP_WINDOW_CLAMP workaround.
 	NoWindowClamp bool
-	// TokenTag is the epoll token tag (bits 56–63) of TCP sockets.
-	TokenTag uint8
 	// Logger receives debug logs; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 
 	"vunet/virtqueue"
@@ -27,7 +28,7 @@ type tcpTable struct {
 	cfg   TCPConfig
 	log   *slog.Logger
 	stats *stats.TCP
-	poll  tcpPoller
+	poll  *hostsock.Epoll // the running loop's; nil between loops
 
 	flows  []tcpFlow
 	free   []int32 // free slot stack
@@ -55,7 +56,8 @@ type tcpTable struct {
 	// dial opens the host socket; tests and fuzzing replace it.
 	dial func(dst netip.AddrPort, sndBuf, rcvBuf int) (fd int, inProgress bool, err error)
 
-	sys  tcpSysBufs
+	io   hostsock.IO
+	info unix.TCPInfo // TCP_INFO as last read
 	seg  tcpSegment
 	rsts [tcpRSTQueueLen]tcpPendingRST
 	nrst int
@@ -74,7 +76,7 @@ type tcpFrame struct {
 
 // newTCPTable allocates a table of cfg.MaxFlows connections. st may be
 // nil (a private set is used).
-func newTCPTable(cfg TCPConfig, st *stats.TCP, p tcpPoller) *tcpTable {
+func newTCPTable(cfg TCPConfig, st *stats.TCP, p *hostsock.Epoll) *tcpTable {
 	cfg.setDefaults()
 	if st == nil {
 		st = new(stats.TCP)
@@ -90,9 +92,9 @@ func newTCPTable(cfg TCPConfig, st *stats.TCP, p tcpPoller) *tcpTable {
 		active:  make([]int32, 0, cfg.MaxFlows),
 		outHead: -1,
 		outTail: -1,
-		peekOff: !cfg.NoPeekOffset && tcpPeekOffsetSupported(),
-		bufs:    make([][]byte, 0, tcpIovMax),
-		dial:    tcpDialer(cfg.BindV4, cfg.BindV6),
+		peekOff: !cfg.NoPeekOffset && hostsock.PeekOffsetSupported(),
+		bufs:    make([][]byte, 0, hostsock.MaxIovecs),
+		dial:    dialer(hostsock.Source{V4: cfg.BindV4, V6: cfg.BindV6}),
 		// Until the Stack sets the real one: a policy that refuses all.
 		policy: policyGate{pol: addrpolicy.New(addrpolicy.Config{}), st: new(stats.Queue), log: cfg.Logger},
 	}
@@ -125,7 +127,7 @@ func (t *tcpTable) SetMTU(mtu int) {
 // Attach sets the poller and registers every open socket with it: the loop
 // calls it after building a new epoll set (queue pair restart), so
 // connections survive the control plane's ring rebuilds.
-func (t *tcpTable) Attach(p tcpPoller) {
+func (t *tcpTable) Attach(p *hostsock.Epoll) {
 	t.poll = p
 	for _, s := range t.active {
 		f := &t.flows[s]
@@ -167,18 +169,18 @@ func (t *tcpTable) ResetConnections() {
 	}
 }
 
-func (t *tcpTable) token(f *tcpFlow) uint64 {
-	return uint64(t.cfg.TokenTag)<<tcpTokenTagShift | uint64(f.gen&tcpTokenGenMask)<<32 | uint64(uint32(f.slot))
+func (t *tcpTable) token(f *tcpFlow) hostsock.Token {
+	return hostsock.NewToken(hostsock.OwnerTCP, f.gen, uint32(f.slot))
 }
 
 // flowByToken resolves an epoll token; nil for a stale one.
-func (t *tcpTable) flowByToken(tok uint64) *tcpFlow {
-	slot := uint32(tok)
+func (t *tcpTable) flowByToken(tok hostsock.Token) *tcpFlow {
+	slot := tok.Slot()
 	if int(slot) >= len(t.flows) {
 		return nil
 	}
 	f := &t.flows[slot]
-	if f.state == stats.TCPFree || f.gen&tcpTokenGenMask != uint32(tok>>32)&tcpTokenGenMask {
+	if f.state == stats.TCPFree || f.gen&hostsock.GenMask != tok.Gen() {
 		return nil
 	}
 	return f
@@ -250,7 +252,7 @@ func (t *tcpTable) closeSocket(f *tcpFlow, reset bool) {
 	f.inEpoll = false
 	f.epollEvents = 0
 	if reset {
-		tcpCloseWithReset(f.fd)
+		hostsock.CloseWithReset(f.fd)
 	} else {
 		unix.Close(f.fd)
 	}
@@ -356,3 +358,10 @@ func (t *tcpTable) noteTimer(d time.Time) {
 // none. The loop arms its timerfd to it after each iteration and calls
 // Timers when it fires.
 func (t *tcpTable) NextTimer() time.Time { return t.nextTimer }
+
+// dialer returns the function the table opens host sockets with.
+func dialer(src hostsock.Source) func(dst netip.AddrPort, sndBuf, rcvBuf int) (int, bool, error) {
+	return func(dst netip.AddrPort, sndBuf, rcvBuf int) (int, bool, error) {
+		return hostsock.DialTCP(dst, src, sndBuf, rcvBuf)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
 )
 
 // TestTCPStallAndClampWorkaround: a host peer pushes 2 MiB through a small
@@ -30,7 +31,7 @@ func tcpRunStallTransfer(t *testing.T, cfg TCPConfig, peerSndBuf int) {
 		peer.SetWriteBuffer(peerSndBuf)
 	}
 	f := h.flow()
-	clamp0, _ := tcpGetsockoptInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
+	clamp0, _ := hostsock.GetInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
 	if clamp0 <= 0 {
 		t.Fatalf("initial clamp %d", clamp0)
 	}
@@ -63,7 +64,7 @@ func tcpRunStallTransfer(t *testing.T, cfg TCPConfig, peerSndBuf int) {
 		h.ack = last.seq + uint32(len(last.payload))
 		wasStalled := f.flags&flWndStall != 0
 		h.sendAck(nil)
-		if c, _ := tcpGetsockoptInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); c < clamp0 || c == 0 {
+		if c, _ := hostsock.GetInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); c < clamp0 || c == 0 {
 			t.Fatalf("window clamp shrank: %d < %d", c, clamp0)
 		}
 		if wasStalled && h.queued() > 0 {
@@ -187,10 +188,10 @@ func TestTCPAckFollowsPeerAck(t *testing.T) {
 	if len(segs) == 0 {
 		t.Fatalf("no ACK")
 	}
-	if !h.tab.sys.tcpInfo(f.fd) {
+	if !hostsock.TCPInfo(f.fd, &h.tab.info) {
 		t.Fatal("TCP_INFO")
 	}
-	acked := h.tab.sys.info.Bytes_acked
+	acked := h.tab.info.Bytes_acked
 	ack := segs[len(segs)-1].ack
 	if !tcpSeqLT(ack, f.seqFromGuest) {
 		t.Fatalf("ACKed everything written (%d) although the peer has not", f.seqFromGuest-h.isn)
@@ -200,7 +201,7 @@ func TestTCPAckFollowsPeerAck(t *testing.T) {
 	}
 	// The peer reads: the delayed-ACK timer brings the guest up to date.
 	written := int(f.seqFromGuest - h.isn - 1)
-	t.Logf("written %d acked %d outq %d", written, acked, tcpSendQueueBytes(f.fd))
+	t.Logf("written %d acked %d outq %d", written, acked, hostsock.SendQueued(f.fd))
 	tcpReadN(t, peer, written)
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -9,6 +9,7 @@ import (
 
 	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
@@ -171,12 +172,12 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 	}
 	for {
 		m := min(seg, n)
-		_, err := ft.io.send(fd, c.Readable, off, m)
+		_, err := ft.io.Send(fd, c.Readable, off, m)
 		if err != nil {
 			if errors.Is(err, unix.ECONNREFUSED) {
 				// An ICMP error for an earlier datagram was queued on the
 				// socket; this one was not sent. Try once more.
-				_, err = ft.io.send(fd, c.Readable, off, m)
+				_, err = ft.io.Send(fd, c.Readable, off, m)
 			}
 		}
 		if err != nil {
@@ -194,7 +195,7 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 }
 
 func (ft *flowTable) openUDP(key *flowKey, host netip.AddrPort) (int, error) {
-	return ft.openDgram(key, host, 0)
+	return ft.openDgram(host, 0)
 }
 
 // readUDP moves datagrams from flow i's socket into guest RX buffers.
@@ -217,7 +218,7 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 		case guestring.OK:
 		case guestring.NoFit, guestring.Broken:
 			// The guest can never take it: consume and count.
-			if n, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
+			if n, _, err := ft.io.Recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
 				ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 				continue
 			}
@@ -227,20 +228,20 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 		}
 		if plen < maxPay {
 			// Is the next datagram larger than what we hold?
-			size, err := pendingDatagram(f.fd)
+			size, err := hostsock.NextDatagram(f.fd)
 			if err == nil && size > plen {
 				w.Abort()
 				if w.MoreLater() {
 					return flowBlocked // wait for the guest to post more buffers
 				}
-				if n, _, err := ft.io.recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
+				if n, _, err := ft.io.Recv(f.fd, ft.discardIO[:], 0); err == nil && n >= 0 {
 					ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 					continue
 				}
 				return flowDrained
 			}
 		}
-		n, mflags, err := ft.io.recv(f.fd, pay, 0)
+		n, mflags, err := ft.io.Recv(f.fd, pay, 0)
 		if err != nil {
 			w.Abort()
 			if errors.Is(err, unix.EAGAIN) {
@@ -272,7 +273,7 @@ func (ft *flowTable) readUDP(l *loop, i int32) flowRead {
 // vhost-user spec says frames are not supplied, not queued).
 func (ft *flowTable) discardAll(fd int) flowRead {
 	for {
-		if _, _, err := ft.io.recv(fd, ft.discardIO[:], 0); err != nil {
+		if _, _, err := ft.io.Recv(fd, ft.discardIO[:], 0); err != nil {
 			return flowDrained
 		}
 		ft.st.RX.Drops[stats.DropRingDisabled].Add(1)

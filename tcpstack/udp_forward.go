@@ -1,13 +1,12 @@
 package tcpstack
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
-	"unsafe"
 
 	"vunet/tcpstack/guestring"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 
 	"golang.org/x/sys/unix"
@@ -40,17 +39,8 @@ func (ft *flowTable) listenUDP(fw Forward) (uint16, error) {
 		addr = netip.IPv4Unspecified()
 	}
 	v6 := addr.Is6()
-	fd, err := udpForwardSocket(v6, fw.Iface)
+	fd, local, port, err := hostsock.ListenUDP(netip.AddrPortFrom(addr, fw.HostPort), fw.Iface)
 	if err != nil {
-		return 0, err
-	}
-	if err := unix.Bind(fd, sockaddrOf(netip.AddrPortFrom(addr, fw.HostPort))); err != nil {
-		unix.Close(fd)
-		return 0, fmt.Errorf("forward bind %v: %w", netip.AddrPortFrom(addr, fw.HostPort), err)
-	}
-	local, port, err := boundPort(fd)
-	if err != nil {
-		unix.Close(fd)
 		return 0, err
 	}
 	gp := fw.GuestPort
@@ -59,8 +49,8 @@ func (ft *flowTable) listenUDP(fw Forward) (uint16, error) {
 	}
 	i := len(ft.fwd)
 	ft.fwd = append(ft.fwd, udpListener{fd: fd, v6: v6, guestPort: gp, iface: fw.Iface, local: local})
-	if ft.ep.fd >= 0 {
-		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, makeToken(tagUDPFwd, uint64(i))); err != nil {
+	if ft.ep != nil {
+		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, hostsock.NewToken(hostsock.OwnerUDPForward, 0, uint32(i))); err != nil {
 			unix.Close(fd)
 			ft.fwd = ft.fwd[:i]
 			return 0, fmt.Errorf("forward epoll: %w", err)
@@ -69,34 +59,12 @@ func (ft *flowTable) listenUDP(fw Forward) (uint16, error) {
 	return port, nil
 }
 
-// udpForwardSocket opens a datagram socket that may share its port with
-// the flows of the forward (SO_REUSEADDR), optionally bound to iface.
-func udpForwardSocket(v6 bool, iface string) (int, error) {
-	family := unix.AF_INET
-	if v6 {
-		family = unix.AF_INET6
-	}
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("forward socket: %w", err)
-	}
-	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	if v6 {
-		_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
-	}
-	if err := bindToDevice(fd, iface); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("forward %w", err)
-	}
-	return fd, nil
-}
-
 // attachForwards registers the forwarded ports with a new loop's epoll set;
 // datagrams may have arrived meanwhile, so each is read once.
-func (ft *flowTable) attachForwards(ep epollSet) {
+func (ft *flowTable) attachForwards(ep *hostsock.Epoll) {
 	for i := range ft.fwd {
 		l := &ft.fwd[i]
-		if err := ep.Add(l.fd, unix.EPOLLIN|unix.EPOLLET, makeToken(tagUDPFwd, uint64(i))); err != nil {
+		if err := ep.Add(l.fd, unix.EPOLLIN|unix.EPOLLET, hostsock.NewToken(hostsock.OwnerUDPForward, 0, uint32(i))); err != nil {
 			ft.log.Warn("register forwarded UDP port", "err", err)
 			continue
 		}
@@ -114,9 +82,9 @@ func (ft *flowTable) closeForwardsFrom(first int) {
 }
 
 // forwardReady handles an epoll event of a forwarded port.
-func (ft *flowTable) forwardReady(tok uint64) {
-	i := tok & tokenValMask
-	if i < uint64(len(ft.fwd)) {
+func (ft *flowTable) forwardReady(tok hostsock.Token) {
+	i := tok.Slot()
+	if int(i) < len(ft.fwd) {
 		ft.fwd[i].pending = true
 		ft.fwdPending = true
 	}
@@ -162,7 +130,7 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 		switch s {
 		case guestring.OK:
 		case guestring.NoFit, guestring.Broken:
-			if _, _, err := ft.io.recv(lis.fd, ft.discardIO[:], 0); err == nil {
+			if _, _, err := ft.io.Recv(lis.fd, ft.discardIO[:], 0); err == nil {
 				ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 				continue
 			}
@@ -171,19 +139,19 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 			return flowBlocked
 		}
 		if plen < maxPay {
-			if size, err := pendingDatagram(lis.fd); err == nil && size > plen {
+			if size, err := hostsock.NextDatagram(lis.fd); err == nil && size > plen {
 				w.Abort()
 				if w.MoreLater() {
 					return flowBlocked
 				}
-				if _, _, err := ft.io.recv(lis.fd, ft.discardIO[:], 0); err == nil {
+				if _, _, err := ft.io.Recv(lis.fd, ft.discardIO[:], 0); err == nil {
 					ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 					continue
 				}
 				return flowDrained
 			}
 		}
-		n, mflags, err := ft.io.recvFrom(lis.fd, pay, &ft.fwdFrom)
+		n, mflags, err := ft.io.RecvFrom(lis.fd, pay, &ft.fwdFrom)
 		if err != nil {
 			w.Abort()
 			if errors.Is(err, unix.EAGAIN) {
@@ -191,7 +159,7 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 			}
 			continue
 		}
-		peer, ok := rawAddrPort(&ft.fwdFrom)
+		peer, ok := hostsock.RawAddrPort(&ft.fwdFrom)
 		key, kok := ft.forwardKey(lis, peer)
 		if mflags&unix.MSG_TRUNC != 0 || !ok || !kok {
 			w.Abort()
@@ -251,15 +219,7 @@ func (ft *flowTable) forwardFlow(lis *udpListener, key *flowKey, peer netip.Addr
 		ft.evictOldest()
 		ft.st.FlowsEvicted.Add(1)
 	}
-	fd, err := udpForwardSocket(lis.v6, lis.iface)
-	if err == nil {
-		if err = unix.Bind(fd, lis.local); err == nil {
-			err = unix.Connect(fd, sockaddrOf(peer))
-		}
-		if err != nil {
-			unix.Close(fd)
-		}
-	}
+	fd, err := hostsock.DialUDPFrom(lis.local, peer, lis.iface)
 	if err != nil {
 		// The guest's replies then leave from another port; counted.
 		ft.st.TX.Drops[stats.DropNoFlow].Add(1)
@@ -267,62 +227,4 @@ func (ft *flowTable) forwardFlow(lis *udpListener, key *flowKey, peer netip.Addr
 		return
 	}
 	ft.adopt(key, fd)
-}
-
-// sockaddrOf converts ap for bind/connect (IPv4 addresses as AF_INET).
-// boundPort returns the address a forwarded port's socket is bound to and
-// its port: the kernel's choice when the forward asked for port 0.
-func boundPort(fd int) (unix.Sockaddr, uint16, error) {
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return nil, 0, fmt.Errorf("forward getsockname: %w", err)
-	}
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return sa, uint16(a.Port), nil
-	case *unix.SockaddrInet6:
-		return sa, uint16(a.Port), nil
-	}
-	return sa, 0, nil
-}
-
-func sockaddrOf(ap netip.AddrPort) unix.Sockaddr {
-	if a := ap.Addr(); a.Is4() {
-		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
-	}
-	return &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
-}
-
-// recvFrom is recv that also stores the sender's address in from.
-func (s *sockIO) recvFrom(fd int, bufs [][]byte, from *unix.RawSockaddrAny) (n, msgFlags int, err error) {
-	k, _ := s.setIovecs(bufs, 0, int(^uint(0)>>1))
-	s.setMsg(k)
-	s.msg.Name = (*byte)(unsafe.Pointer(from))
-	s.msg.Namelen = uint32(unsafe.Sizeof(*from))
-	for {
-		r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&s.msg)), unix.MSG_DONTWAIT)
-		if e == unix.EINTR {
-			continue
-		}
-		s.msg.Name = nil
-		if e != 0 {
-			return 0, 0, e
-		}
-		return int(r), int(s.msg.Flags), nil
-	}
-}
-
-// rawAddrPort decodes an AF_INET or AF_INET6 socket address.
-func rawAddrPort(sa *unix.RawSockaddrAny) (netip.AddrPort, bool) {
-	switch sa.Addr.Family {
-	case unix.AF_INET:
-		p := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
-		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&p.Port))[:])
-		return netip.AddrPortFrom(netip.AddrFrom4(p.Addr), port), true
-	case unix.AF_INET6:
-		p := (*unix.RawSockaddrInet6)(unsafe.Pointer(sa))
-		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&p.Port))[:])
-		return netip.AddrPortFrom(netip.AddrFrom16(p.Addr), port), true
-	}
-	return netip.AddrPort{}, false
 }

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/header"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 )
@@ -28,6 +29,21 @@ type flowKey struct {
 	v6                    bool
 	guestIP, remoteIP     [16]byte
 	guestPort, remotePort uint16 // ICMP: guestPort is the echo identifier
+}
+
+// packetKey is the key of the flow a guest packet belongs to: the guest's
+// address is its source, the remote's its destination; guestPort is the
+// echo identifier for ICMP.
+func packetKey(kind flowKind, p *header.Packet, guestPort, remotePort uint16) flowKey {
+	k := flowKey{kind: kind, v6: p.IsIPv6(), guestPort: guestPort, remotePort: remotePort}
+	if k.v6 {
+		k.guestIP, k.remoteIP = p.Src.As16(), p.Dst.As16()
+	} else {
+		s, d := p.Src.As4(), p.Dst.As4()
+		copy(k.guestIP[:], s[:])
+		copy(k.remoteIP[:], d[:])
+	}
+	return k
 }
 
 func (k *flowKey) guestAddr() netip.Addr  { return keyAddr(k.v6, &k.guestIP) }

@@ -23,28 +23,27 @@ const icmpEchoHdrLen = 8
 
 // icmpFromGuest handles an ICMP or ICMPv6 message from the guest. Only echo
 // requests are translated; it returns false for everything else.
-func (l *loop) icmpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) bool {
-	if ip.l4Len < icmpEchoHdrLen || len(head) < ip.l4Off+icmpEchoHdrLen {
+func (l *loop) icmpFromGuest(c *virtqueue.Chain, p *header.Packet) bool {
+	if len(p.L4) < icmpEchoHdrLen {
 		return false
 	}
-	m := head[ip.l4Off:]
+	m := p.L4
 	echo := uint8(header.ICMPv4EchoRequest)
-	if ip.v6 {
+	if p.IsIPv6() {
 		echo = uint8(header.ICMPv6EchoRequest)
 	}
 	if m[0] != echo || m[1] != 0 {
 		return false
 	}
 	ft := l.flows
-	key := flowKey{kind: flowICMP, v6: ip.v6, guestIP: ip.src, remoteIP: ip.dst,
-		guestPort: binary.BigEndian.Uint16(m[4:6])}
+	key := packetKey(flowICMP, p, binary.BigEndian.Uint16(m[4:6]), 0)
 	i, _, ok := ft.lookup(&key)
 	if !ok {
 		return true
 	}
 	// The whole message goes out as the guest built it; the kernel rewrites
 	// the identifier and the checksum.
-	if _, err := ft.io.Send(ft.flows[i].fd, c.Readable, l.vhLen+ip.l4Off, ip.l4Len); err != nil {
+	if _, err := ft.io.Send(ft.flows[i].fd, c.Readable, l.vhLen+p.L4Off, p.L4Len); err != nil {
 		l.st.TX.Drops[stats.DropSendError].Add(1)
 	} else {
 		l.st.Proto.ICMPEchoRequests.Add(1)

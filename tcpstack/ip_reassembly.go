@@ -82,51 +82,43 @@ type fragment struct {
 	frameLen int
 }
 
-// reassemble4 takes an IPv4 fragment (head: the frame's copied start).
-func (l *loop) reassemble4(c *virtqueue.Chain, head []byte, frameLen, ihl int) {
-	ip := head[ethHdrLen:]
-	total := int(binary.BigEndian.Uint16(ip[2:4]))
-	ff := binary.BigEndian.Uint16(ip[6:8])
-	proto := ip[9]
-	if proto != ipProtoUDP && proto != ipProtoICMP {
+// reassemble takes an IP fragment (p parsed from its copied start).
+func (l *loop) reassemble(c *virtqueue.Chain, p *header.Packet) {
+	fr := fragment{off: p.FragmentOffset, more: p.MoreFragments, head: p.Frame, frameLen: p.Len}
+	if !p.IsIPv6() {
+		if p.Protocol != header.IPProtocolUDP && p.Protocol != header.IPProtocolICMPv4 {
+			l.fragDrop(stats.FragUnsupported)
+			return
+		}
+		if p.L4Len <= 0 {
+			l.fragDrop(stats.FragInvalid)
+			return
+		}
+		fr.n, fr.dataOff, fr.l3HdrLen = p.L4Len, p.L4Off, p.L4Off-ethHdrLen
+		fr.key = fragKey{proto: uint8(p.Protocol), id: p.FragmentID}
+		s, d := p.Src.As4(), p.Dst.As4()
+		copy(fr.key.src[:4], s[:])
+		copy(fr.key.dst[:4], d[:])
+		l.addFragment(c, &fr)
+		return
+	}
+	if p.FragmentHeaderOff != ethHdrLen+ipv6HdrLen {
+		l.fragDrop(stats.FragUnsupported) // only directly after the IPv6 header
+		return
+	}
+	next := header.IPProtocol(p.Frame[p.FragmentHeaderOff])
+	if next != header.IPProtocolUDP && next != header.IPProtocolICMPv6 {
 		l.fragDrop(stats.FragUnsupported)
 		return
 	}
-	if total <= ihl || total > frameLen-ethHdrLen {
+	pl := p.L3Len - ipv6HdrLen
+	if pl <= header.IPv6FragmentHeaderSize {
 		l.fragDrop(stats.FragInvalid)
 		return
 	}
-	fr := fragment{off: int(ff&0x1fff) * 8, n: total - ihl, more: ff&0x2000 != 0,
-		dataOff: ethHdrLen + ihl, l3HdrLen: ihl, head: head, frameLen: frameLen}
-	fr.key = fragKey{proto: proto, id: uint32(binary.BigEndian.Uint16(ip[4:6]))}
-	copy(fr.key.src[:4], ip[12:16])
-	copy(fr.key.dst[:4], ip[16:20])
-	l.addFragment(c, &fr)
-}
-
-// reassemble6 takes an IPv6 frame whose next header is a Fragment header.
-func (l *loop) reassemble6(c *virtqueue.Chain, head []byte, frameLen int) {
-	ip := head[ethHdrLen:]
-	if len(ip) < ipv6HdrLen+8 {
-		l.fragDrop(stats.FragInvalid)
-		return
-	}
-	pl := int(binary.BigEndian.Uint16(ip[4:6]))
-	fh := ip[ipv6HdrLen:]
-	next := fh[0]
-	if next != ipProtoUDP && next != ipProtoICMPv6 {
-		l.fragDrop(stats.FragUnsupported)
-		return
-	}
-	if pl <= 8 || ethHdrLen+ipv6HdrLen+pl > frameLen {
-		l.fragDrop(stats.FragInvalid)
-		return
-	}
-	ofm := binary.BigEndian.Uint16(fh[2:4])
-	fr := fragment{off: int(ofm>>3) * 8, n: pl - 8, more: ofm&1 != 0,
-		dataOff: ethHdrLen + ipv6HdrLen + 8, l3HdrLen: ipv6HdrLen, head: head, frameLen: frameLen}
-	fr.key = fragKey{v6: true, proto: next, id: binary.BigEndian.Uint32(fh[4:8]),
-		src: [16]byte(ip[8:24]), dst: [16]byte(ip[24:40])}
+	fr.n = pl - header.IPv6FragmentHeaderSize
+	fr.dataOff, fr.l3HdrLen = ethHdrLen+ipv6HdrLen+header.IPv6FragmentHeaderSize, ipv6HdrLen
+	fr.key = fragKey{v6: true, proto: uint8(next), id: p.FragmentID, src: p.Src.As16(), dst: p.Dst.As16()}
 	l.addFragment(c, &fr)
 }
 
@@ -247,17 +239,17 @@ func (l *loop) dispatchReassembled(b *fragBuf) {
 		ip[10], ip[11] = 0, 0
 		binary.BigEndian.PutUint16(ip[10:12], ^header.Checksum(ip, 0))
 	}
-	p := l.frag
-	p.iov[0] = frame
-	p.chain.Readable = p.iov[:]
+	fp := l.frag
+	fp.iov[0] = frame
+	fp.chain.Readable = fp.iov[:]
 	frameLen := len(frame) - vh
 	n := copy(l.tx.head[:vh+min(frameLen, txHeadLen)], frame)
 	l.tx.hdr = virtqueue.NetHdr{} // the fragments' offload fields do not apply
-	head := l.tx.head[vh:n]
-	if b.key.v6 {
-		l.handleIPv6(&p.chain, head, frameLen)
+	p := &l.tx.pkt
+	if err := header.ParseFrame(l.tx.head[vh:n], frameLen, p); err != nil {
+		l.st.TX.Drops[stats.DropMalformed].Add(1)
 	} else {
-		l.handleIPv4(&p.chain, head, frameLen)
+		l.dispatchIP(&fp.chain, p)
 	}
-	p.chain.Readable = nil
+	fp.chain.Readable = nil
 }

@@ -3,7 +3,6 @@ package tcpstack
 import (
 	"time"
 
-	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
 
@@ -21,14 +20,6 @@ func (l *loop) attachTCP() {
 		virtqueue.HasFeature(f, virtqueue.FeatureNetGuestTSO6))
 	l.mtu = l.s.MTU()
 	l.tcp.SetMTU(l.mtu)
-}
-
-// tcpFromGuest passes a guest TCP segment to the table; payload goes from
-// the chain's guest memory straight to the host socket.
-func (l *loop) tcpFromGuest(c *virtqueue.Chain, head []byte, frameLen int) {
-	if !l.tcp.HandleGuestFrame(l.now, head, c.Readable, l.vhLen, frameLen) {
-		l.st.TX.Drops[stats.DropMalformed].Add(1)
-	}
 }
 
 // tcpOutput runs the TCP output pass into the RX ring. A pass blocked on

@@ -59,7 +59,10 @@ func FuzzTCPGuestFrame(f *testing.F) {
 		now := time.Unix(1000, 0)
 		w := tcpNewFakeWriter(8)
 		for i := 0; i < 3; i++ {
-			tab.HandleGuestFrame(now, head, iov, virtqueue.NetHdrLen, len(frame))
+			var p header.Packet
+			if header.ParseFrame(head, len(frame), &p) == nil {
+				tab.HandleGuestFrame(now, &p, iov, virtqueue.NetHdrLen)
+			}
 			tab.Flush(now, w)
 			w.take()
 			w.free = 8
@@ -88,8 +91,9 @@ func FuzzTCPParseFrame(f *testing.F) {
 	f.Add(h.frame(header.TCPFlagACK, 1, 2, 3, nil, []byte("abc")), 0)
 	f.Fuzz(func(t *testing.T, frame []byte, extra int) {
 		frameLen := len(frame) + min(max(extra, 0), 1<<16)
+		var p header.Packet
 		var sg tcpSegment
-		if !parseTCPFrame(frame, frameLen, &sg) {
+		if header.ParseFrame(frame, frameLen, &p) != nil || !segmentFrom(&p, &sg) {
 			return
 		}
 		if sg.payloadOff < 0 || sg.payloadLen < 0 || sg.payloadOff+sg.payloadLen > frameLen {

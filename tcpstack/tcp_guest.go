@@ -1,7 +1,6 @@
 package tcpstack
 
 import (
-	"encoding/binary"
 	"math/rand/v2"
 	"net/netip"
 	"time"
@@ -30,67 +29,16 @@ type tcpSegment struct {
 	payloadLen int
 }
 
-// parseTCPFrame fills sg from head (a copy of the frame's first bytes,
-// Ethernet onward) for a frame of frameLen bytes. It reports false for
-// anything that is not a well-formed, unfragmented TCP segment. All
-// lengths are checked against both the copy and frameLen: the guest's
-// headers may claim anything.
-func parseTCPFrame(head []byte, frameLen int, sg *tcpSegment) bool {
-	if len(head) > frameLen || len(head) < header.EthernetMinimumSize {
+// segmentFrom fills sg from p, a parsed guest frame. It reports false for
+// anything that is not a well-formed TCP segment: no TCP header, or one
+// that header.ParseFrame found truncated or malformed, or a fragment.
+func segmentFrom(p *header.Packet, sg *tcpSegment) bool {
+	th := p.TCP
+	if th == nil {
 		return false
 	}
-	copy(sg.srcMAC[:], head[6:12])
-	l3 := head[header.EthernetMinimumSize:]
-	var l4off, l3len int
-	switch binary.BigEndian.Uint16(head[12:14]) {
-	case uint16(header.EtherTypeIPv4):
-		if len(l3) < header.IPv4MinimumSize || l3[0]>>4 != 4 {
-			return false
-		}
-		ihl := int(l3[0]&0xf) * 4
-		l3len = int(binary.BigEndian.Uint16(l3[2:4]))
-		if ihl < header.IPv4MinimumSize || l3len < ihl || len(l3) < ihl {
-			return false
-		}
-		if header.IPProtocol(l3[9]) != header.IPProtocolTCP {
-			return false
-		}
-		if binary.BigEndian.Uint16(l3[6:8])&0x3fff != 0 { // MF or offset: a fragment
-			return false
-		}
-		sg.src = netip.AddrFrom4([4]byte(l3[12:16]))
-		sg.dst = netip.AddrFrom4([4]byte(l3[16:20]))
-		l4off = ihl
-	case uint16(header.EtherTypeIPv6):
-		if len(l3) < header.IPv6MinimumSize || l3[0]>>4 != 6 {
-			return false
-		}
-		l3len = header.IPv6MinimumSize + int(binary.BigEndian.Uint16(l3[4:6]))
-		ul, err := header.IPv6(l3).UpperLayer()
-		if err != nil || ul.Protocol != header.IPProtocolTCP || ul.Fragment {
-			return false
-		}
-		sg.src = netip.AddrFrom16([16]byte(l3[8:24]))
-		sg.dst = netip.AddrFrom16([16]byte(l3[24:40]))
-		l4off = ul.Offset
-	default:
-		return false
-	}
-	if header.EthernetMinimumSize+l3len > frameLen || l4off > l3len {
-		return false
-	}
-	tcpEnd := min(len(l3), l3len)
-	if l4off > tcpEnd {
-		return false
-	}
-	th, err := header.ParseTCP(l3[l4off:tcpEnd])
-	if err != nil {
-		return false
-	}
-	doff := th.DataOffset()
-	if l4off+doff > l3len {
-		return false
-	}
+	sg.srcMAC = p.SourceMAC()
+	sg.src, sg.dst = p.Src, p.Dst
 	sg.srcPort = th.SourcePort()
 	sg.dstPort = th.DestinationPort()
 	sg.seq = th.SequenceNumber()
@@ -103,8 +51,8 @@ func parseTCPFrame(head []byte, frameLen int, sg *tcpSegment) bool {
 		// answered with defaults, as a host stack would.
 		_ = header.ParseTCPOptions(th.Options(), &sg.opts)
 	}
-	sg.payloadOff = header.EthernetMinimumSize + l4off + doff
-	sg.payloadLen = l3len - l4off - doff
+	sg.payloadOff = p.L4Off + len(th)
+	sg.payloadLen = p.L4Len - len(th)
 	sg.key = tcpKey{
 		guestAddr:  sg.src.As16(),
 		remoteAddr: sg.dst.As16(),
@@ -115,17 +63,16 @@ func parseTCPFrame(head []byte, frameLen int, sg *tcpSegment) bool {
 	return true
 }
 
-// HandleGuestFrame translates one guest frame carrying TCP. head is a copy
-// of the frame's first bytes (Ethernet onward; at least up to the end of the
-// TCP header when the frame is that long); the frame itself is frameLen
-// bytes at byte offset skip of the iovecs frame (guest memory: the TX chain's
-// readable buffers, skip = virtio-net header length). Headers are only ever
-// read from head; payload is written to the host socket straight from frame.
-// It reports false for a frame that is not a well-formed TCP segment (the
-// caller counts the drop).
-func (t *tcpTable) HandleGuestFrame(now time.Time, head []byte, frame [][]byte, skip, frameLen int) bool {
+// HandleGuestFrame translates one guest frame carrying TCP. p is the
+// frame's parse (header.ParseFrame, of a copy of its first bytes); the
+// frame itself is p.Len bytes at byte offset skip of the iovecs frame
+// (guest memory: the TX chain's readable buffers, skip = virtio-net header
+// length). Headers are only ever read from p; payload is written to the
+// host socket straight from frame. It reports false for a frame that is
+// not a well-formed TCP segment (the caller counts the drop).
+func (t *tcpTable) HandleGuestFrame(now time.Time, p *header.Packet, frame [][]byte, skip int) bool {
 	sg := &t.seg
-	if !parseTCPFrame(head, frameLen, sg) {
+	if !segmentFrom(p, sg) {
 		return false
 	}
 	s, ok := t.byKey[sg.key]

@@ -202,7 +202,11 @@ func (h *tcpHarness) inject(b []byte) {
 	copy(head, b)
 	// Guest memory with a virtio-net header in front, as in a TX chain.
 	mem := append(make([]byte, virtqueue.NetHdrLen), b...)
-	if !h.tab.HandleGuestFrame(h.now, head, [][]byte{mem}, virtqueue.NetHdrLen, len(b)) {
+	var p header.Packet
+	if err := header.ParseFrame(head, len(b), &p); err != nil {
+		h.t.Fatalf("frame does not parse: %v", err)
+	}
+	if !h.tab.HandleGuestFrame(h.now, &p, [][]byte{mem}, virtqueue.NetHdrLen) {
 		h.t.Fatalf("frame rejected")
 	}
 }

@@ -2,8 +2,8 @@ package tcpstack
 
 import (
 	"context"
-	"encoding/binary"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"vunet/tcpstack/header"
@@ -141,140 +141,136 @@ func (l *loop) handleTXFrame(c *virtqueue.Chain) {
 	if src := head[6:12]; src[0]&1 == 0 {
 		l.learnGuestMAC(src)
 	}
-	switch binary.BigEndian.Uint16(head[12:14]) {
-	case etherTypeARP:
+	p := &l.tx.pkt
+	err := header.ParseFrame(head, frameLen, p)
+	switch p.EtherType {
+	case header.EtherTypeARP:
 		st.TXByEtherType[stats.EtherARP].Add(1)
-		l.serve(stats.SvcARP, head)
-	case etherTypeIPv4:
-		st.TXByEtherType[stats.EtherIPv4].Add(1)
-		l.handleIPv4(c, head, frameLen)
-	case etherTypeIPv6:
-		st.TXByEtherType[stats.EtherIPv6].Add(1)
-		l.handleIPv6(c, head, frameLen)
+		l.serve(stats.SvcARP, p, head)
+	case header.EtherTypeIPv4, header.EtherTypeIPv6:
+		if p.EtherType == header.EtherTypeIPv4 {
+			st.TXByEtherType[stats.EtherIPv4].Add(1)
+		} else {
+			st.TXByEtherType[stats.EtherIPv6].Add(1)
+		}
+		if err != nil {
+			st.TX.Drops[stats.DropMalformed].Add(1)
+			return
+		}
+		l.dispatchIP(c, p)
 	default:
 		st.TXByEtherType[stats.EtherOther].Add(1)
 		st.TX.Drops[stats.DropUnknownEtherType].Add(1)
-		l.logUnknown("unknown ethertype", head)
+		l.logUnknown("unknown ethertype", p)
 	}
 }
 
 // fullFrame returns the whole frame copied out of the chain, or nil (counted)
 // when it is larger than a link service may ask for.
-func (l *loop) fullFrame(c *virtqueue.Chain, head []byte, frameLen int) []byte {
-	if frameLen <= len(head) {
-		return head
+func (l *loop) fullFrame(c *virtqueue.Chain, p *header.Packet) []byte {
+	if p.Len <= len(p.Frame) {
+		return p.Frame
 	}
-	if frameLen > len(l.tx.full) {
+	if p.Len > len(l.tx.full) {
 		l.st.TX.Drops[stats.DropOversize].Add(1)
 		return nil
 	}
-	n := header.CopyFromIovecs(l.tx.full[:frameLen], c.Readable, l.vhLen)
+	n := header.CopyFromIovecs(l.tx.full[:p.Len], c.Readable, l.vhLen)
 	return l.tx.full[:n]
 }
 
-// handleIPv4 dispatches an IPv4 frame. head is the copied start of the frame.
-func (l *loop) handleIPv4(c *virtqueue.Chain, head []byte, frameLen int) {
-	ip := head[ethHdrLen:]
-	if len(ip) < 20 || ip[0]>>4 != 4 {
-		l.st.TX.Drops[stats.DropMalformed].Add(1)
+// dispatchIP hands an IPv4 or IPv6 packet to whoever translates it:
+// reassembly for a fragment, a link service for DHCP, DHCPv6 and NDP, the
+// TCP table or the datagram flows.
+func (l *loop) dispatchIP(c *virtqueue.Chain, p *header.Packet) {
+	v6 := p.IsIPv6()
+	if p.Fragment {
+		l.reassemble(c, p)
 		return
 	}
-	ihl := int(ip[0]&0xf) * 4
-	if ihl < 20 || len(ip) < ihl {
-		l.st.TX.Drops[stats.DropMalformed].Add(1)
+	_, dport, ports := p.Ports()
+	var svc stats.Service
+	switch {
+	case !v6 && p.Protocol == header.IPProtocolUDP && ports && dport == header.DHCPv4ServerPort:
+		svc = stats.SvcDHCP
+	case v6 && p.Protocol == header.IPProtocolUDP && ports && dport == header.DHCPv6ServerPort:
+		svc = stats.SvcDHCPv6
+	case v6 && p.Protocol == header.IPProtocolICMPv6 && len(p.L4) >= 1 && p.L4[0] >= 133 && p.L4[0] <= 137:
+		svc = stats.SvcNDP // RS, RA, NS, NA, redirect
+	default:
+		l.dispatchFlow(c, p)
 		return
 	}
-	proto := ip[9]
-	fragmented := binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0
-	if fragmented {
-		l.reassemble4(c, head, frameLen, ihl)
-		return
+	if f := l.fullFrame(c, p); f != nil {
+		l.serve(svc, p, f)
 	}
-	if proto == ipProtoUDP && len(ip) >= ihl+8 {
-		dport := binary.BigEndian.Uint16(ip[ihl+2:])
-		if dport == 67 {
-			if f := l.fullFrame(c, head, frameLen); f != nil {
-				l.serve(stats.SvcDHCP, f)
-			}
-			return
-		}
-	}
-	if l.handleIPv4Flow(c, head, frameLen, ihl, proto) {
-		return
-	}
-	l.st.TX.Drops[stats.DropUnhandledProtocol].Add(1)
-	l.logUnknown("untranslated IPv4", head)
 }
 
-// handleIPv6 dispatches an IPv6 frame. head is the copied start of the frame.
-func (l *loop) handleIPv6(c *virtqueue.Chain, head []byte, frameLen int) {
-	ip := head[ethHdrLen:]
-	if len(ip) < 40 || ip[0]>>4 != 6 {
-		l.st.TX.Drops[stats.DropMalformed].Add(1)
+// dispatchFlow hands a packet to the TCP table or the datagram flows, or
+// counts it untranslated.
+func (l *loop) dispatchFlow(c *virtqueue.Chain, p *header.Packet) {
+	icmp := header.IPProtocolICMPv4
+	if p.IsIPv6() {
+		icmp = header.IPProtocolICMPv6
+	}
+	switch p.Protocol {
+	case header.IPProtocolTCP, header.IPProtocolUDP, icmp:
+	default:
+		l.untranslated(p)
 		return
 	}
-	next := ip[6]
-	l4off := ipv6HdrLen
-	if next != ipProtoFrag && isIPv6ExtensionHeader(next) {
-		// Dispatch goes by the upper-layer protocol: walk the extension
-		// headers (within the packet and the copy) to it.
-		pl := int(binary.BigEndian.Uint16(ip[4:6]))
-		ul, err := header.IPv6(ip[:min(len(ip), ipv6HdrLen+pl)]).UpperLayer()
-		if err != nil {
+	if l.protocolDisabled(p.Protocol) {
+		return
+	}
+	switch p.Protocol {
+	case header.IPProtocolTCP:
+		if l.s.noHostSockets {
+			return
+		}
+		if !l.tcp.HandleGuestFrame(l.now, p, c.Readable, l.vhLen) {
 			l.st.TX.Drops[stats.DropMalformed].Add(1)
-			return
 		}
-		if ul.Fragment {
-			l.fragDrop(stats.FragUnsupported) // only directly after the IPv6 header
-			return
-		}
-		next, l4off = uint8(ul.Protocol), ul.Offset
-	}
-	l4 := ip[l4off:]
-	switch next {
-	case ipProtoFrag:
-		l.reassemble6(c, head, frameLen)
-		return
-	case ipProtoICMPv6:
-		if len(l4) >= 1 && l4[0] >= 133 && l4[0] <= 137 { // RS, RA, NS, NA, redirect
-			if f := l.fullFrame(c, head, frameLen); f != nil {
-				l.serve(stats.SvcNDP, f)
-			}
-			return
-		}
-	case ipProtoUDP:
-		if len(l4) >= 8 && binary.BigEndian.Uint16(l4[2:]) == 547 {
-			if f := l.fullFrame(c, head, frameLen); f != nil {
-				l.serve(stats.SvcDHCPv6, f)
-			}
-			return
+	case header.IPProtocolUDP:
+		l.udpFromGuest(c, p)
+	default:
+		if !l.icmpFromGuest(c, p) {
+			l.untranslated(p)
 		}
 	}
-	if l.handleIPv6Flow(c, head, frameLen, next, l4off) {
-		return
-	}
+}
+
+// untranslated counts (and maybe logs) an IP packet nothing translates.
+func (l *loop) untranslated(p *header.Packet) {
 	l.st.TX.Drops[stats.DropUnhandledProtocol].Add(1)
-	l.logUnknown("untranslated IPv6", head)
+	if p.IsIPv6() {
+		l.logUnknown("untranslated IPv6", p)
+	} else {
+		l.logUnknown("untranslated IPv4", p)
+	}
 }
 
-// isIPv6ExtensionHeader reports whether next names an IPv6 extension
-// header that header.IPv6.UpperLayer walks.
-func isIPv6ExtensionHeader(next uint8) bool {
-	switch header.IPProtocol(next) {
-	case header.IPProtocolHopByHop, header.IPProtocolRouting, header.IPProtocolDestOptions,
-		header.IPProtocolAH, header.IPProtocolFragment:
-		return true
+// protocolDisabled reports (and counts) a guest packet of a protocol the
+// configuration turns off (passt's --no-tcp, --no-udp, --no-icmp).
+func (l *loop) protocolDisabled(proto header.IPProtocol) bool {
+	cfg := &l.s.cfg
+	var off bool
+	switch proto {
+	case header.IPProtocolTCP:
+		off = cfg.NoTCP
+	case header.IPProtocolUDP:
+		off = cfg.NoUDP
+	case header.IPProtocolICMPv4, header.IPProtocolICMPv6:
+		off = cfg.NoICMP
 	}
-	return false
+	if off {
+		l.st.TX.Drops[stats.DropProtocolDisabled].Add(1)
+	}
+	return off
 }
 
-// serve lets link service svc answer frame; a reply is queued for the guest
-// and counted by what the service says it built.
-func (l *loop) serve(svc stats.Service, frame []byte) {
-	p := &l.tx.pkt
-	if header.ParseFrame(frame, len(frame), p) != nil {
-		return
-	}
+// serve lets link service svc answer frame (p's whole frame); a reply is
+// queued for the guest and counted by what the service says it built.
+func (l *loop) serve(svc stats.Service, p *header.Packet, frame []byte) {
 	var answer func(*header.Packet, []byte, []byte) (int, linksvc.Reply)
 	switch svc {
 	case stats.SvcARP:
@@ -323,29 +319,21 @@ func (l *loop) learnGuestMAC(src []byte) {
 	}
 	// Forwarded host connections need the MAC too, and a guest that only
 	// listens never sends the TCP segment the table would learn it from.
-	if v != 0 && l.tcp != nil && l.tcp.guestMAC != mac {
-		l.tcp.guestMAC = mac
+	if v != 0 && l.tcp != nil {
+		l.tcp.SetGuest(mac, netip.Addr{}, netip.Addr{})
 	}
 }
 
 // logUnknown logs a frame the stack dropped, at most once per second per
 // pair, and only when debug logging is on (building the line allocates).
-func (l *loop) logUnknown(what string, head []byte) {
+func (l *loop) logUnknown(what string, p *header.Packet) {
 	if !l.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
 	if ok, _ := l.tx.logLimit.Allow(time.Now(), time.Second); !ok {
 		return
 	}
-	et := binary.BigEndian.Uint16(head[12:14])
-	proto := -1
-	switch {
-	case et == etherTypeIPv4 && len(head) >= ethHdrLen+20:
-		proto = int(head[ethHdrLen+9])
-	case et == etherTypeIPv6 && len(head) >= ethHdrLen+40:
-		proto = int(head[ethHdrLen+6])
-	}
 	l.log.Debug("frame dropped", "why", what, "pair", l.qp.Index,
-		"ethertype", et, "proto", proto, "dst", fmtMAC([6]byte(head[0:6])),
-		"src", fmtMAC([6]byte(head[6:12])))
+		"ethertype", uint16(p.EtherType), "proto", int(p.Protocol), "dst", fmtMAC([6]byte(p.Frame[0:6])),
+		"src", fmtMAC([6]byte(p.Frame[6:12])))
 }

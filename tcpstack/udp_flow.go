@@ -32,121 +32,24 @@ const (
 	maxUSOSegments = 128
 )
 
-// l3Info is what the TX path learned from a guest IP header.
-type l3Info struct {
-	v6       bool
-	src, dst [16]byte // guest (source) and remote (destination) address
-	l4Off    int      // offset of the L4 header from the frame start
-	l4Len    int      // L4 length per the IP header
-}
-
-// parseL3v4 fills ip from an IPv4 header in the copied head of a frame.
-func parseL3v4(head []byte, frameLen, ihl int, ip *l3Info) bool {
-	h := head[ethHdrLen:]
-	total := int(binary.BigEndian.Uint16(h[2:4]))
-	if total < ihl || total > frameLen-ethHdrLen {
-		return false
-	}
-	ip.v6 = false
-	ip.src = [16]byte{}
-	ip.dst = [16]byte{}
-	copy(ip.src[:4], h[12:16])
-	copy(ip.dst[:4], h[16:20])
-	ip.l4Off = ethHdrLen + ihl
-	ip.l4Len = total - ihl
-	return true
-}
-
-// parseL3v6 fills ip from an IPv6 header whose upper layer starts at
-// l4off (after any extension headers).
-func parseL3v6(head []byte, frameLen, l4off int, ip *l3Info) bool {
-	h := head[ethHdrLen:]
-	pl := int(binary.BigEndian.Uint16(h[4:6]))
-	if ethHdrLen+ipv6HdrLen+pl > frameLen || l4off > ipv6HdrLen+pl {
-		return false
-	}
-	ip.v6 = true
-	ip.src = [16]byte(h[8:24])
-	ip.dst = [16]byte(h[24:40])
-	ip.l4Off = ethHdrLen + l4off
-	ip.l4Len = ipv6HdrLen + pl - l4off
-	return true
-}
-
-// handleIPv4Flow translates an IPv4 frame to a host socket flow. It reports
-// false when the frame is not (yet) translated; the caller counts the drop.
-func (l *loop) handleIPv4Flow(c *virtqueue.Chain, head []byte, frameLen, ihl int, proto uint8) bool {
-	if proto != ipProtoUDP && proto != ipProtoICMP && proto != ipProtoTCP {
-		return false
-	}
-	if l.protocolDisabled(proto) {
-		return true
-	}
-	if proto == ipProtoTCP && l.s.noHostSockets {
-		return true
-	}
-	var ip l3Info
-	if !parseL3v4(head, frameLen, ihl, &ip) {
-		l.st.TX.Drops[stats.DropMalformed].Add(1)
-		return true
-	}
-	switch proto {
-	case ipProtoTCP:
-		l.tcpFromGuest(c, head, frameLen)
-		return true
-	case ipProtoUDP:
-		l.udpFromGuest(c, head, &ip)
-		return true
-	}
-	return l.icmpFromGuest(c, head, &ip)
-}
-
-// handleIPv6Flow is handleIPv4Flow for IPv6.
-func (l *loop) handleIPv6Flow(c *virtqueue.Chain, head []byte, frameLen int, next uint8, l4off int) bool {
-	if l.protocolDisabled(next) {
-		return true
-	}
-	if next == ipProtoTCP {
-		if l.s.noHostSockets {
-			return true
-		}
-		l.tcpFromGuest(c, head, frameLen)
-		return true
-	}
-	if next != ipProtoUDP && next != ipProtoICMPv6 {
-		return false
-	}
-	var ip l3Info
-	if !parseL3v6(head, frameLen, l4off, &ip) {
-		l.st.TX.Drops[stats.DropMalformed].Add(1)
-		return true
-	}
-	if next == ipProtoUDP {
-		l.udpFromGuest(c, head, &ip)
-		return true
-	}
-	return l.icmpFromGuest(c, head, &ip)
-}
-
 // udpFromGuest sends a guest UDP datagram from its flow's socket, payload
 // straight from guest memory.
-func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
+func (l *loop) udpFromGuest(c *virtqueue.Chain, p *header.Packet) {
 	st := l.st
-	if ip.l4Len < udpHdrLen || len(head) < ip.l4Off+udpHdrLen {
+	if len(p.L4) < udpHdrLen {
 		st.UDPDrop(stats.FromGuest, stats.DropMalformed)
 		return
 	}
-	u := head[ip.l4Off:]
+	u := p.L4
 	ulen := int(binary.BigEndian.Uint16(u[4:6]))
-	if ulen < udpHdrLen || ulen > ip.l4Len {
+	if ulen < udpHdrLen || ulen > p.L4Len {
 		// Length 0 over IPv6 would be a jumbogram's, which no link of
 		// ours carries: malformed like any other short length.
 		st.UDPDrop(stats.FromGuest, stats.DropMalformed)
 		return
 	}
 	ft := l.flows
-	key := flowKey{kind: flowUDP, v6: ip.v6, guestIP: ip.src, remoteIP: ip.dst,
-		guestPort: binary.BigEndian.Uint16(u[0:2]), remotePort: binary.BigEndian.Uint16(u[2:4])}
+	key := packetKey(flowUDP, p, binary.BigEndian.Uint16(u[0:2]), binary.BigEndian.Uint16(u[2:4]))
 	if key.remotePort == 0 {
 		st.UDPDrop(stats.FromGuest, stats.DropMalformed)
 		return
@@ -157,7 +60,7 @@ func (l *loop) udpFromGuest(c *virtqueue.Chain, head []byte, ip *l3Info) {
 		return
 	}
 	fd := ft.flows[i].fd
-	off := l.vhLen + ip.l4Off + udpHdrLen
+	off := l.vhLen + p.L4Off + udpHdrLen
 	n := ulen - udpHdrLen
 	// USO (GSO_UDP_L4): the frame carries several datagrams of GSOSize.
 	seg := n

@@ -222,7 +222,7 @@ func TestPolicyTCPDNSForward(t *testing.T) {
 		pc.MapGateway = mapGW
 		pc.DNSForward4 = netip.MustParseAddr("127.0.0.53")
 		pc.DNSForward6 = netip.MustParseAddr("::1")
-		h.tab.policy.pol = addrpolicy.New(pc)
+		h.tab.policy.Policy = addrpolicy.New(pc)
 		var dialed []netip.AddrPort
 		h.tab.dial = func(dst netip.AddrPort, _, _ int) (int, bool, error) {
 			dialed = append(dialed, dst)
@@ -255,7 +255,7 @@ func TestPolicyTCPRefusedQuietly(t *testing.T) {
 		return -1, false, unix.ECONNREFUSED
 	}
 	logged := &countingHandler{}
-	h.tab.policy.log = slog.New(logged)
+	h.tab.policy.Log = slog.New(logged)
 	for i, s := range loopbackSpellings {
 		guest := "10.0.2.15"
 		if netip.MustParseAddr(s).Is6() {
@@ -279,7 +279,7 @@ func TestPolicyTCPRefusedQuietly(t *testing.T) {
 	if logged.n != 1 {
 		t.Errorf("%d log lines within a second, want 1", logged.n)
 	}
-	h.now = h.now.Add(2 * policyLogInterval)
+	h.now = h.now.Add(2 * stats.PolicyLogInterval)
 	h.sendSYN(header.TCPOptions{})
 	if logged.n != 2 || logged.last["suppressed"] != n-1 {
 		t.Errorf("after the interval: %d lines, suppressed=%v; want 2, %d", logged.n, logged.last["suppressed"], n-1)

@@ -95,7 +95,7 @@ type flowTable struct {
 	rHead, rCount int
 
 	ep        *hostsock.Epoll // the running loop's; nil between loops
-	policy    policyGate
+	policy    stats.PolicyGate
 	noSockets bool // Stack.noHostSockets
 	io        hostsock.IO
 	now       time.Time
@@ -120,7 +120,7 @@ func newFlowTable(cfg flowConfig, st *stats.Queue, log *slog.Logger) *flowTable 
 		free:   make([]int32, 0, cfg.maxFlows),
 		byKey:  make(map[flowKey]int32, cfg.maxFlows),
 		readyQ: make([]int32, cfg.maxFlows),
-		policy: policyGate{pol: cfg.policy, st: st, log: log},
+		policy: stats.PolicyGate{Policy: cfg.policy, Stats: st, Log: log},
 	}
 	for i := cfg.maxFlows - 1; i >= 0; i-- {
 		ft.free = append(ft.free, int32(i))
@@ -176,7 +176,7 @@ func (ft *flowTable) lookup(key *flowKey) (i int32, why stats.DropReason, ok boo
 	if key.kind == flowICMP {
 		proto = addrpolicy.ICMP
 	}
-	v := ft.policy.outbound(ft.now, proto, key.guestAddr(), netip.AddrPortFrom(key.remoteAddr(), key.remotePort))
+	v := ft.policy.Outbound(ft.now, proto, key.guestAddr(), netip.AddrPortFrom(key.remoteAddr(), key.remotePort))
 	if !v.Allowed() {
 		return 0, stats.DropPolicy, false
 	}

@@ -93,7 +93,7 @@ func (s *Stack) pairStateLocked(index int) *pairState {
 		ps.flows = newFlowTable(s.flowConfig(), ps.st, s.log.With("pair", index))
 		ps.flows.noSockets = s.noHostSockets
 		ps.tcp = newTCPTable(s.tcpConfig(index), ps.tcpStats, nil)
-		ps.tcp.policy = policyGate{pol: s.policy, st: ps.st, log: ps.tcp.log}
+		ps.tcp.policy = stats.PolicyGate{Policy: s.policy, Stats: ps.st, Log: ps.tcp.log}
 		s.pairs[index] = ps
 	}
 	return ps

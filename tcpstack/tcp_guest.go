@@ -79,7 +79,7 @@ func (t *tcpTable) HandleGuestFrame(now time.Time, p *header.Packet, frame [][]b
 	if !ok {
 		// Connections exist only where the address policy let them; a
 		// segment without one is judged before it opens one or gets an RST.
-		v := t.policy.outbound(now, addrpolicy.TCP, sg.src, netip.AddrPortFrom(sg.dst, sg.dstPort))
+		v := t.policy.Outbound(now, addrpolicy.TCP, sg.src, netip.AddrPortFrom(sg.dst, sg.dstPort))
 		if !v.Allowed() {
 			return true
 		}

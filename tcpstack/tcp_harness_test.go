@@ -165,7 +165,7 @@ func tcpNewHarness(t testing.TB, cfg TCPConfig) *tcpHarness {
 		cfg.OurMAC = linksvc.DefaultOurMAC
 	}
 	h.tab = newTCPTable(cfg, h.stats, h.poll)
-	h.tab.policy = policyGate{pol: addrpolicy.New(tcpHarnessPolicy), st: h.qstats, log: h.tab.log}
+	h.tab.policy = stats.PolicyGate{Policy: addrpolicy.New(tcpHarnessPolicy), Stats: h.qstats, Log: h.tab.log}
 	t.Cleanup(h.tab.Close)
 	return h
 }

@@ -115,7 +115,7 @@ func (t *tcpTable) accept(now time.Time, i int) {
 // inbound opens the guest side of an accepted connection.
 func (t *tcpTable) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort uint16) bool {
 	// A loopback peer appears as the gateway, which the guest answers.
-	remote, _ := t.policy.pol.InboundSource(peer.Addr())
+	remote, _ := t.policy.Policy.InboundSource(peer.Addr())
 	guest := t.guestV4
 	if remote.Is6() {
 		guest = t.guestV6

@@ -51,7 +51,7 @@ type tcpTable struct {
 	guestV4, guestV6 netip.Addr
 
 	// policy decides which guest connections may be made, and to where.
-	policy policyGate
+	policy stats.PolicyGate
 
 	// dial opens the host socket; tests and fuzzing replace it.
 	dial func(dst netip.AddrPort, sndBuf, rcvBuf int) (fd int, inProgress bool, err error)
@@ -96,7 +96,7 @@ func newTCPTable(cfg TCPConfig, st *stats.TCP, p *hostsock.Epoll) *tcpTable {
 		bufs:    make([][]byte, 0, hostsock.MaxIovecs),
 		dial:    dialer(hostsock.Source{V4: cfg.BindV4, V6: cfg.BindV6}),
 		// Until the Stack sets the real one: a policy that refuses all.
-		policy: policyGate{pol: addrpolicy.New(addrpolicy.Config{}), st: new(stats.Queue), log: cfg.Logger},
+		policy: stats.PolicyGate{Policy: addrpolicy.New(addrpolicy.Config{}), Stats: new(stats.Queue), Log: cfg.Logger},
 	}
 	for i := cfg.MaxFlows - 1; i >= 0; i-- {
 		t.flows[i].slot = int32(i)

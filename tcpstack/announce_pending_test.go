@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"vunet/tcpstack/header"
 	"vunet/tcpstack/stats"
 )
 
@@ -50,7 +51,7 @@ func TestAnnouncementNotADrop(t *testing.T) {
 	_, frames := p.rxRead(t)
 	arps := 0
 	for _, f := range frames {
-		if binary.BigEndian.Uint16(f[12:14]) == etherTypeARP {
+		if binary.BigEndian.Uint16(f[12:14]) == uint16(header.EtherTypeARP) {
 			arps++
 		}
 	}

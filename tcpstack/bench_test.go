@@ -1,13 +1,14 @@
 package tcpstack
 
 import (
-	"encoding/binary"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/dgram"
 	"vunet/tcpstack/guestring"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
@@ -17,7 +18,7 @@ import (
 func benchLoop(b testing.TB, p *testPair) *loop {
 	b.Helper()
 	ps := &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
-	ps.flows = newFlowTable(p.s.flowConfig(), ps.st, p.s.log)
+	ps.flows = dgram.New(p.s.dgramConfig(0), ps.st)
 	ps.tcp = newTCPTable(p.s.tcpConfig(0), ps.tcpStats, nil)
 	p.qp.RX, p.qp.TX = p.rx.Q, p.tx.Q
 	l, err := newLoop(p.s, p.qp, ps)
@@ -26,7 +27,7 @@ func benchLoop(b testing.TB, p *testPair) *loop {
 	}
 	b.Cleanup(func() {
 		l.closeFDs()
-		ps.flows.closeAll()
+		ps.flows.Close()
 		ps.tcp.Close()
 	})
 	return l
@@ -96,8 +97,8 @@ func BenchmarkRXWriteFrame(b *testing.B) {
 
 // benchUDPFlow sets up a loop (not running) with one UDP flow from the guest
 // to a "remote" socket on loopback, and returns the remote's fd connected to
-// the flow's host socket.
-func benchUDPFlow(b *testing.B, p *testPair) (l *loop, remote int) {
+// the flow's host socket and the remote's port.
+func benchUDPFlow(b *testing.B, p *testPair) (l *loop, remote int, port uint16) {
 	b.Helper()
 	remote, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -108,9 +109,9 @@ func benchUDPFlow(b *testing.B, p *testPair) (l *loop, remote int) {
 		b.Fatal(err)
 	}
 	sa, _ := unix.Getsockname(remote)
-	port := uint16(sa.(*unix.SockaddrInet4).Port)
+	port = uint16(sa.(*unix.SockaddrInet4).Port)
 	l = benchLoop(b, p)
-	l.flows.now = time.Now()
+	l.now = time.Now()
 	l.tx.hdr = virtqueue.NetHdr{}
 	frame := udpFrame(testGuest4, testGw4, 40000, port, []byte("open"))
 	p.addTX(frame)
@@ -124,21 +125,26 @@ func benchUDPFlow(b *testing.B, p *testPair) (l *loop, remote int) {
 	if err := unix.Connect(remote, from); err != nil {
 		b.Fatal(err)
 	}
-	return l, remote
+	return l, remote, port
+}
+
+// pollSockets hands the socket events epoll has for l to their owners, as
+// the running loop does.
+func (l *loop) pollSockets() {
+	n, _ := l.ep.Wait(l.events[:], 0)
+	for i := 0; i < n; i++ {
+		if tok := hostsock.EventToken(&l.events[i]); tok.Owner() != hostsock.OwnerLoop {
+			l.onSocket(tok, l.events[i].Events)
+		}
+	}
 }
 
 // BenchmarkUDPFromGuest sends 64 guest datagrams per op from TX chains
 // through the flow's socket (payload straight from guest memory).
 func BenchmarkUDPFromGuest(b *testing.B) {
 	p := newFlowPair(b, featModern, nil)
-	l, _ := benchUDPFlow(b, p)
-	frame := udpFrame(testGuest4, testGw4, 40000, 0, make([]byte, 1400))
-	// Same destination as the flow: copy the port from the flow's key.
-	for _, f := range l.flows.flows {
-		if f.inUse {
-			binary.BigEndian.PutUint16(frame[ethHdrLen+ipv4HdrLen+2:], f.key.remotePort)
-		}
-	}
+	l, _, port := benchUDPFlow(b, p)
+	frame := udpFrame(testGuest4, testGw4, 40000, port, make([]byte, 1400)) // the flow's
 	heads := make([]uint16, txBatchMax)
 	for i := range heads {
 		heads[i] = p.newTX(frame)
@@ -166,7 +172,7 @@ func BenchmarkUDPToGuest(b *testing.B) {
 	}{{"csum_sw", featModern}, {"csum_offload", featModern | testFeatCsm}} {
 		b.Run(tc.name, func(b *testing.B) {
 			p := newFlowPair(b, tc.feat, nil)
-			l, remote := benchUDPFlow(b, p)
+			l, remote, _ := benchUDPFlow(b, p)
 			heads := make([]uint16, 64)
 			for i := range heads {
 				heads[i] = p.rx.NewBuffers(nil, 2048)
@@ -182,12 +188,8 @@ func BenchmarkUDPToGuest(b *testing.B) {
 					}
 				}
 				p.rx.repost(heads)
-				for k := range l.flows.flows {
-					if l.flows.flows[k].inUse {
-						l.flows.enqueue(int32(k))
-					}
-				}
-				for l.flows.flush(l) {
+				l.pollSockets()
+				for l.flows.Flush(l.now, &l.rx) {
 				}
 				l.rx.Publish()
 			}

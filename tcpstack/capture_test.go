@@ -99,7 +99,7 @@ func TestCaptureSeesEveryFrame(t *testing.T) {
 					t.Errorf("captured on pair %d", pr)
 				}
 			}
-			if len(rxFrames) != 3 || len(rxFrames[2]) != ethHdrLen+ipv4HdrLen+udpHdrLen+tc.size {
+			if len(rxFrames) != 3 || len(rxFrames[2]) != header.EthernetMinimumSize+header.IPv4MinimumSize+header.UDPMinimumSize+tc.size {
 				t.Errorf("rx frames %d", len(rxFrames))
 			}
 		})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"vunet/tcpstack/header"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
@@ -27,10 +28,10 @@ func arpRequest(senderIP, targetIP [4]byte) []byte {
 	f := make([]byte, 42)
 	copy(f[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	copy(f[6:12], testGuestMAC[:])
-	binary.BigEndian.PutUint16(f[12:], etherTypeARP)
+	binary.BigEndian.PutUint16(f[12:], uint16(header.EtherTypeARP))
 	a := f[14:]
 	binary.BigEndian.PutUint16(a[0:], 1)
-	binary.BigEndian.PutUint16(a[2:], etherTypeIPv4)
+	binary.BigEndian.PutUint16(a[2:], uint16(header.EtherTypeIPv4))
 	a[4], a[5] = 6, 4
 	binary.BigEndian.PutUint16(a[6:], 1)
 	copy(a[8:14], testGuestMAC[:])
@@ -43,10 +44,10 @@ func arpReplyFor(senderIP, targetIP [4]byte) []byte {
 	f := make([]byte, 42)
 	copy(f[0:6], testGuestMAC[:])
 	copy(f[6:12], linksvc.DefaultOurMAC[:])
-	binary.BigEndian.PutUint16(f[12:], etherTypeARP)
+	binary.BigEndian.PutUint16(f[12:], uint16(header.EtherTypeARP))
 	a := f[14:]
 	binary.BigEndian.PutUint16(a[0:], 1)
-	binary.BigEndian.PutUint16(a[2:], etherTypeIPv4)
+	binary.BigEndian.PutUint16(a[2:], uint16(header.EtherTypeIPv4))
 	a[4], a[5] = 6, 4
 	binary.BigEndian.PutUint16(a[6:], 2)
 	copy(a[8:14], linksvc.DefaultOurMAC[:])
@@ -102,7 +103,7 @@ func TestTXBatchOneUsedUpdate(t *testing.T) {
 	}
 	// A later batch goes through the kick path.
 	for i := 0; i < 3; i++ {
-		p.addTX(otherFrame(etherTypeIPv4, 20)) // runt IPv4 (no IP header)
+		p.addTX(otherFrame(uint16(header.EtherTypeIPv4), 20)) // runt IPv4 (no IP header)
 	}
 	p.tx.Send()
 	waitFor(t, "second batch", 2*time.Second, func() bool { return p.tx.UsedIdx() == n+3 })

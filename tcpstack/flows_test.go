@@ -51,7 +51,7 @@ func (p *testPair) rxReadIP(t *testing.T) (hdrs []virtqueue.NetHdr, frames [][]b
 	t.Helper()
 	h, f := p.rxRead(t)
 	for i := range f {
-		if binary.BigEndian.Uint16(f[i][12:14]) == etherTypeARP {
+		if binary.BigEndian.Uint16(f[i][12:14]) == uint16(header.EtherTypeARP) {
 			continue
 		}
 		hdrs, frames = append(hdrs, h[i]), append(frames, f[i])
@@ -75,16 +75,16 @@ func guestIPFrame(src, dst netip.Addr, proto header.IPProtocol, l4 []byte) []byt
 	var ipb []byte
 	et := header.EtherTypeIPv4
 	if dst.Is4() {
-		ipb = make([]byte, ipv4HdrLen)
-		header.EncodeIPv4(ipb, &header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + len(l4)), TTL: 64,
+		ipb = make([]byte, header.IPv4MinimumSize)
+		header.EncodeIPv4(ipb, &header.IPv4Fields{TotalLength: uint16(header.IPv4MinimumSize + len(l4)), TTL: 64,
 			Protocol: proto, Source: src, Destination: dst})
 	} else {
 		et = header.EtherTypeIPv6
-		ipb = make([]byte, ipv6HdrLen)
+		ipb = make([]byte, header.IPv6MinimumSize)
 		header.EncodeIPv6(ipb, &header.IPv6Fields{PayloadLength: uint16(len(l4)), NextHeader: proto,
 			HopLimit: 64, Source: src, Destination: dst})
 	}
-	f := make([]byte, ethHdrLen)
+	f := make([]byte, header.EthernetMinimumSize)
 	header.EncodeEthernet(f, header.MAC(linksvc.DefaultOurMAC), header.MAC(testGuestMAC), et)
 	f = append(f, ipb...)
 	return append(f, l4...)
@@ -278,8 +278,8 @@ func TestUDPToMulticastDropped(t *testing.T) {
 
 // icmpEchoFrame builds a guest echo request.
 func icmpEchoFrame(src, dst netip.Addr, id, seq uint16, payload []byte) []byte {
-	m := make([]byte, icmpEchoHdrLen+len(payload))
-	copy(m[icmpEchoHdrLen:], payload)
+	m := make([]byte, header.ICMPMinimumSize+len(payload))
+	copy(m[header.ICMPMinimumSize:], payload)
 	if dst.Is4() {
 		header.EncodeICMPv4Echo(m, header.ICMPv4EchoRequest, id, seq)
 		header.ICMPv4(m).SetChecksum()
@@ -337,8 +337,8 @@ func TestICMPEcho(t *testing.T) {
 				t.Errorf("reply %x", msg)
 			}
 		}
-		if !bytes.Equal(msg[icmpEchoHdrLen:], payload) {
-			t.Errorf("payload %q", msg[icmpEchoHdrLen:])
+		if !bytes.Equal(msg[header.ICMPMinimumSize:], payload) {
+			t.Errorf("payload %q", msg[header.ICMPMinimumSize:])
 		}
 		if st.ServiceReplies[stats.SvcICMPEcho].Load() != 1 || st.Proto.ICMPEchoRequests.Load() != 1 ||
 			st.Proto.ICMPEchoReplies.Load() != 1 || st.Proto.ICMPFlows.Load() != 1 {
@@ -380,9 +380,9 @@ func TestUDPZeroLengthDropped(t *testing.T) {
 		p := newFlowPair(t, featMrg, nil)
 		p.start()
 		f := udpFrame(src, gw, 40000, port, []byte("abc"))
-		l4 := ethHdrLen + ipv4HdrLen
+		l4 := header.EthernetMinimumSize + header.IPv4MinimumSize
 		if v6 {
-			l4 = ethHdrLen + ipv6HdrLen
+			l4 = header.EthernetMinimumSize + header.IPv6MinimumSize
 		}
 		binary.BigEndian.PutUint16(f[l4+4:], 0)
 		p.addTX(f)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"vunet/tcpstack/dgram"
 	"vunet/tcpstack/stats"
 
 	"golang.org/x/sys/unix"
@@ -90,8 +91,7 @@ func (s *Stack) pairStateLocked(index int) *pairState {
 	ps := s.pairs[index]
 	if ps == nil {
 		ps = &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
-		ps.flows = newFlowTable(s.flowConfig(), ps.st, s.log.With("pair", index))
-		ps.flows.noSockets = s.noHostSockets
+		ps.flows = dgram.New(s.dgramConfig(index), ps.st)
 		ps.tcp = newTCPTable(s.tcpConfig(index), ps.tcpStats, nil)
 		ps.tcp.policy = stats.PolicyGate{Policy: s.policy, Stats: ps.st, Log: ps.tcp.log}
 		s.pairs[index] = ps
@@ -126,13 +126,13 @@ func (s *Stack) openForwards(tcp, udp []Forward) (res ForwardResult, err error) 
 		v6 = netip.Addr{}
 	}
 	ps.tcp.SetGuest(a.GuestMAC, v4, v6)
-	firstTCP, firstUDP := len(ps.tcp.listeners), len(ps.flows.fwd)
+	firstTCP, firstUDP := len(ps.tcp.listeners), ps.flows.NumForwards()
 	undo := func() {
 		for _, l := range ps.tcp.listeners[firstTCP:] {
 			unix.Close(l.fd)
 		}
 		ps.tcp.listeners = ps.tcp.listeners[:firstTCP]
-		ps.flows.closeForwardsFrom(firstUDP)
+		ps.flows.CloseForwardsFrom(firstUDP)
 	}
 	for _, fw := range tcp {
 		p, err := ps.tcp.Listen(fw)
@@ -150,7 +150,7 @@ func (s *Stack) openForwards(tcp, udp []Forward) (res ForwardResult, err error) 
 		res.TCPPorts = append(res.TCPPorts, p)
 	}
 	for _, fw := range udp {
-		p, err := ps.flows.listenUDP(fw)
+		p, err := ps.flows.Listen(netip.AddrPortFrom(forwardAddr(fw), fw.HostPort), fw.Iface, fw.GuestPort)
 		if err != nil {
 			if fw.Optional && !fatalForwardError(err) {
 				res.Failed++
@@ -165,4 +165,13 @@ func (s *Stack) openForwards(tcp, udp []Forward) (res ForwardResult, err error) 
 		res.UDPPorts = append(res.UDPPorts, p)
 	}
 	return res, nil
+}
+
+// forwardAddr is the address a forward listens on: all IPv4 addresses when
+// none is set.
+func forwardAddr(fw Forward) netip.Addr {
+	if !fw.HostAddr.IsValid() {
+		return netip.IPv4Unspecified()
+	}
+	return fw.HostAddr
 }

@@ -33,9 +33,8 @@ const (
 	fragMaxPayload = 65535
 	// fragHeadroom: virtio-net header, Ethernet and the largest IPv4
 	// header go in front of the payload when the datagram is handed on.
-	fragHeadroom = virtqueue.NetHdrLen + ethHdrLen + 60
+	fragHeadroom = virtqueue.NetHdrLen + header.EthernetMinimumSize + 60
 	fragBlocks   = (fragMaxPayload + 7) / 8
-	ipProtoFrag  = 44 // IPv6 Fragment header
 )
 
 // fragKey identifies the fragments of one datagram (RFC 791: source,
@@ -57,7 +56,7 @@ type fragBuf struct {
 	received int
 	maxEnd   int
 	haveHead bool // the offset-0 fragment supplied the headers
-	ethHdr   [ethHdrLen]byte
+	ethHdr   [header.EthernetMinimumSize]byte
 	ipHdr    [60]byte
 	ipHdrLen int
 	blocks   [(fragBlocks + 63) / 64]uint64
@@ -94,7 +93,7 @@ func (l *loop) reassemble(c *virtqueue.Chain, p *header.Packet) {
 			l.fragDrop(stats.FragInvalid)
 			return
 		}
-		fr.n, fr.dataOff, fr.l3HdrLen = p.L4Len, p.L4Off, p.L4Off-ethHdrLen
+		fr.n, fr.dataOff, fr.l3HdrLen = p.L4Len, p.L4Off, p.L4Off-header.EthernetMinimumSize
 		fr.key = fragKey{proto: uint8(p.Protocol), id: p.FragmentID}
 		s, d := p.Src.As4(), p.Dst.As4()
 		copy(fr.key.src[:4], s[:])
@@ -102,7 +101,7 @@ func (l *loop) reassemble(c *virtqueue.Chain, p *header.Packet) {
 		l.addFragment(c, &fr)
 		return
 	}
-	if p.FragmentHeaderOff != ethHdrLen+ipv6HdrLen {
+	if p.FragmentHeaderOff != header.EthernetMinimumSize+header.IPv6MinimumSize {
 		l.fragDrop(stats.FragUnsupported) // only directly after the IPv6 header
 		return
 	}
@@ -111,13 +110,13 @@ func (l *loop) reassemble(c *virtqueue.Chain, p *header.Packet) {
 		l.fragDrop(stats.FragUnsupported)
 		return
 	}
-	pl := p.L3Len - ipv6HdrLen
+	pl := p.L3Len - header.IPv6MinimumSize
 	if pl <= header.IPv6FragmentHeaderSize {
 		l.fragDrop(stats.FragInvalid)
 		return
 	}
 	fr.n = pl - header.IPv6FragmentHeaderSize
-	fr.dataOff, fr.l3HdrLen = ethHdrLen+ipv6HdrLen+header.IPv6FragmentHeaderSize, ipv6HdrLen
+	fr.dataOff, fr.l3HdrLen = header.EthernetMinimumSize+header.IPv6MinimumSize+header.IPv6FragmentHeaderSize, header.IPv6MinimumSize
 	fr.key = fragKey{v6: true, proto: uint8(next), id: p.FragmentID, src: p.Src.As16(), dst: p.Dst.As16()}
 	l.addFragment(c, &fr)
 }
@@ -165,8 +164,8 @@ func (l *loop) addFragment(c *virtqueue.Chain, fr *fragment) {
 	}
 	if fr.off == 0 {
 		b.haveHead = true
-		copy(b.ethHdr[:], fr.head[:ethHdrLen])
-		b.ipHdrLen = copy(b.ipHdr[:fr.l3HdrLen], fr.head[ethHdrLen:])
+		copy(b.ethHdr[:], fr.head[:header.EthernetMinimumSize])
+		b.ipHdrLen = copy(b.ipHdr[:fr.l3HdrLen], fr.head[header.EthernetMinimumSize:])
 	}
 	l.st.Proto.Fragments[stats.FragReceived].Add(1)
 	if b.total < 0 || b.received != b.total || !b.haveHead {
@@ -223,11 +222,11 @@ func (p *fragPool) find(l *loop, key *fragKey) *fragBuf {
 func (l *loop) dispatchReassembled(b *fragBuf) {
 	vh := l.vhLen
 	l3 := b.ipHdrLen
-	start := fragHeadroom - l3 - ethHdrLen - vh
+	start := fragHeadroom - l3 - header.EthernetMinimumSize - vh
 	frame := b.buf[start : fragHeadroom+b.total]
 	clear(frame[:vh])
 	copy(frame[vh:], b.ethHdr[:])
-	ip := frame[vh+ethHdrLen : vh+ethHdrLen+l3]
+	ip := frame[vh+header.EthernetMinimumSize : vh+header.EthernetMinimumSize+l3]
 	copy(ip, b.ipHdr[:l3])
 	if b.key.v6 {
 		ip[6] = b.key.proto // the Fragment header is gone

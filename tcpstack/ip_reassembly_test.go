@@ -17,9 +17,9 @@ import (
 // udpDatagram is a whole UDP datagram (header and payload) from src to
 // dst:port with a valid checksum.
 func udpDatagram(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
-	u := make([]byte, udpHdrLen+len(payload))
+	u := make([]byte, header.UDPMinimumSize+len(payload))
 	header.EncodeUDP(u, sport, dport, uint16(len(u)))
-	copy(u[udpHdrLen:], payload)
+	copy(u[header.UDPMinimumSize:], payload)
 	header.UDP(u).SetChecksum(src, dst)
 	return u
 }
@@ -33,11 +33,11 @@ type fragPiece struct {
 
 // fragFrame builds a guest frame carrying one fragment.
 func fragFrame(src, dst netip.Addr, proto uint8, id uint32, p fragPiece) []byte {
-	f := make([]byte, ethHdrLen)
+	f := make([]byte, header.EthernetMinimumSize)
 	if src.Is4() {
 		header.EncodeEthernet(f, header.MAC(linksvc.DefaultOurMAC), header.MAC(testGuestMAC), header.EtherTypeIPv4)
-		ip := make([]byte, ipv4HdrLen)
-		header.EncodeIPv4(ip, &header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + len(p.data)), ID: uint16(id), TTL: 64,
+		ip := make([]byte, header.IPv4MinimumSize)
+		header.EncodeIPv4(ip, &header.IPv4Fields{TotalLength: uint16(header.IPv4MinimumSize + len(p.data)), ID: uint16(id), TTL: 64,
 			Protocol: header.IPProtocol(proto), Source: src, Destination: dst})
 		ff := uint16(p.off / 8)
 		if p.more {
@@ -49,10 +49,10 @@ func fragFrame(src, dst netip.Addr, proto uint8, id uint32, p fragPiece) []byte 
 		f = append(f, ip...)
 	} else {
 		header.EncodeEthernet(f, header.MAC(linksvc.DefaultOurMAC), header.MAC(testGuestMAC), header.EtherTypeIPv6)
-		ip := make([]byte, ipv6HdrLen+8)
-		header.EncodeIPv6(ip, &header.IPv6Fields{PayloadLength: uint16(8 + len(p.data)), NextHeader: ipProtoFrag,
+		ip := make([]byte, header.IPv6MinimumSize+8)
+		header.EncodeIPv6(ip, &header.IPv6Fields{PayloadLength: uint16(8 + len(p.data)), NextHeader: header.IPProtocolFragment,
 			HopLimit: 64, Source: src, Destination: dst})
-		fh := ip[ipv6HdrLen:]
+		fh := ip[header.IPv6MinimumSize:]
 		fh[0] = proto
 		ofm := uint16(p.off/8) << 3
 		if p.more {
@@ -87,7 +87,6 @@ func newFragLoop(t *testing.T) *fragLoop {
 	p := newFlowPair(t, featModern, nil)
 	l := benchLoop(t, p)
 	l.now = time.Unix(1_000_000, 0)
-	l.flows.now = l.now
 	return &fragLoop{t: t, l: l}
 }
 
@@ -149,7 +148,7 @@ func TestReassemblyDelivers(t *testing.T) {
 			}
 			f := newFragLoop(t)
 			for _, i := range order {
-				f.send(fragFrame(src, dst, ipProtoUDP, 0xbeef, pieces[i]))
+				f.send(fragFrame(src, dst, uint8(header.IPProtocolUDP), 0xbeef, pieces[i]))
 			}
 			c.SetReadDeadline(time.Now().Add(2 * time.Second))
 			buf := make([]byte, 70000)
@@ -200,22 +199,22 @@ func TestReassemblyRejects(t *testing.T) {
 		want      map[stats.FragOutcome]uint64
 		wantDrops uint64
 	}{
-		{"overlap", steps(0, 1, ipProtoUDP, fragPiece{0, data[:1480], true}, fragPiece{8, data[8:1488], true}),
+		{"overlap", steps(0, 1, uint8(header.IPProtocolUDP), fragPiece{0, data[:1480], true}, fragPiece{8, data[8:1488], true}),
 			map[stats.FragOutcome]uint64{stats.FragReceived: 1, stats.FragOverlap: 1}, 1},
-		{"duplicate", steps(0, 1, ipProtoUDP, fragPiece{0, data[:1480], true}, fragPiece{0, data[:1480], true}),
+		{"duplicate", steps(0, 1, uint8(header.IPProtocolUDP), fragPiece{0, data[:1480], true}, fragPiece{0, data[:1480], true}),
 			map[stats.FragOutcome]uint64{stats.FragReceived: 1, stats.FragOverlap: 1}, 1},
-		{"over_65535", steps(0, 1, ipProtoUDP, fragPiece{65512, data[:16], false}),
+		{"over_65535", steps(0, 1, uint8(header.IPProtocolUDP), fragPiece{65512, data[:16], false}),
 			map[stats.FragOutcome]uint64{stats.FragInvalid: 1}, 1},
-		{"odd_middle", steps(0, 1, ipProtoUDP, fragPiece{0, data[:1001], true}),
+		{"odd_middle", steps(0, 1, uint8(header.IPProtocolUDP), fragPiece{0, data[:1001], true}),
 			map[stats.FragOutcome]uint64{stats.FragInvalid: 1}, 1},
-		{"beyond_last", steps(0, 1, ipProtoUDP, fragPiece{1480, data[:100], false}, fragPiece{1576, data[:16], true}),
+		{"beyond_last", steps(0, 1, uint8(header.IPProtocolUDP), fragPiece{1480, data[:100], false}, fragPiece{1576, data[:16], true}),
 			map[stats.FragOutcome]uint64{stats.FragReceived: 1, stats.FragInvalid: 1}, 1},
-		{"tcp", steps(0, 1, ipProtoTCP, fragPiece{0, data[:1480], true}),
+		{"tcp", steps(0, 1, uint8(header.IPProtocolTCP), fragPiece{0, data[:1480], true}),
 			map[stats.FragOutcome]uint64{stats.FragUnsupported: 1}, 1},
-		{"timeout", append(steps(0, 1, ipProtoUDP, fragPiece{0, data[:1480], true}),
-			steps(31*time.Second, 1, ipProtoUDP, fragPiece{1480, data[:100], false})...),
+		{"timeout", append(steps(0, 1, uint8(header.IPProtocolUDP), fragPiece{0, data[:1480], true}),
+			steps(31*time.Second, 1, uint8(header.IPProtocolUDP), fragPiece{1480, data[:100], false})...),
 			map[stats.FragOutcome]uint64{stats.FragReceived: 2, stats.FragTimeout: 1}, 1},
-		{"pool_full", steps(0, 0, ipProtoUDP, fragPiece{0, data[:1480], true}, fragPiece{0, data[:1480], true},
+		{"pool_full", steps(0, 0, uint8(header.IPProtocolUDP), fragPiece{0, data[:1480], true}, fragPiece{0, data[:1480], true},
 			fragPiece{0, data[:1480], true}, fragPiece{0, data[:1480], true}, fragPiece{0, data[:1480], true}),
 			map[stats.FragOutcome]uint64{stats.FragReceived: 5, stats.FragEvicted: 1}, 1},
 	} {
@@ -288,10 +287,9 @@ func BenchmarkReassembleUDP(b *testing.B) {
 	p := newFlowPair(b, featModern, nil)
 	l := benchLoop(b, p)
 	l.now = time.Now()
-	l.flows.now = l.now
 	var frames [][]byte
 	for _, pc := range split(udpDatagram(testGuest4, testGw4, 40000, port, make([]byte, 3000)), 1480) {
-		frames = append(frames, append(make([]byte, l.vhLen), fragFrame(testGuest4, testGw4, ipProtoUDP, 7, pc)...))
+		frames = append(frames, append(make([]byte, l.vhLen), fragFrame(testGuest4, testGw4, uint8(header.IPProtocolUDP), 7, pc)...))
 	}
 	var chain virtqueue.Chain
 	iov := make([][]byte, 1)
@@ -325,20 +323,20 @@ func TestICMPEchoFragmented(t *testing.T) {
 		}
 		p.rx.Post()
 		p.start()
-		src, gw, proto := testGuest4, testGw4, uint8(ipProtoICMP)
+		src, gw, proto := testGuest4, testGw4, uint8(uint8(header.IPProtocolICMPv4))
 		if v6 {
-			src, gw, proto = testGuest6, testGw6, ipProtoICMPv6
+			src, gw, proto = testGuest6, testGw6, uint8(header.IPProtocolICMPv6)
 		}
 		payload := make([]byte, 3000)
 		for i := range payload {
 			payload[i] = byte(i)
 		}
 		full := icmpEchoFrame(src, gw, 0x4242, 9, payload)
-		l3 := ipv4HdrLen
+		l3 := header.IPv4MinimumSize
 		if v6 {
-			l3 = ipv6HdrLen
+			l3 = header.IPv6MinimumSize
 		}
-		msg := full[ethHdrLen+l3:]
+		msg := full[header.EthernetMinimumSize+l3:]
 		for _, pc := range split(msg, 1232) {
 			p.addTX(fragFrame(src, gw, proto, 77, pc))
 		}
@@ -346,8 +344,8 @@ func TestICMPEchoFragmented(t *testing.T) {
 		waitFor(t, "echo reply", 3*time.Second, func() bool { return p.rxFrames(1) == 1 })
 		p.s.StopPair(0)
 		_, frames := p.rxReadIP(t)
-		reply := frames[0][ethHdrLen+l3:]
-		if len(reply) != icmpEchoHdrLen+len(payload) || !bytes.Equal(reply[icmpEchoHdrLen:], payload) ||
+		reply := frames[0][header.EthernetMinimumSize+l3:]
+		if len(reply) != header.ICMPMinimumSize+len(payload) || !bytes.Equal(reply[header.ICMPMinimumSize:], payload) ||
 			binary.BigEndian.Uint16(reply[4:6]) != 0x4242 {
 			t.Errorf("v6=%v: reply of %d bytes, id %#x", v6, len(reply), binary.BigEndian.Uint16(reply[4:6]))
 		}

@@ -14,13 +14,13 @@ import (
 // the IPv6 header and the upper layer of a guest frame, as a guest stack
 // may send.
 func withDestOpts(frame []byte) []byte {
-	ip := ethHdrLen
+	ip := header.EthernetMinimumSize
 	next := frame[ip+6]
-	out := append([]byte(nil), frame[:ip+ipv6HdrLen]...)
+	out := append([]byte(nil), frame[:ip+header.IPv6MinimumSize]...)
 	out[ip+6] = byte(header.IPProtocolDestOptions)
 	out = append(out, next, 0, 1, 4, 0, 0, 0, 0) // PadN of 4 bytes fills the 8
-	out = append(out, frame[ip+ipv6HdrLen:]...)
-	binary.BigEndian.PutUint16(out[ip+4:], uint16(len(out)-ip-ipv6HdrLen))
+	out = append(out, frame[ip+header.IPv6MinimumSize:]...)
+	binary.BigEndian.PutUint16(out[ip+4:], uint16(len(out)-ip-header.IPv6MinimumSize))
 	return out
 }
 

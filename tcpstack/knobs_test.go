@@ -17,9 +17,9 @@ import (
 
 // tcpSYNFrame is a guest SYN to dst:port.
 func tcpSYNFrame(src, dst netip.Addr, sport, dport uint16) []byte {
-	b := make([]byte, ethHdrLen+ipv4HdrLen+header.TCPMinimumSize)
+	b := make([]byte, header.EthernetMinimumSize+header.IPv4MinimumSize+header.TCPMinimumSize)
 	off := header.EncodeEthernet(b, header.MAC(linksvc.DefaultOurMAC), header.MAC(testGuestMAC), header.EtherTypeIPv4)
-	off += header.EncodeIPv4(b[off:], &header.IPv4Fields{TotalLength: uint16(ipv4HdrLen + header.TCPMinimumSize),
+	off += header.EncodeIPv4(b[off:], &header.IPv4Fields{TotalLength: uint16(header.IPv4MinimumSize + header.TCPMinimumSize),
 		TTL: 64, Protocol: header.IPProtocolTCP, Source: src, Destination: dst})
 	header.EncodeTCP(b[off:], &header.TCPFields{SrcPort: sport, DstPort: dport, SeqNum: 1,
 		Flags: header.TCPFlagSYN, WindowSize: 65535})

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/dgram"
 	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/linksvc"
@@ -40,7 +41,7 @@ type loop struct {
 	tx        txPath
 	rx        guestring.Writer
 	pending   replyRing
-	flows     *flowTable
+	flows     *dgram.Table
 	tcp       *tcpTable
 	frag      *fragPool // IP reassembly buffers (ip_reassembly.go)
 	now       time.Time // taken once per iteration
@@ -98,11 +99,8 @@ func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState) (*loop, error) {
 		}
 		return nil, err
 	}
-	if err := l.flows.attach(l.ep); err != nil {
-		l.closeFDs()
-		unix.Close(l.wakefd)
-		return nil, err
-	}
+	l.flows.SetGuestCsum(l.guestCsum)
+	l.flows.Attach(l.ep, time.Now())
 	l.attachTCP()
 	return l, nil
 }
@@ -186,7 +184,6 @@ func (l *loop) run() {
 	// Only a producer waiting for buffers makes us want RX kicks.
 	l.qp.RX.DisableKicks()
 	l.now = time.Now()
-	l.flows.now = l.now
 	l.announceLink()
 	// Chains may be waiting from before a restart without a kick pending.
 	l.iterate(true)
@@ -206,7 +203,6 @@ func (l *loop) run() {
 		l.st.Wakeups.Add(1)
 		// Socket events below are stamped with this time.
 		l.now = time.Now()
-		l.flows.now = l.now
 		tx := l.again
 		for i := 0; i < n; i++ {
 			ev := &l.events[i]
@@ -271,7 +267,7 @@ func (l *loop) iterate(tx bool) {
 func (l *loop) produceRX() (more bool) {
 	l.deliverPending()
 	l.tcpOutput()
-	return l.flows.flush(l)
+	return l.flows.Flush(l.now, &l.rx)
 }
 
 // queueReply makes the frame just built in l.pending.next() pending.
@@ -331,7 +327,7 @@ func (l *loop) armTimer() {
 	if l.polling {
 		return
 	}
-	d := l.flows.nextDeadline()
+	d := l.flows.NextDeadline()
 	for _, t := range [...]time.Time{l.tcpDeadline(), l.nextRA} {
 		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
 			d = t
@@ -357,7 +353,7 @@ func (l *loop) armTimer() {
 // onTimer runs expired timeouts.
 func (l *loop) onTimer() {
 	l.timerArmed = time.Time{}
-	l.flows.expire(l.now)
+	l.flows.Expire(l.now)
 	l.tcp.Timers(l.now)
 	if !l.nextRA.IsZero() && !l.now.Before(l.nextRA) {
 		l.sendRA()
@@ -367,12 +363,10 @@ func (l *loop) onTimer() {
 // onSocket hands a socket's readiness to the socket's owner.
 func (l *loop) onSocket(tok hostsock.Token, events uint32) {
 	switch tok.Owner() {
-	case hostsock.OwnerUDP, hostsock.OwnerICMP:
-		l.flows.ready(tok, events)
+	case hostsock.OwnerUDP, hostsock.OwnerICMP, hostsock.OwnerUDPForward:
+		l.flows.Ready(tok)
 	case hostsock.OwnerTCP, hostsock.OwnerTCPListener:
 		l.tcp.HandleSocketEvent(l.now, tok, events)
-	case hostsock.OwnerUDPForward:
-		l.flows.forwardReady(tok)
 	}
 }
 
@@ -389,7 +383,7 @@ func (l *loop) shutdown() {
 	if n := l.pending.replies(); n > 0 {
 		l.st.RX.Drops[stats.DropRingDisabled].Add(uint64(n))
 	}
-	l.flows.detach()
+	l.flows.Detach()
 	l.closeFDs()
 }
 

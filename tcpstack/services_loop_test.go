@@ -38,21 +38,21 @@ func TestLinkServicesThroughLoop(t *testing.T) {
 	var kinds []string
 	for _, f := range frames {
 		switch binary.BigEndian.Uint16(f[12:14]) {
-		case etherTypeARP:
+		case uint16(header.EtherTypeARP):
 			kinds = append(kinds, "arp")
-		case etherTypeIPv4:
-			ip := f[ethHdrLen:]
-			if ip[9] == ipProtoUDP && binary.BigEndian.Uint16(ip[20:22]) == 67 {
+		case uint16(header.EtherTypeIPv4):
+			ip := f[header.EthernetMinimumSize:]
+			if ip[9] == uint8(header.IPProtocolUDP) && binary.BigEndian.Uint16(ip[20:22]) == 67 {
 				kinds = append(kinds, "dhcp")
 			}
-		case etherTypeIPv6:
-			ip := f[ethHdrLen:]
+		case uint16(header.EtherTypeIPv6):
+			ip := f[header.EthernetMinimumSize:]
 			switch {
-			case ip[6] == ipProtoICMPv6 && ip[40] == 134:
+			case ip[6] == uint8(header.IPProtocolICMPv6) && ip[40] == 134:
 				kinds = append(kinds, "ra")
-			case ip[6] == ipProtoICMPv6 && ip[40] == 136:
+			case ip[6] == uint8(header.IPProtocolICMPv6) && ip[40] == 136:
 				kinds = append(kinds, "na")
-			case ip[6] == ipProtoUDP && binary.BigEndian.Uint16(ip[40:42]) == 547:
+			case ip[6] == uint8(header.IPProtocolUDP) && binary.BigEndian.Uint16(ip[40:42]) == 547:
 				kinds = append(kinds, "dhcpv6")
 			}
 		}

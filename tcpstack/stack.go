@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/dgram"
 	"vunet/tcpstack/guestring"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
@@ -87,7 +89,7 @@ type Stack struct {
 type pairState struct {
 	st       *stats.Queue
 	tcpStats *stats.TCP
-	flows    *flowTable
+	flows    *dgram.Table
 	tcp      *tcpTable
 }
 
@@ -249,8 +251,7 @@ func (s *Stack) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ps := range s.pairs {
-		ps.flows.closeAll()
-		ps.flows.closeForwardsFrom(0)
+		ps.flows.Close()
 		ps.tcp.Close()
 	}
 }
@@ -265,7 +266,7 @@ func (s *Stack) EndSession() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ps := range s.pairs {
-		ps.flows.closeAll()
+		ps.flows.CloseFlows()
 		ps.tcp.ResetConnections()
 	}
 	// The next guest may have another MAC; a configured one stays.
@@ -295,19 +296,21 @@ func (s *Stack) tcpConfig(index int) TCPConfig {
 	return c
 }
 
-// flowConfig derives the flow table's settings.
-func (s *Stack) flowConfig() flowConfig {
+// dgramConfig derives pair index's datagram flow settings.
+func (s *Stack) dgramConfig(index int) dgram.Config {
 	a := &s.cfg.Addr
-	return flowConfig{
-		maxFlows:    s.cfg.MaxFlows,
-		policy:      s.policy,
-		guest4:      a.IPv4.Addr,
-		guest6:      a.IPv6.Addr,
-		bind4:       s.cfg.Outbound4,
-		bind6:       s.cfg.Outbound6,
-		ourMAC:      a.OurMAC,
-		udpTimeout:  s.cfg.UDPTimeout,
-		icmpTimeout: s.cfg.ICMPTimeout,
+	return dgram.Config{
+		MaxFlows:      s.cfg.MaxFlows,
+		UDPTimeout:    s.cfg.UDPTimeout,
+		ICMPTimeout:   s.cfg.ICMPTimeout,
+		Policy:        s.policy,
+		OurMAC:        a.OurMAC,
+		GuestMAC:      s,
+		Source:        hostsock.Source{V4: s.cfg.Outbound4, V6: s.cfg.Outbound6},
+		Guest4:        a.IPv4.Addr,
+		Guest6:        a.IPv6.Addr,
+		NoHostSockets: s.noHostSockets,
+		Logger:        s.log.With("pair", index),
 	}
 }
 

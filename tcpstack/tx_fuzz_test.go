@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"vunet/tcpstack/header"
 	"vunet/virtqueue"
 )
 
@@ -50,17 +51,17 @@ func FuzzTXFrame(f *testing.F) {
 	seed(udpFrame(testGuest4, netip.AddrFrom4([4]byte{255, 255, 255, 255}), 68, 67, make([]byte, 300)))
 	seed(icmpEchoFrame(testGuest4, testGw4, 1, 1, []byte("x")))
 	seed(icmpEchoFrame(testGuest6, testGw6, 1, 1, []byte("x")))
-	seed(otherFrame(etherTypeIPv6, 60))
+	seed(otherFrame(uint16(header.EtherTypeIPv6), 60))
 	for _, dst := range []netip.Addr{testGw4, testGw6} {
 		src := testGuest4
 		if dst.Is6() {
 			src = testGuest6
 		}
 		for _, pc := range split(udpDatagram(src, dst, 40000, 9, make([]byte, 40)), 16) {
-			seed(fragFrame(src, dst, ipProtoUDP, 9, pc))
+			seed(fragFrame(src, dst, uint8(header.IPProtocolUDP), 9, pc))
 		}
 	}
-	seed(otherFrame(etherTypeIPv4, 34))
+	seed(otherFrame(uint16(header.EtherTypeIPv4), 34))
 	f.Add([]byte{1, 2, 3}, 0, 0)
 
 	p := newTestPair(f, featMrg, 64)

@@ -27,18 +27,6 @@ const (
 	txFullMax = 9216
 )
 
-const (
-	etherTypeIPv4 = 0x0800
-	etherTypeARP  = 0x0806
-	etherTypeIPv6 = 0x86dd
-	ethHdrLen     = 14
-
-	ipProtoICMP   = 1
-	ipProtoTCP    = 6
-	ipProtoUDP    = 17
-	ipProtoICMPv6 = 58
-)
-
 // txPath holds the per-loop scratch state of the TX side.
 type txPath struct {
 	chains   [txBatchMax]virtqueue.Chain
@@ -125,7 +113,7 @@ func (l *loop) handleTXFrame(c *virtqueue.Chain) {
 		return
 	}
 	hl := l.vhLen
-	if total < hl+ethHdrLen {
+	if total < hl+header.EthernetMinimumSize {
 		st.TX.Drops[stats.DropRunt].Add(1)
 		return
 	}
@@ -231,9 +219,9 @@ func (l *loop) dispatchFlow(c *virtqueue.Chain, p *header.Packet) {
 			l.st.TX.Drops[stats.DropMalformed].Add(1)
 		}
 	case header.IPProtocolUDP:
-		l.udpFromGuest(c, p)
+		l.flows.UDP(l.now, p, c.Readable, l.vhLen, &l.tx.hdr)
 	default:
-		if !l.icmpFromGuest(c, p) {
+		if !l.flows.ICMP(l.now, p, c.Readable, l.vhLen) {
 			l.untranslated(p)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"vunet/tcpstack/header"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
 )
@@ -82,7 +83,7 @@ func TestUDPForward(t *testing.T) {
 			hdrs, frames := p.rxReadIP(t)
 			var got [][]byte
 			for i, f := range frames {
-				if len(f) > ethHdrLen+20 && (f[ethHdrLen+9] == ipProtoUDP || f[ethHdrLen+6] == ipProtoUDP) {
+				if len(f) > header.EthernetMinimumSize+20 && (f[header.EthernetMinimumSize+9] == uint8(header.IPProtocolUDP) || f[header.EthernetMinimumSize+6] == uint8(header.IPProtocolUDP)) {
 					checkUDPFrame(t, hdrs[i], f, tc.gw, tc.guest, peerPort, guestPort, []byte("ping-"+string(rune('1'+len(got)))))
 					got = append(got, f)
 				}

@@ -17,6 +17,7 @@ import (
 	"vunet/cmd/vunet/portspec"
 	"vunet/metrics"
 	"vunet/tcpstack"
+	"vunet/tcpstack/dgram"
 	"vunet/vhostuser"
 	"vunet/virtqueue"
 )
@@ -410,7 +411,7 @@ func featureNames(f uint64) string {
 // warnPingRefused says once, at start-up, that guest pings will go
 // unanswered because the host refuses ping sockets; vunet keeps running.
 func warnPingRefused(logger *slog.Logger) {
-	v4, v6 := tcpstack.ProbePingSockets()
+	v4, v6 := dgram.ProbePingSockets()
 	for _, r := range []struct {
 		family string
 		err    error

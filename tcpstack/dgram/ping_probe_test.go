@@ -1,4 +1,4 @@
-package tcpstack
+package dgram
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package tcpstack
+package dgram
 
 import (
 	"log/slog"
@@ -9,78 +9,51 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
+	"vunet/virtqueue"
 )
 
-// flowKind says which translation a flow does.
-type flowKind uint8
-
-const (
-	flowUDP  flowKind = iota + 1 // guest UDP 4-tuple ↔ connected host UDP socket
-	flowICMP                     // guest echo id ↔ host ping socket
-)
-
-// flowKey identifies a flow by what the guest sees. IPv4 addresses use the
-// first four bytes of the arrays.
-type flowKey struct {
-	kind                  flowKind
-	v6                    bool
-	guestIP, remoteIP     [16]byte
-	guestPort, remotePort uint16 // ICMP: guestPort is the echo identifier
+// Config configures a Table.
+type Config struct {
+	// MaxFlows bounds the table's flows; a datagram that needs a new flow
+	// beyond it makes the least recently used one go.
+	MaxFlows int
+	// UDPTimeout and ICMPTimeout close flows idle for that long.
+	UDPTimeout, ICMPTimeout time.Duration
+	// Policy is what flows may reach and where they go.
+	Policy *addrpolicy.Policy
+	// OurMAC is the source MAC of frames to the guest.
+	OurMAC header.MAC
+	// GuestMAC gives the destination MAC of frames to the guest; until one
+	// is known they are broadcast.
+	GuestMAC MACSource
+	// Source is what host sockets bind to before they connect.
+	Source hostsock.Source
+	// Guest4 and Guest6 are the guest's addresses, the destinations of
+	// datagrams to forwarded ports.
+	Guest4, Guest6 netip.Addr
+	// NoHostSockets makes flows stop short of opening host sockets (for
+	// fuzzing the TX path without reaching whatever addresses a fuzzer
+	// invents); a datagram that needs one is dropped as DropNoFlow.
+	NoHostSockets bool
+	// Logger receives warnings (rate-limited).
+	Logger *slog.Logger
 }
 
-// packetKey is the key of the flow a guest packet belongs to: the guest's
-// address is its source, the remote's its destination; guestPort is the
-// echo identifier for ICMP.
-func packetKey(kind flowKind, p *header.Packet, guestPort, remotePort uint16) flowKey {
-	k := flowKey{kind: kind, v6: p.IsIPv6(), guestPort: guestPort, remotePort: remotePort}
-	if k.v6 {
-		k.guestIP, k.remoteIP = p.Src.As16(), p.Dst.As16()
-	} else {
-		s, d := p.Src.As4(), p.Dst.As4()
-		copy(k.guestIP[:], s[:])
-		copy(k.remoteIP[:], d[:])
-	}
-	return k
+// MACSource says the guest's MAC address once it is known.
+type MACSource interface {
+	GuestMAC() (mac [6]byte, ok bool)
 }
 
-func (k *flowKey) guestAddr() netip.Addr  { return keyAddr(k.v6, &k.guestIP) }
-func (k *flowKey) remoteAddr() netip.Addr { return keyAddr(k.v6, &k.remoteIP) }
-
-func keyAddr(v6 bool, b *[16]byte) netip.Addr {
-	if v6 {
-		return netip.AddrFrom16(*b)
-	}
-	return netip.AddrFrom4([4]byte(b[:4]))
-}
-
-// flow is one slot of the flow table.
-type flow struct {
-	key      flowKey
-	fd       int
-	gen      uint32 // bumped on every reuse of the slot; part of the epoll token
-	inUse    bool
-	queued   bool // in the ready list (may outlive the flow: skipped then)
-	lastUsed time.Time
-}
-
-// flowConfig is the part of the Stack's Config the flows use.
-type flowConfig struct {
-	maxFlows                int
-	policy                  *addrpolicy.Policy // what flows may reach and where they go
-	ourMAC                  [6]byte
-	udpTimeout, icmpTimeout time.Duration
-	bind4, bind6            netip.Addr // source addresses of host sockets (Config.Outbound4/6)
-	guest4, guest6          netip.Addr // the guest's addresses, destinations of forwarded datagrams
-}
-
-// flowTable holds the UDP and ICMP echo flows of one queue pair. It outlives
-// the pair's loops (sockets are re-registered with each new epoll set) and
-// is used by one loop goroutine at a time.
-type flowTable struct {
-	cfg   flowConfig
+// Table holds the UDP and ICMP echo flows of one queue pair and its
+// forwarded UDP ports. It outlives the pair's loops (sockets are
+// re-registered with each new epoll set) and is used by one loop goroutine
+// at a time.
+type Table struct {
+	cfg   Config
 	st    *stats.Queue
 	log   *slog.Logger
 	flows []flow
@@ -96,7 +69,8 @@ type flowTable struct {
 
 	ep        *hostsock.Epoll // the running loop's; nil between loops
 	policy    stats.PolicyGate
-	noSockets bool // Stack.noHostSockets
+	guestCsum bool             // the guest takes partial checksums (VIRTIO_NET_F_GUEST_CSUM)
+	vh        virtqueue.NetHdr // of the frame being committed
 	io        hostsock.IO
 	now       time.Time
 	nextSweep time.Time
@@ -105,24 +79,28 @@ type flowTable struct {
 	discard   [65536]byte // datagrams the guest cannot take are read into it
 	discardIO [1][]byte
 
-	// Forwarded host UDP ports (pair 0 only), see udp_forward.go.
+	// Forwarded host UDP ports (pair 0 only), see forward.go.
 	fwd        []udpListener
 	fwdPending bool                // some listener has unread datagrams
 	fwdFrom    unix.RawSockaddrAny // source address of the last forwarded datagram
 }
 
-func newFlowTable(cfg flowConfig, st *stats.Queue, log *slog.Logger) *flowTable {
-	ft := &flowTable{
+// New returns an empty table counting into st.
+func New(cfg Config, st *stats.Queue) *Table {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ft := &Table{
 		cfg:    cfg,
 		st:     st,
-		log:    log,
-		flows:  make([]flow, cfg.maxFlows),
-		free:   make([]int32, 0, cfg.maxFlows),
-		byKey:  make(map[flowKey]int32, cfg.maxFlows),
-		readyQ: make([]int32, cfg.maxFlows),
-		policy: stats.PolicyGate{Policy: cfg.policy, Stats: st, Log: log},
+		log:    cfg.Logger,
+		flows:  make([]flow, cfg.MaxFlows),
+		free:   make([]int32, 0, cfg.MaxFlows),
+		byKey:  make(map[flowKey]int32, cfg.MaxFlows),
+		readyQ: make([]int32, cfg.MaxFlows),
+		policy: stats.PolicyGate{Policy: cfg.Policy, Stats: st, Log: cfg.Logger},
 	}
-	for i := cfg.maxFlows - 1; i >= 0; i-- {
+	for i := cfg.MaxFlows - 1; i >= 0; i-- {
 		ft.free = append(ft.free, int32(i))
 		ft.flows[i].fd = -1
 	}
@@ -130,7 +108,11 @@ func newFlowTable(cfg flowConfig, st *stats.Queue, log *slog.Logger) *flowTable 
 	return ft
 }
 
-func (ft *flowTable) token(i int32) hostsock.Token {
+// SetGuestCsum records whether the guest takes partial checksums
+// (VIRTIO_NET_F_GUEST_CSUM): its datagrams then leave the UDP checksum to it.
+func (ft *Table) SetGuestCsum(on bool) { ft.guestCsum = on }
+
+func (ft *Table) token(i int32) hostsock.Token {
 	f := &ft.flows[i]
 	o := hostsock.OwnerUDP
 	if f.key.kind == flowICMP {
@@ -139,11 +121,11 @@ func (ft *flowTable) token(i int32) hostsock.Token {
 	return hostsock.NewToken(o, f.gen, uint32(i))
 }
 
-// attach registers every open socket with a new loop's epoll set. The
+// Attach registers every open socket with a new loop's epoll set. The
 // sockets are also queued as ready: data may have arrived meanwhile.
-func (ft *flowTable) attach(ep *hostsock.Epoll) error {
+func (ft *Table) Attach(ep *hostsock.Epoll, now time.Time) {
 	ft.ep = ep
-	ft.now = time.Now()
+	ft.now = now
 	for i := range ft.flows {
 		f := &ft.flows[i]
 		if !f.inUse {
@@ -157,17 +139,16 @@ func (ft *flowTable) attach(ep *hostsock.Epoll) error {
 		ft.enqueue(int32(i))
 	}
 	ft.attachForwards(ep)
-	return nil
 }
 
-// detach forgets the epoll set of a loop that ended (closing it removed the
+// Detach forgets the epoll set of a loop that ended (closing it removed the
 // registrations).
-func (ft *flowTable) detach() { ft.ep = nil }
+func (ft *Table) Detach() { ft.ep = nil }
 
 // lookup returns the flow for key, opening its host socket when absent and
 // the address policy allows it. A failure is counted as a TX drop and
 // returned as why.
-func (ft *flowTable) lookup(key *flowKey) (i int32, why stats.DropReason, ok bool) {
+func (ft *Table) lookup(key *flowKey) (i int32, why stats.DropReason, ok bool) {
 	if i, ok := ft.byKey[*key]; ok {
 		ft.flows[i].lastUsed = ft.now
 		return i, 0, true
@@ -180,7 +161,7 @@ func (ft *flowTable) lookup(key *flowKey) (i int32, why stats.DropReason, ok boo
 	if !v.Allowed() {
 		return 0, stats.DropPolicy, false
 	}
-	if ft.noSockets {
+	if ft.cfg.NoHostSockets {
 		ft.st.TX.Drops[stats.DropNoFlow].Add(1)
 		return 0, stats.DropNoFlow, false
 	}
@@ -189,14 +170,14 @@ func (ft *flowTable) lookup(key *flowKey) (i int32, why stats.DropReason, ok boo
 		// touched many destinations is not locked out for a whole timeout.
 		ft.evictOldest()
 		ft.st.FlowsEvicted.Add(1)
-		ft.warn("flow table full, oldest flow closed", "max", ft.cfg.maxFlows)
+		ft.warn("flow table full, oldest flow closed", "max", ft.cfg.MaxFlows)
 	}
 	var fd int
 	var err error
 	if key.kind == flowICMP {
 		fd, err = ft.openICMP(key, v.Host)
 	} else {
-		fd, err = ft.openUDP(key, v.Host)
+		fd, err = ft.openUDP(v.Host)
 	}
 	if err != nil {
 		ft.st.TX.Drops[stats.DropNoFlow].Add(1)
@@ -214,7 +195,7 @@ func (ft *flowTable) lookup(key *flowKey) (i int32, why stats.DropReason, ok boo
 
 // adopt makes fd, an open host socket, the flow for key. The table must
 // have a free slot. On failure fd is closed.
-func (ft *flowTable) adopt(key *flowKey, fd int) (int32, bool) {
+func (ft *Table) adopt(key *flowKey, fd int) (int32, bool) {
 	i := ft.free[len(ft.free)-1]
 	ft.free = ft.free[:len(ft.free)-1]
 	f := &ft.flows[i]
@@ -237,7 +218,7 @@ func (ft *flowTable) adopt(key *flowKey, fd int) (int32, bool) {
 	return i, true
 }
 
-func (ft *flowTable) closeFlow(i int32) {
+func (ft *Table) closeFlow(i int32) {
 	f := &ft.flows[i]
 	if !f.inUse {
 		return
@@ -255,7 +236,7 @@ func (ft *flowTable) closeFlow(i int32) {
 }
 
 // kindGauge is the live-flow gauge of a flow kind.
-func (ft *flowTable) kindGauge(k flowKind) *atomic.Int64 {
+func (ft *Table) kindGauge(k flowKind) *atomic.Int64 {
 	if k == flowICMP {
 		return &ft.st.Proto.ICMPFlows
 	}
@@ -264,7 +245,7 @@ func (ft *flowTable) kindGauge(k flowKind) *atomic.Int64 {
 
 // evictOldest closes the flow used least recently. Only called when the
 // table is full, on flow creation: a linear scan is fine there.
-func (ft *flowTable) evictOldest() {
+func (ft *Table) evictOldest() {
 	oldest := int32(-1)
 	for i := range ft.flows {
 		f := &ft.flows[i]
@@ -277,15 +258,16 @@ func (ft *flowTable) evictOldest() {
 	}
 }
 
-// closeAll closes every flow (the Stack is closing).
-func (ft *flowTable) closeAll() {
+// CloseFlows closes every flow; forwarded ports stay (the guest is gone, the
+// forwards are for the next one).
+func (ft *Table) CloseFlows() {
 	for i := range ft.flows {
 		ft.closeFlow(int32(i))
 	}
 	ft.rCount = 0
 }
 
-func (ft *flowTable) enqueue(i int32) {
+func (ft *Table) enqueue(i int32) {
 	f := &ft.flows[i]
 	if f.queued || ft.rCount == len(ft.readyQ) {
 		return
@@ -295,8 +277,13 @@ func (ft *flowTable) enqueue(i int32) {
 	ft.rCount++
 }
 
-// ready handles an epoll event for a flow socket.
-func (ft *flowTable) ready(tok hostsock.Token, events uint32) {
+// Ready handles an epoll event of one of the table's sockets: a flow's
+// (hostsock.OwnerUDP, OwnerICMP) or a forwarded port's (OwnerUDPForward).
+func (ft *Table) Ready(tok hostsock.Token) {
+	if tok.Owner() == hostsock.OwnerUDPForward {
+		ft.forwardReady(tok)
+		return
+	}
 	i, gen := int32(tok.Slot()), tok.Gen()
 	if i < 0 || int(i) >= len(ft.flows) {
 		return
@@ -308,16 +295,15 @@ func (ft *flowTable) ready(tok hostsock.Token, events uint32) {
 	ft.enqueue(i)
 }
 
-// flowBudget bounds the datagrams one flow delivers per turn, so one busy
-// socket cannot starve the others.
-const flowBudget = 32
-
-// flush delivers queued sockets' data to the guest. It returns true when
-// work is left that does not depend on the guest (budget used up).
-func (ft *flowTable) flush(l *loop) (more bool) {
+// Flush delivers queued sockets' data to the guest through w. It returns
+// true when work is left that does not depend on the guest (budget used
+// up); when the guest's buffers ran out, everything stays queued for the
+// refill.
+func (ft *Table) Flush(now time.Time, w guestring.Sink) (more bool) {
+	ft.now = now
 	if ft.fwdPending {
 		var blocked bool
-		if more, blocked = ft.flushForwards(l); blocked {
+		if more, blocked = ft.flushForwards(w); blocked {
 			return more
 		}
 	}
@@ -333,9 +319,9 @@ func (ft *flowTable) flush(l *loop) (more bool) {
 		var r flowRead
 		switch f.key.kind {
 		case flowUDP:
-			r = ft.readUDP(l, i)
+			r = ft.readUDP(w, i)
 		case flowICMP:
-			r = ft.readICMP(l, i)
+			r = ft.readICMP(w, i)
 		}
 		switch r {
 		case flowDrained:
@@ -354,67 +340,25 @@ func (ft *flowTable) flush(l *loop) (more bool) {
 	return more
 }
 
-// flowRead is the outcome of reading one flow's socket.
-type flowRead uint8
-
-const (
-	flowDrained    flowRead = iota // EAGAIN (or the socket failed): dequeue
-	flowBudgetUsed                 // more data, let others go first
-	flowBlocked                    // no RX buffer: keep queued, stop flushing
-)
-
-func (ft *flowTable) sweepInterval() time.Duration {
-	d := min(ft.cfg.udpTimeout, ft.cfg.icmpTimeout) / 4
-	return max(d, 10*time.Millisecond)
-}
-
-// nextDeadline is when expire should run next; zero when no flow is open.
-func (ft *flowTable) nextDeadline() time.Time {
-	if ft.live == 0 {
-		return time.Time{}
-	}
-	return ft.nextSweep
-}
-
-// expire closes flows idle for longer than their timeout.
-func (ft *flowTable) expire(now time.Time) {
-	ft.now = now
-	if ft.live == 0 {
-		ft.nextSweep = time.Time{}
-		return
-	}
-	if now.Before(ft.nextSweep) {
-		return
-	}
-	for i := range ft.flows {
-		f := &ft.flows[i]
-		if !f.inUse {
-			continue
-		}
-		to := ft.cfg.udpTimeout
-		if f.key.kind == flowICMP {
-			to = ft.cfg.icmpTimeout
-		}
-		if now.Sub(f.lastUsed) >= to {
-			ft.closeFlow(int32(i))
-		}
-	}
-	ft.nextSweep = now.Add(ft.sweepInterval())
-}
-
-func (ft *flowTable) warn(msg string, args ...any) {
+func (ft *Table) warn(msg string, args ...any) {
 	if ok, _ := ft.warnLimit.Allow(ft.now, time.Second); ok {
 		ft.log.Warn(msg, args...)
 	}
 }
 
-func (ft *flowTable) nextIPID() uint16 {
+func (ft *Table) nextIPID() uint16 {
 	ft.ipID++
 	return ft.ipID
 }
 
 // openDgram opens a non-blocking datagram socket of proto connected to
 // host, where the address policy sends key's remote end.
-func (ft *flowTable) openDgram(host netip.AddrPort, proto int) (int, error) {
-	return hostsock.DialDatagram(host, proto, hostsock.Source{V4: ft.cfg.bind4, V6: ft.cfg.bind6})
+func (ft *Table) openDgram(host netip.AddrPort, proto int) (int, error) {
+	return hostsock.DialDatagram(host, proto, ft.cfg.Source)
+}
+
+// Close closes every flow and forwarded port (the Stack is closing).
+func (ft *Table) Close() {
+	ft.CloseFlows()
+	ft.CloseForwardsFrom(0)
 }

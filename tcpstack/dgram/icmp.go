@@ -1,16 +1,16 @@
-package tcpstack
+package dgram
 
 import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/stats"
-	"vunet/virtqueue"
 )
 
 // ICMP echo: a guest echo request goes out of an unprivileged ping socket
@@ -21,9 +21,11 @@ import (
 
 const icmpEchoHdrLen = 8
 
-// icmpFromGuest handles an ICMP or ICMPv6 message from the guest. Only echo
-// requests are translated; it returns false for everything else.
-func (l *loop) icmpFromGuest(c *virtqueue.Chain, p *header.Packet) bool {
+// ICMP handles an ICMP or ICMPv6 message from the guest (p, parsed from
+// the frame at offset skip of the iovecs frame). Only echo requests are
+// translated; it returns false for everything else.
+func (ft *Table) ICMP(now time.Time, p *header.Packet, frame [][]byte, skip int) bool {
+	ft.now = now
 	if len(p.L4) < icmpEchoHdrLen {
 		return false
 	}
@@ -35,7 +37,6 @@ func (l *loop) icmpFromGuest(c *virtqueue.Chain, p *header.Packet) bool {
 	if m[0] != echo || m[1] != 0 {
 		return false
 	}
-	ft := l.flows
 	key := packetKey(flowICMP, p, binary.BigEndian.Uint16(m[4:6]), 0)
 	i, _, ok := ft.lookup(&key)
 	if !ok {
@@ -43,15 +44,15 @@ func (l *loop) icmpFromGuest(c *virtqueue.Chain, p *header.Packet) bool {
 	}
 	// The whole message goes out as the guest built it; the kernel rewrites
 	// the identifier and the checksum.
-	if _, err := ft.io.Send(ft.flows[i].fd, c.Readable, l.vhLen+p.L4Off, p.L4Len); err != nil {
-		l.st.TX.Drops[stats.DropSendError].Add(1)
+	if _, err := ft.io.Send(ft.flows[i].fd, frame, skip+p.L4Off, p.L4Len); err != nil {
+		ft.st.TX.Drops[stats.DropSendError].Add(1)
 	} else {
-		l.st.Proto.ICMPEchoRequests.Add(1)
+		ft.st.Proto.ICMPEchoRequests.Add(1)
 	}
 	return true
 }
 
-func (ft *flowTable) openICMP(key *flowKey, host netip.AddrPort) (int, error) {
+func (ft *Table) openICMP(key *flowKey, host netip.AddrPort) (int, error) {
 	proto := unix.IPPROTO_ICMP
 	if key.v6 {
 		proto = unix.IPPROTO_ICMPV6
@@ -64,14 +65,13 @@ func (ft *flowTable) openICMP(key *flowKey, host netip.AddrPort) (int, error) {
 }
 
 // readICMP moves echo replies from flow i's ping socket into guest RX buffers.
-func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
+func (ft *Table) readICMP(w guestring.Sink, i int32) flowRead {
 	f := &ft.flows[i]
-	w := &l.rx
-	hl := ethHdrLen + ipv4HdrLen
-	maxPay := 65535 - ipv4HdrLen
+	hl := header.EthernetMinimumSize + header.IPv4MinimumSize
+	maxPay := 65535 - header.IPv4MinimumSize
 	proto := header.IPProtocolICMPv4
 	if f.key.v6 {
-		hl = ethHdrLen + ipv6HdrLen
+		hl = header.EthernetMinimumSize + header.IPv6MinimumSize
 		maxPay = 65535
 		proto = header.IPProtocolICMPv6
 	}
@@ -110,7 +110,7 @@ func (ft *flowTable) readICMP(l *loop, i int32) flowRead {
 		binary.BigEndian.PutUint16(idb[:], f.key.guestPort)
 		header.WriteIovecs(payload, 4, idb[:])
 		header.WriteIovecs(payload, 2, []byte{0, 0})
-		ft.buildL2L3(l, hdr, &f.key, proto, n)
+		ft.buildL2L3(hdr, &f.key, proto, n)
 		var sum uint16
 		if f.key.v6 {
 			sum = header.PseudoHeaderChecksum(proto, f.key.remoteAddr(), f.key.guestAddr(), uint32(n))

@@ -1,4 +1,4 @@
-package tcpstack
+package dgram
 
 import (
 	"errors"
@@ -32,23 +32,19 @@ type udpListener struct {
 	pending   bool          // epoll reported input not read yet
 }
 
-// listenUDP opens a forwarded host UDP port and returns the port bound.
-func (ft *flowTable) listenUDP(fw Forward) (uint16, error) {
-	addr := fw.HostAddr
-	if !addr.IsValid() {
-		addr = netip.IPv4Unspecified()
-	}
-	v6 := addr.Is6()
-	fd, local, port, err := hostsock.ListenUDP(netip.AddrPortFrom(addr, fw.HostPort), fw.Iface)
+// Listen opens a forwarded host UDP port on addr (port 0: the kernel
+// picks), restricted to interface iface when set, whose datagrams go to the
+// guest's guestPort (0: the port bound), and returns the port bound.
+func (ft *Table) Listen(addr netip.AddrPort, iface string, guestPort uint16) (uint16, error) {
+	fd, local, port, err := hostsock.ListenUDP(addr, iface)
 	if err != nil {
 		return 0, err
 	}
-	gp := fw.GuestPort
-	if gp == 0 {
-		gp = port
+	if guestPort == 0 {
+		guestPort = port
 	}
 	i := len(ft.fwd)
-	ft.fwd = append(ft.fwd, udpListener{fd: fd, v6: v6, guestPort: gp, iface: fw.Iface, local: local})
+	ft.fwd = append(ft.fwd, udpListener{fd: fd, v6: addr.Addr().Is6(), guestPort: guestPort, iface: iface, local: local})
 	if ft.ep != nil {
 		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, hostsock.NewToken(hostsock.OwnerUDPForward, 0, uint32(i))); err != nil {
 			unix.Close(fd)
@@ -61,7 +57,7 @@ func (ft *flowTable) listenUDP(fw Forward) (uint16, error) {
 
 // attachForwards registers the forwarded ports with a new loop's epoll set;
 // datagrams may have arrived meanwhile, so each is read once.
-func (ft *flowTable) attachForwards(ep *hostsock.Epoll) {
+func (ft *Table) attachForwards(ep *hostsock.Epoll) {
 	for i := range ft.fwd {
 		l := &ft.fwd[i]
 		if err := ep.Add(l.fd, unix.EPOLLIN|unix.EPOLLET, hostsock.NewToken(hostsock.OwnerUDPForward, 0, uint32(i))); err != nil {
@@ -73,8 +69,11 @@ func (ft *flowTable) attachForwards(ep *hostsock.Epoll) {
 	}
 }
 
-// closeForwardsFrom closes the forwarded ports from index first on.
-func (ft *flowTable) closeForwardsFrom(first int) {
+// NumForwards is the number of forwarded ports open.
+func (ft *Table) NumForwards() int { return len(ft.fwd) }
+
+// CloseForwardsFrom closes the forwarded ports from index first on.
+func (ft *Table) CloseForwardsFrom(first int) {
 	for _, l := range ft.fwd[first:] {
 		unix.Close(l.fd)
 	}
@@ -82,7 +81,7 @@ func (ft *flowTable) closeForwardsFrom(first int) {
 }
 
 // forwardReady handles an epoll event of a forwarded port.
-func (ft *flowTable) forwardReady(tok hostsock.Token) {
+func (ft *Table) forwardReady(tok hostsock.Token) {
 	i := tok.Slot()
 	if int(i) < len(ft.fwd) {
 		ft.fwd[i].pending = true
@@ -92,13 +91,13 @@ func (ft *flowTable) forwardReady(tok hostsock.Token) {
 
 // flushForwards reads the forwarded ports with input. blocked: the guest
 // has no RX buffers, nothing else should try now.
-func (ft *flowTable) flushForwards(l *loop) (more, blocked bool) {
+func (ft *Table) flushForwards(w guestring.Sink) (more, blocked bool) {
 	still := false
 	for i := range ft.fwd {
 		if !ft.fwd[i].pending {
 			continue
 		}
-		switch ft.readForward(l, i) {
+		switch ft.readForward(w, i) {
 		case flowDrained:
 			ft.fwd[i].pending = false
 		case flowBudgetUsed:
@@ -112,44 +111,15 @@ func (ft *flowTable) flushForwards(l *loop) (more, blocked bool) {
 }
 
 // readForward moves datagrams from forwarded port i into guest RX buffers.
-func (ft *flowTable) readForward(l *loop, i int) flowRead {
+func (ft *Table) readForward(w guestring.Sink, i int) flowRead {
 	lis := &ft.fwd[i]
-	w := &l.rx
-	hl := ethHdrLen + ipv4HdrLen + udpHdrLen
-	maxPay := maxUDPv4Pay
-	if lis.v6 {
-		hl = ethHdrLen + ipv6HdrLen + udpHdrLen
-		maxPay = maxUDPv6Pay
-	}
 	for b := 0; b < flowBudget; b++ {
-		if !w.Enabled() {
-			return ft.discardAll(lis.fd)
-		}
-		hdr, pay, s := w.Reserve(hl, maxPay)
-		plen := iovLen(pay)
-		switch s {
-		case guestring.OK:
-		case guestring.NoFit, guestring.Broken:
-			if _, _, err := ft.io.Recv(lis.fd, ft.discardIO[:], 0); err == nil {
-				ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+		hdr, pay, r := ft.reserveDatagram(w, lis.fd, lis.v6)
+		if r != datagramReserved {
+			if r == datagramRetry {
 				continue
 			}
-			return flowDrained
-		default:
-			return flowBlocked
-		}
-		if plen < maxPay {
-			if size, err := hostsock.NextDatagram(lis.fd); err == nil && size > plen {
-				w.Abort()
-				if w.MoreLater() {
-					return flowBlocked
-				}
-				if _, _, err := ft.io.Recv(lis.fd, ft.discardIO[:], 0); err == nil {
-					ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
-					continue
-				}
-				return flowDrained
-			}
+			return flowRead(r)
 		}
 		n, mflags, err := ft.io.RecvFrom(lis.fd, pay, &ft.fwdFrom)
 		if err != nil {
@@ -170,10 +140,7 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 			}
 			continue
 		}
-		vh := ft.buildUDPHeaders(l, hdr, &key, pay, n)
-		w.Commit(n, &vh)
-		ft.st.Proto.UDPDatagrams[stats.ToGuest].Add(1)
-		ft.st.Proto.UDPBytes[stats.ToGuest].Add(uint64(n))
+		ft.commitDatagram(w, hdr, &key, pay, n)
 		ft.forwardFlow(lis, &key, peer)
 	}
 	return flowBudgetUsed
@@ -182,15 +149,15 @@ func (ft *flowTable) readForward(l *loop, i int) flowRead {
 // forwardKey is the flow key of a datagram from peer on lis, as the guest
 // sees it: from the peer (the gateway for a loopback peer) to the guest's
 // address and the forward's guest port.
-func (ft *flowTable) forwardKey(lis *udpListener, peer netip.AddrPort) (flowKey, bool) {
+func (ft *Table) forwardKey(lis *udpListener, peer netip.AddrPort) (flowKey, bool) {
 	k := flowKey{kind: flowUDP, v6: lis.v6, guestPort: lis.guestPort, remotePort: peer.Port()}
-	src, ok := ft.cfg.policy.InboundSource(peer.Addr())
+	src, ok := ft.cfg.Policy.InboundSource(peer.Addr())
 	if !ok {
 		return k, false
 	}
-	dst := ft.cfg.guest4
+	dst := ft.cfg.Guest4
 	if lis.v6 {
-		dst = ft.cfg.guest6
+		dst = ft.cfg.Guest6
 	}
 	if !src.IsValid() || !dst.IsValid() || src.Is6() != lis.v6 || dst.Is6() != lis.v6 {
 		return k, false
@@ -207,12 +174,12 @@ func (ft *flowTable) forwardKey(lis *udpListener, peer netip.AddrPort) (flowKey,
 
 // forwardFlow makes sure the guest's replies to peer have a flow leaving
 // from the forwarded port.
-func (ft *flowTable) forwardFlow(lis *udpListener, key *flowKey, peer netip.AddrPort) {
+func (ft *Table) forwardFlow(lis *udpListener, key *flowKey, peer netip.AddrPort) {
 	if i, ok := ft.byKey[*key]; ok {
 		ft.flows[i].lastUsed = ft.now
 		return
 	}
-	if ft.noSockets {
+	if ft.cfg.NoHostSockets {
 		return
 	}
 	if len(ft.free) == 0 {

@@ -1,0 +1,17 @@
+// Package dgram translates the guest's datagrams: UDP flows, each a
+// connected host UDP socket per guest 4-tuple; ICMP echo, through
+// unprivileged ping sockets; and forwarded host UDP ports (passt's -u),
+// whose peers the guest answers through sockets sharing the port.
+//
+// Guest → host: the TX path hands a parsed datagram (UDP, ICMP) to the
+// Table, which asks the address policy (stats.PolicyGate) before it opens a
+// socket and sends the payload straight from guest memory. Host → guest:
+// sockets that epoll reports readable are queued (Ready) and read, in
+// Flush, straight into guest buffers reserved from a guestring.Sink,
+// behind headers built in place.
+//
+// A Table belongs to one queue pair and outlives its loops (Attach and
+// Detach move its sockets between epoll sets); one goroutine uses it at a
+// time. It imports guestring, hostsock, header, stats, addrpolicy and
+// virtqueue of vunet's, never the TCP translation or the link services.
+package dgram

@@ -1,0 +1,216 @@
+package dgram
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/guestring"
+	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
+	"vunet/tcpstack/stats"
+	"vunet/virtqueue"
+)
+
+// UDP flows: a guest datagram to remote:port goes out of a host UDP socket
+// connected to remote:port (one socket per guest 4-tuple, so replies find
+// their way back by the kernel's own demultiplexing); datagrams arriving on
+// that socket are received straight into the guest's RX buffers, behind
+// headers built in place.
+
+const (
+	udpHdrLen   = header.UDPMinimumSize
+	maxUDPv4Pay = 65535 - header.IPv4MinimumSize - udpHdrLen
+	maxUDPv6Pay = 65535 - udpHdrLen
+	// maxUSOSegments bounds the datagrams one USO frame may carry (Linux
+	// sends at most 64 per GSO skb, UDP_MAX_SEGMENTS).
+	maxUSOSegments = 128
+)
+
+// UDP sends a guest UDP datagram (p, parsed from the frame at offset skip
+// of the iovecs frame, guest memory) from its flow's socket, payload
+// straight from guest memory. vh is the frame's virtio-net header: with
+// USO (GSO_UDP_L4) the frame carries several datagrams of GSOSize.
+func (ft *Table) UDP(now time.Time, p *header.Packet, frame [][]byte, skip int, vh *virtqueue.NetHdr) {
+	ft.now = now
+	st := ft.st
+	if len(p.L4) < udpHdrLen {
+		st.UDPDrop(stats.FromGuest, stats.DropMalformed)
+		return
+	}
+	u := p.L4
+	ulen := int(binary.BigEndian.Uint16(u[4:6]))
+	if ulen < udpHdrLen || ulen > p.L4Len {
+		// Length 0 over IPv6 would be a jumbogram's, which no link of
+		// ours carries: malformed like any other short length.
+		st.UDPDrop(stats.FromGuest, stats.DropMalformed)
+		return
+	}
+	key := packetKey(flowUDP, p, binary.BigEndian.Uint16(u[0:2]), binary.BigEndian.Uint16(u[2:4]))
+	if key.remotePort == 0 {
+		st.UDPDrop(stats.FromGuest, stats.DropMalformed)
+		return
+	}
+	i, why, ok := ft.lookup(&key)
+	if !ok {
+		st.Proto.UDPDrops[stats.FromGuest][why].Add(1) // lookup counted the TX drop
+		return
+	}
+	fd := ft.flows[i].fd
+	off := skip + p.L4Off + udpHdrLen
+	n := ulen - udpHdrLen
+	seg := n
+	if vh.GSOKind() == virtqueue.GSOUDPL4 && vh.GSOSize > 0 {
+		seg = int(vh.GSOSize)
+		if n/seg > maxUSOSegments {
+			// A tiny segment size would turn one frame into thousands of
+			// system calls; no real driver does that.
+			st.UDPDrop(stats.FromGuest, stats.DropMalformed)
+			return
+		}
+	}
+	for {
+		m := min(seg, n)
+		_, err := ft.io.Send(fd, frame, off, m)
+		if errors.Is(err, unix.ECONNREFUSED) {
+			// An ICMP error for an earlier datagram was queued on the
+			// socket; this one was not sent. Try once more.
+			_, err = ft.io.Send(fd, frame, off, m)
+		}
+		if err != nil {
+			st.UDPDrop(stats.FromGuest, stats.DropSendError)
+		} else {
+			st.Proto.UDPDatagrams[stats.FromGuest].Add(1)
+			st.Proto.UDPBytes[stats.FromGuest].Add(uint64(m))
+		}
+		off += m
+		n -= m
+		if n <= 0 {
+			return
+		}
+	}
+}
+
+// readUDP moves datagrams from flow i's socket into guest RX buffers.
+func (ft *Table) readUDP(w guestring.Sink, i int32) flowRead {
+	f := &ft.flows[i]
+	for b := 0; b < flowBudget; b++ {
+		hdr, pay, r := ft.reserveDatagram(w, f.fd, f.key.v6)
+		if r != datagramReserved {
+			if r == datagramRetry {
+				continue
+			}
+			return flowRead(r)
+		}
+		n, mflags, err := ft.io.Recv(f.fd, pay, 0)
+		if err != nil {
+			w.Abort()
+			if errors.Is(err, unix.EAGAIN) {
+				return flowDrained
+			}
+			if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.EHOSTUNREACH) ||
+				errors.Is(err, unix.ENETUNREACH) {
+				continue // an ICMP error reported on the socket; data may follow
+			}
+			ft.warn("UDP flow receive failed, flow closed", "err", err)
+			ft.closeFlow(i)
+			return flowDrained
+		}
+		if mflags&unix.MSG_TRUNC != 0 {
+			w.Abort()
+			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+			continue
+		}
+		f.lastUsed = ft.now
+		ft.commitDatagram(w, hdr, &f.key, pay, n)
+	}
+	return flowBudgetUsed
+}
+
+// datagramReservation is the outcome of reserveDatagram: one of the
+// flowRead outcomes, or reserved (go on and receive), or retry (a
+// datagram was discarded, try the next).
+type datagramReservation = flowRead
+
+const (
+	datagramReserved datagramReservation = iota + flowBlocked + 1
+	datagramRetry
+)
+
+// reserveDatagram takes guest buffers for the next datagram queued on fd
+// (IPv6 headers when v6), for UDP flows and forwarded ports alike. A
+// datagram the guest can never take is received into the discard buffer
+// and counted; with the ring disabled, everything queued is (vhost-user:
+// frames are not supplied, not queued).
+func (ft *Table) reserveDatagram(w guestring.Sink, fd int, v6 bool) (hdr []byte, pay [][]byte, r datagramReservation) {
+	if !w.Enabled() {
+		return nil, nil, ft.discardAll(fd)
+	}
+	hl, maxPay := header.EthernetMinimumSize+header.IPv4MinimumSize+udpHdrLen, maxUDPv4Pay
+	if v6 {
+		hl, maxPay = header.EthernetMinimumSize+header.IPv6MinimumSize+udpHdrLen, maxUDPv6Pay
+	}
+	hdr, pay, s := w.Reserve(hl, maxPay)
+	switch s {
+	case guestring.OK:
+	case guestring.NoFit, guestring.Broken:
+		return nil, nil, ft.discardOne(fd) // the guest can never take it
+	default:
+		return nil, nil, flowBlocked
+	}
+	if plen := iovLen(pay); plen < maxPay {
+		// Is the next datagram larger than what we hold?
+		if size, err := hostsock.NextDatagram(fd); err == nil && size > plen {
+			w.Abort()
+			if w.MoreLater() {
+				return nil, nil, flowBlocked // wait for the guest to post more buffers
+			}
+			return nil, nil, ft.discardOne(fd)
+		}
+	}
+	return hdr, pay, datagramReserved
+}
+
+// discardOne receives the next datagram on fd into the discard buffer and
+// counts it as one the guest could not take: retry the next, or drained
+// when there was none.
+func (ft *Table) discardOne(fd int) datagramReservation {
+	if _, _, err := ft.io.Recv(fd, ft.discardIO[:], 0); err != nil {
+		return flowDrained
+	}
+	ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+	return datagramRetry
+}
+
+// discardAll reads and drops everything queued on fd (RX ring disabled).
+func (ft *Table) discardAll(fd int) flowRead {
+	for {
+		if _, _, err := ft.io.Recv(fd, ft.discardIO[:], 0); err != nil {
+			return flowDrained
+		}
+		ft.st.RX.Drops[stats.DropRingDisabled].Add(1)
+	}
+}
+
+// commitDatagram builds the headers of a datagram of n payload bytes
+// (received into pay) from key's remote end to the guest and commits it.
+func (ft *Table) commitDatagram(w guestring.Sink, hdr []byte, key *flowKey, pay [][]byte, n int) {
+	ft.buildUDPHeaders(hdr, key, pay, n)
+	w.Commit(n, &ft.vh)
+	ft.st.Proto.UDPDatagrams[stats.ToGuest].Add(1)
+	ft.st.Proto.UDPBytes[stats.ToGuest].Add(uint64(n))
+}
+
+// iovLen is the total length of bufs.
+func iovLen(bufs [][]byte) int {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	return n
+}
+
+func (ft *Table) openUDP(host netip.AddrPort) (int, error) { return ft.openDgram(host, 0) }

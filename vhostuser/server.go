@@ -24,6 +24,11 @@ type ServerConfig struct {
 	// Ready, when set, is called once the socket accepts connections
 	// (a daemon reports its start-up complete then).
 	Ready func()
+	// Listener, when set, is a socket already listening at Path that
+	// someone else made (systemd socket activation): Serve serves it and
+	// leaves its file alone (no stale-file check, chmod or removal; Mode
+	// is unused). Serve closes it when it returns.
+	Listener *net.UnixListener
 }
 
 // ErrSocketInUse is returned by Serve when another process is listening on
@@ -36,7 +41,8 @@ var ErrSocketInUse = errors.New("socket in use by a live listener")
 // fully cleaned up (rings stopped, memory unmapped, descriptors closed)
 // before the next one. A stale socket file (nobody listening) is replaced;
 // a live one is an error (ErrSocketInUse). The socket file is removed when
-// Serve returns. Serve returns nil when ctx is done or, with OneOff, when
+// Serve returns. With cfg.Listener, Serve serves that socket instead and
+// leaves its file to whoever made it. Serve returns nil when ctx is done or, with OneOff, when
 // the first front-end has left.
 func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 	if cfg.Path == "" {
@@ -53,25 +59,32 @@ func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	if err := removeStaleSocket(cfg.Path); err != nil {
-		return fmt.Errorf("vhost-user serve %s: %w", cfg.Path, err)
+	l := cfg.Listener
+	if l != nil {
+		defer l.Close()
+		log.Info("vhost-user listening on a passed socket", "socket", cfg.Path)
+	} else {
+		if err := removeStaleSocket(cfg.Path); err != nil {
+			return fmt.Errorf("vhost-user serve %s: %w", cfg.Path, err)
+		}
+		var err error
+		l, err = listenUnix(cfg.Path, mode)
+		if err != nil {
+			return fmt.Errorf("vhost-user serve: %w", err)
+		}
+		// Removal is ours: only the file we created, checked by inode, so a
+		// successor that replaced it keeps its socket.
+		created, _ := os.Lstat(cfg.Path)
+		defer removeOurSocket(cfg.Path, created)
+		defer l.Close()
+		// The file was created with at most mode; the umask may have taken
+		// bits away. chmod is not subject to the umask, so the mode is now
+		// exactly cfg.Mode.
+		if err := os.Chmod(cfg.Path, mode); err != nil {
+			return fmt.Errorf("vhost-user serve: chmod %s: %w", cfg.Path, err)
+		}
+		log.Info("vhost-user listening", "socket", cfg.Path, "mode", fmt.Sprintf("%#o", uint32(mode)))
 	}
-	l, err := listenUnix(cfg.Path, mode)
-	if err != nil {
-		return fmt.Errorf("vhost-user serve: %w", err)
-	}
-	// Removal is ours: only the file we created, checked by inode, so a
-	// successor that replaced it keeps its socket.
-	created, _ := os.Lstat(cfg.Path)
-	defer removeOurSocket(cfg.Path, created)
-	defer l.Close()
-	// The file was created with at most mode; the umask may have taken
-	// bits away. chmod is not subject to the umask, so the mode is now
-	// exactly cfg.Mode.
-	if err := os.Chmod(cfg.Path, mode); err != nil {
-		return fmt.Errorf("vhost-user serve: chmod %s: %w", cfg.Path, err)
-	}
-	log.Info("vhost-user listening", "socket", cfg.Path, "mode", fmt.Sprintf("%#o", uint32(mode)))
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}

@@ -434,40 +434,6 @@ func TestLibvirtXMLValidates(t *testing.T) {
 	}
 }
 
-// TestSystemdUnitVerifies runs systemd-analyze verify on the contrib unit,
-// with ExecStart pointing at the built binary, and checks that the unit's
-// command line is one vunet accepts.
-func TestSystemdUnitVerifies(t *testing.T) {
-	analyze, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Skip("systemd-analyze not found (systemd is optional for vunet)")
-	}
-	unit, err := os.ReadFile("../../contrib/vunet@.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := vunetBinary(t)
-	text := strings.ReplaceAll(string(unit), "/usr/local/bin/vunet", bin)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "vunet@.service"), []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(analyze, "verify", filepath.Join(dir, "vunet@vm1.service")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
-	}
-	var execStart string
-	for _, line := range strings.Split(text, "\n") {
-		if v, ok := strings.CutPrefix(line, "ExecStart="); ok {
-			execStart = v
-		}
-	}
-	args := strings.Fields(strings.NewReplacer("%i", "vm1", "$VUNET_OPTS", "--tcp-ports 2222:22").Replace(execStart))[1:]
-	if _, err := parseFlags(args, &bytes.Buffer{}); err != nil {
-		t.Fatalf("unit's ExecStart %q: %v", args, err)
-	}
-}
-
 // TestFDOneOff: passt's --fd hands over a connected socket; vunet serves it
 // and exits 0 once the peer closes it (--fd implies --one-off).
 func TestFDOneOff(t *testing.T) {

@@ -32,6 +32,13 @@ const shutdownGrace = 1500 * time.Millisecond
 // the front-end can connect: everything before that is start-up, and its
 // errors are the launcher's exit status in the background.
 func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Writer, st *startup) error {
+	activated, err := socketActivation(o)
+	if err != nil {
+		return err
+	}
+	if activated != nil {
+		defer activated.Close()
+	}
 	sc, err := buildStackConfig(o)
 	if err != nil {
 		return err
@@ -102,8 +109,8 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 	stopWatch := context.AfterFunc(ctx, func() {
 		time.AfterFunc(shutdownGrace, func() {
 			logger.Error("shutdown took too long; exiting", "grace", shutdownGrace)
-			if o.socket != "" {
-				os.Remove(o.socket)
+			if o.socket != "" && activated == nil {
+				os.Remove(o.socket) // systemd's, when it passed it
 			}
 			if o.pidFile != "" {
 				os.Remove(o.pidFile)
@@ -129,7 +136,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 			}
 			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, queues: o.queues, mem: "1G", tcg: true, qemu: v}), " "))
 		}
-		err = vhostuser.Serve(ctx, vhostuser.ServerConfig{Path: o.socket, Mode: o.socketMode, OneOff: o.oneOff, Ready: ready}, dev)
+		err = vhostuser.Serve(ctx, vhostuser.ServerConfig{Path: o.socket, Mode: o.socketMode, OneOff: o.oneOff, Ready: ready, Listener: activated}, dev)
 	case o.connect != "":
 		// The client dials on its own time, and redials: start-up is
 		// complete before the first attempt.

@@ -14,6 +14,7 @@ import (
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/stats"
+	"vunet/test/testenv"
 )
 
 // loopbackSpellings are the ways a guest can write a host loopback address
@@ -102,7 +103,7 @@ func (ll *loopbackListeners) snapshot() (map[string]int, map[string][]string) {
 // private network namespace, where the listeners are the only loopback
 // services and the mapping-off gateway has no route.
 func TestPolicyHostLoopbackUnreachable(t *testing.T) {
-	if !inPrivateNetns(t, pingAllowed) {
+	if !testenv.InPrivateNetns(t, testenv.PingAllowed) {
 		return
 	}
 	const port = 5999

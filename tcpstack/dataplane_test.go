@@ -9,6 +9,7 @@ import (
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
+	"vunet/test/testenv"
 	"vunet/virtqueue"
 )
 
@@ -420,7 +421,7 @@ func TestStartPairTwiceAndStopUnknown(t *testing.T) {
 }
 
 func TestAnnounceAndMTU(t *testing.T) {
-	s := New(Config{Logger: testLogger()})
+	s := New(Config{Logger: testenv.Logger()})
 	if _, ok := s.GuestMAC(); ok {
 		t.Fatal("guest MAC known before anything")
 	}

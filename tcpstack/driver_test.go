@@ -1,14 +1,12 @@
 package tcpstack
 
 import (
-	"io"
-	"log/slog"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
 	"vunet/tcpstack/stats"
+	"vunet/test/testenv"
 	"vunet/virtqueue"
 	"vunet/virtqueue/vqtest"
 )
@@ -53,7 +51,7 @@ func (r *testRing) rebuild(index int, lastAvail uint16) {
 	if r.noKick {
 		c.Kick = -1
 	}
-	c.Err, c.Logger = r.errFD, testLogger()
+	c.Err, c.Logger = r.errFD, testenv.Logger()
 	if err := r.Rebuild(c); err != nil {
 		r.t.Fatal(err)
 	}
@@ -72,13 +70,6 @@ func (r *testRing) repost(heads []uint16) {
 		r.PutAvail(h)
 	}
 	r.Post()
-}
-
-func testLogger() *slog.Logger {
-	if os.Getenv("TCPSTACK_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 // testPair is a started (or startable) queue pair with its driver rings.
@@ -104,7 +95,7 @@ func newTestPair(t testing.TB, features uint64, size uint16) *testPair {
 	p := &testPair{t: t, mem: m, features: features, hdrLen: virtqueue.NetHdrLenFor(features)}
 	p.rx = newTestRing(t, m, 0, size, eventIdx)
 	p.tx = newTestRing(t, m, 1, size, eventIdx)
-	cfg := Config{Logger: testLogger()}
+	cfg := Config{Logger: testenv.Logger()}
 	cfg.Addr.IPv4.Addr = netip.AddrFrom4(testGuestIP)
 	cfg.Addr.IPv4.PrefixLen = 24
 	p.s = New(cfg)

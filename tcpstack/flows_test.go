@@ -10,8 +10,10 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
+	"vunet/test/testenv"
 	"vunet/virtqueue"
 )
 
@@ -27,7 +29,7 @@ var (
 func newFlowPair(t testing.TB, features uint64, mod func(*Config)) *testPair {
 	t.Helper()
 	p := newTestPair(t, features, 256)
-	cfg := Config{Logger: testLogger()}
+	cfg := Config{Logger: testenv.Logger()}
 	cfg.Addr.IPv4.Addr = testGuest4
 	cfg.Addr.IPv4.PrefixLen = 24
 	cfg.Addr.IPv4.Gateway = testGw4
@@ -72,22 +74,7 @@ func udpFrame(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
 // guestIPFrame wraps an L4 message in the IPv4 or IPv6 header that dst's
 // family calls for and an Ethernet header from the guest to us.
 func guestIPFrame(src, dst netip.Addr, proto header.IPProtocol, l4 []byte) []byte {
-	var ipb []byte
-	et := header.EtherTypeIPv4
-	if dst.Is4() {
-		ipb = make([]byte, header.IPv4MinimumSize)
-		header.EncodeIPv4(ipb, &header.IPv4Fields{TotalLength: uint16(header.IPv4MinimumSize + len(l4)), TTL: 64,
-			Protocol: proto, Source: src, Destination: dst})
-	} else {
-		et = header.EtherTypeIPv6
-		ipb = make([]byte, header.IPv6MinimumSize)
-		header.EncodeIPv6(ipb, &header.IPv6Fields{PayloadLength: uint16(len(l4)), NextHeader: proto,
-			HopLimit: 64, Source: src, Destination: dst})
-	}
-	f := make([]byte, header.EthernetMinimumSize)
-	header.EncodeEthernet(f, header.MAC(linksvc.DefaultOurMAC), header.MAC(testGuestMAC), et)
-	f = append(f, ipb...)
-	return append(f, l4...)
+	return guestframe.Frame(guestframe.OurMAC, src, dst, proto, 64, l4)
 }
 
 // udpEcho listens on loopback and echoes every datagram back.
@@ -293,7 +280,7 @@ func icmpEchoFrame(src, dst netip.Addr, id, seq uint16, payload []byte) []byte {
 // TestICMPEcho runs in a private network namespace, where ping sockets can
 // be allowed without touching the host's sysctl.
 func TestICMPEcho(t *testing.T) {
-	if !inPrivateNetns(t, pingAllowed) {
+	if !testenv.InPrivateNetns(t, testenv.PingAllowed) {
 		return
 	}
 	for _, v6 := range []bool{false, true} {

@@ -9,19 +9,17 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
+	"vunet/test/testenv"
 	"vunet/virtqueue"
 )
 
 // udpDatagram is a whole UDP datagram (header and payload) from src to
 // dst:port with a valid checksum.
 func udpDatagram(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
-	u := make([]byte, header.UDPMinimumSize+len(payload))
-	header.EncodeUDP(u, sport, dport, uint16(len(u)))
-	copy(u[header.UDPMinimumSize:], payload)
-	header.UDP(u).SetChecksum(src, dst)
-	return u
+	return guestframe.UDP(src, dst, sport, dport, payload)
 }
 
 // fragPiece is one fragment: L4 bytes [off, off+len(data)) of a datagram.
@@ -313,7 +311,7 @@ func BenchmarkReassembleUDP(b *testing.B) {
 // is reassembled into one echo request; the whole reply comes back. It
 // runs in a private network namespace, where ping sockets can be allowed.
 func TestICMPEchoFragmented(t *testing.T) {
-	if !inPrivateNetns(t, pingAllowed) {
+	if !testenv.InPrivateNetns(t, testenv.PingAllowed) {
 		return
 	}
 	for _, v6 := range []bool{false, true} {

@@ -2,6 +2,7 @@ package tcpstack
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -11,48 +12,76 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/stats"
+	"vunet/virtqueue"
 )
 
 // tcpGuestFrame builds a guest TCP segment over IPv4 or IPv6.
 func tcpGuestFrame(src, dst netip.Addr, sport, dport uint16, seq, ack uint32, flags header.TCPFlags, payload []byte) []byte {
-	l4 := make([]byte, header.TCPMinimumSize+len(payload))
-	header.EncodeTCP(l4, &header.TCPFields{SrcPort: sport, DstPort: dport, SeqNum: seq, AckNum: ack,
-		Flags: flags, WindowSize: 65535})
-	copy(l4[header.TCPMinimumSize:], payload)
-	header.TCP(l4).SetChecksum(src, dst)
-	return guestIPFrame(src, dst, header.IPProtocolTCP, l4)
+	return guestframe.TCP(netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, dport),
+		header.TCPFields{SeqNum: seq, AckNum: ack, Flags: flags, WindowSize: 65535}, payload)
 }
 
-// guestTCP parses a frame to the guest as TCP and checks its checksum.
+// guestTCP parses a frame to the guest as TCP and checks its checksum; nil
+// for a frame that is not TCP.
 func guestTCP(t *testing.T, frame []byte, src, dst netip.Addr) header.TCP {
+	return guestTCPWith(t, virtqueue.NetHdr{}, frame, src, dst)
+}
+
+// guestTCPWith is guestTCP for a frame with virtio-net header vh: a partial
+// checksum (NEEDS_CSUM) is completed first, as the guest would.
+func guestTCPWith(t *testing.T, vh virtqueue.NetHdr, frame []byte, src, dst netip.Addr) header.TCP {
 	t.Helper()
-	eth, err := header.ParseEthernet(frame)
+	var p header.Packet
+	if err := header.ParseFrame(frame, len(frame), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Protocol != header.IPProtocolTCP {
+		return nil
+	}
+	seg, err := header.ParseTCP(frame[p.L4Off : p.L4Off+p.L4Len])
 	if err != nil {
 		t.Fatal(err)
 	}
-	var l4 []byte
-	if src.Is4() {
-		ip, err := header.ParseIPv4(eth.Payload())
-		if err != nil || ip.Protocol() != header.IPProtocolTCP {
-			return nil
-		}
-		l4 = ip.Payload()
-	} else {
-		ip, err := header.ParseIPv6(eth.Payload())
-		if err != nil || ip.NextHeader() != header.IPProtocolTCP {
-			return nil
-		}
-		l4 = ip.Payload()
-	}
-	seg, err := header.ParseTCP(l4)
-	if err != nil {
-		t.Fatal(err)
+	if vh.Flags&virtqueue.NetHdrFNeedsCsum != 0 {
+		binary.BigEndian.PutUint16(seg[16:], ^header.Checksum(seg, 0))
 	}
 	if !seg.IsChecksumValid(src, dst) {
 		t.Errorf("TCP checksum invalid: %x", []byte(seg))
 	}
 	return seg
+}
+
+// rxTCP returns the TCP segments the guest received from the gateway,
+// checksums verified, with their virtio-net headers.
+func (p *testPair) rxTCP(t *testing.T) (segs []header.TCP, hdrs []virtqueue.NetHdr) {
+	t.Helper()
+	h, frames := p.rxReadIP(t)
+	for i, f := range frames {
+		if s := guestTCPWith(t, h[i], f, testGw4, testGuest4); s != nil {
+			segs, hdrs = append(segs, s), append(hdrs, h[i])
+		}
+	}
+	return segs, hdrs
+}
+
+// payloadOf concatenates the payload of segs.
+func payloadOf(segs []header.TCP) []byte {
+	var b []byte
+	for _, s := range segs {
+		b = append(b, s.Payload()...)
+	}
+	return b
+}
+
+// pattern is n bytes of a repeating non-trivial pattern.
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i/251)
+	}
+	return b
 }
 
 // TestTCPThroughLoop drives a connection through the real event loop and

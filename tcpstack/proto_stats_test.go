@@ -9,6 +9,7 @@ import (
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/stats"
+	"vunet/test/testenv"
 )
 
 // TestUDPStats: a UDP echo counts one datagram and its payload bytes each
@@ -57,7 +58,7 @@ func TestUDPStats(t *testing.T) {
 // and NAs count as sent.
 func TestServiceStats(t *testing.T) {
 	p := newTestPair(t, featMrg, 64)
-	p.s = New(Config{Logger: testLogger(), Addr: linkConfig()})
+	p.s = New(Config{Logger: testenv.Logger(), Addr: linkConfig()})
 	t.Cleanup(p.s.Close)
 	for i := 0; i < 16; i++ {
 		p.rx.AddBuffers(nil, 1536)

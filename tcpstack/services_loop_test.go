@@ -11,6 +11,7 @@ import (
 	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
+	"vunet/test/testenv"
 )
 
 // TestLinkServicesThroughLoop sends a DHCP DISCOVER, a Neighbor Solicitation
@@ -19,7 +20,7 @@ import (
 // makes (gratuitous ARP, Router Advertisement).
 func TestLinkServicesThroughLoop(t *testing.T) {
 	p := newTestPair(t, featMrg, 64)
-	cfg := Config{Logger: testLogger(), Addr: linkConfig()}
+	cfg := Config{Logger: testenv.Logger(), Addr: linkConfig()}
 	p.s = New(cfg)
 	t.Cleanup(p.s.Close)
 	for i := 0; i < 16; i++ {

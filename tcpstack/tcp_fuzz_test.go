@@ -11,6 +11,7 @@ import (
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
+	"vunet/test/testenv"
 	"vunet/virtqueue"
 )
 
@@ -37,7 +38,7 @@ func FuzzTCPGuestFrame(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, frame []byte, split int) {
 		tab := newTCPTable(TCPConfig{MaxFlows: 4, OurMAC: linksvc.DefaultOurMAC}, nil, nil)
-		tab.policy.Policy, tab.policy.Log = addrpolicy.New(tcpHarnessPolicy), testLogger()
+		tab.policy.Policy, tab.policy.Log = addrpolicy.New(tcpHarnessPolicy), testenv.Logger()
 		tab.dial = func(netip.AddrPort, int, int) (int, bool, error) { return -1, false, unix.ECONNREFUSED }
 		// An established connection without a socket, matching the seeds.
 		for _, k := range []struct{ g, r string }{{"10.0.2.15:40000", "10.0.2.2:80"}, {"[fd00::15]:40000", "[fd00::2]:80"}} {

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/stats"
+	"vunet/test/testenv"
 )
 
 // TestTCPLoopRXWaitCounted: host data to a guest whose 16-entry RX ring is
@@ -20,7 +22,7 @@ import (
 // and the data arrives intact and in order.
 func TestTCPLoopRXWaitCounted(t *testing.T) {
 	p := newTestPair(t, featMrg|testFeatCsm, 16)
-	cfg := Config{Logger: testLogger()}
+	cfg := Config{Logger: testenv.Logger()}
 	cfg.Addr.IPv4.Addr = testGuest4
 	cfg.Addr.IPv4.PrefixLen = 24
 	cfg.Addr.IPv4.Gateway = testGw4
@@ -32,10 +34,12 @@ func TestTCPLoopRXWaitCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	h := &tcpHarness{t: t, guestMAC: testGuestMAC,
-		guest:  netip.AddrPortFrom(testGuest4, 40000),
-		remote: netip.AddrPortFrom(testGw4, uint16(ln.Addr().(*net.TCPAddr).Port)),
-		isn:    9000}
+	guest := netip.AddrPortFrom(testGuest4, 40000)
+	remote := netip.AddrPortFrom(testGw4, uint16(ln.Addr().(*net.TCPAddr).Port))
+	const isn = 9000
+	segment := func(fl header.TCPFlags, seq, ack uint32, opts []byte) []byte {
+		return guestframe.TCP(guest, remote, header.TCPFields{SeqNum: seq, AckNum: ack, Flags: fl, WindowSize: 65535, Options: opts}, nil)
+	}
 	refill := func(n int) {
 		for i := 0; i < n && p.rx.Free() > 0; i++ {
 			p.rx.AddBuffers(nil, 2048)
@@ -51,14 +55,9 @@ func TestTCPLoopRXWaitCounted(t *testing.T) {
 		p.addTX(frame)
 		p.tx.Send()
 	}
-	var segs []tcpSeg
+	var segs []header.TCP
 	read := func() int {
-		hdrs, frames := p.rxReadIP(t)
-		fr := make([]tcpFakeFrame, len(frames))
-		for i := range frames {
-			fr[i] = tcpFakeFrame{b: frames[i], vh: hdrs[i]}
-		}
-		got := h.parse(fr)
+		got, _ := p.rxTCP(t)
 		segs = append(segs, got...)
 		return len(got)
 	}
@@ -67,14 +66,14 @@ func TestTCPLoopRXWaitCounted(t *testing.T) {
 
 	var ob [40]byte
 	n := header.EncodeTCPOptions(ob[:], &header.TCPOptions{HasMSS: true, MSS: 1460})
-	sendTX(h.frame(header.TCPFlagSYN, h.isn, 0, 65535, ob[:n], nil))
+	sendTX(segment(header.TCPFlagSYN, isn, 0, ob[:n]))
 	waitFor(t, "SYN-ACK", 3*time.Second, func() bool { read(); return len(segs) > 0 })
-	if s := segs[0]; s.flags != header.TCPFlagSYN|header.TCPFlagACK || s.ack != h.isn+1 {
-		t.Fatalf("bad SYN-ACK %+v", s)
+	if s := segs[0]; s.Flags() != header.TCPFlagSYN|header.TCPFlagACK || s.AckNumber() != isn+1 {
+		t.Fatalf("bad SYN-ACK %x", []byte(s))
 	}
-	h.seq, h.ack = h.isn+1, segs[0].seq+1
+	seq, ack := uint32(isn+1), segs[0].SequenceNumber()+1
 	segs = nil
-	sendTX(h.frame(header.TCPFlagACK, h.seq, h.ack, 65535, nil, nil))
+	sendTX(segment(header.TCPFlagACK, seq, ack, nil))
 	peer, err := ln.AcceptTCP()
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +82,7 @@ func TestTCPLoopRXWaitCounted(t *testing.T) {
 
 	st := p.stats()
 	waited0 := st.RXWaitedForDescriptors.Load()
-	data := tcpPattern(256 << 10)
+	data := pattern(256 << 10)
 	go peer.Write(data)
 	var got []byte
 	refills := 0
@@ -99,17 +98,17 @@ func TestTCPLoopRXWaitCounted(t *testing.T) {
 		refills++
 		waitFor(t, "frames after a refill", 500*time.Millisecond, func() bool { return read() > 0 })
 		for _, s := range segs {
-			if len(s.payload) == 0 {
+			if len(s.Payload()) == 0 {
 				continue
 			}
-			if s.seq != h.ack {
-				t.Fatalf("segment at %d, expected %d: out of order or resent", s.seq-h.ack, 0)
+			if s.SequenceNumber() != ack {
+				t.Fatalf("segment at %d, expected %d: out of order or resent", s.SequenceNumber()-ack, 0)
 			}
-			got = append(got, s.payload...)
-			h.ack += uint32(len(s.payload))
+			got = append(got, s.Payload()...)
+			ack += uint32(len(s.Payload()))
 		}
 		segs = nil
-		sendTX(h.frame(header.TCPFlagACK, h.seq, h.ack, 65535, nil, nil))
+		sendTX(segment(header.TCPFlagACK, seq, ack, nil))
 	}
 	if !bytes.Equal(got, data) {
 		t.Fatalf("data corrupted")

@@ -2,12 +2,14 @@ package tcpstack
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
@@ -22,73 +24,70 @@ func TestTCPLoopRXRefill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	h := &tcpHarness{t: t, guestMAC: testGuestMAC,
-		guest:  netip.AddrPortFrom(testGuest4, 40000),
-		remote: netip.AddrPortFrom(testGw4, uint16(ln.Addr().(*net.TCPAddr).Port)),
-		isn:    7000}
+	guest := netip.AddrPortFrom(testGuest4, 40000)
+	remote := netip.AddrPortFrom(testGw4, uint16(ln.Addr().(*net.TCPAddr).Port))
+	const isn = 7000
 	for i := 0; i < 8; i++ {
 		p.rx.AddBuffers(nil, 2048)
 	}
 	p.rx.Post()
 	p.start()
-	rxSegs := func() []tcpSeg {
-		hdrs, frames := p.rxReadIP(t)
-		fr := make([]tcpFakeFrame, len(frames))
-		for i := range frames {
-			fr[i] = tcpFakeFrame{b: frames[i], vh: hdrs[i]}
-		}
-		return h.parse(fr)
-	}
-	var segs []tcpSeg
-	waitSegs := func(what string, cond func([]tcpSeg) bool) {
+	var segs []header.TCP
+	var vhs []virtqueue.NetHdr
+	waitSegs := func(what string, cond func([]header.TCP) bool) {
 		t.Helper()
 		waitFor(t, what, 3*time.Second, func() bool {
-			segs = append(segs, rxSegs()...)
+			s, h := p.rxTCP(t)
+			segs, vhs = append(segs, s...), append(vhs, h...)
 			return cond(segs)
 		})
 	}
 
 	var ob [40]byte
 	n := header.EncodeTCPOptions(ob[:], &header.TCPOptions{HasMSS: true, MSS: 1460, HasWindowScale: true, WindowScale: 7})
-	p.addTX(h.frame(header.TCPFlagSYN, h.isn, 0, 65535, ob[:n], nil))
+	p.addTX(guestframe.TCP(guest, remote, header.TCPFields{SeqNum: isn, Flags: header.TCPFlagSYN, WindowSize: 65535, Options: ob[:n]}, nil))
 	p.tx.Send()
-	waitSegs("SYN-ACK", func(s []tcpSeg) bool { return len(s) >= 1 })
-	if s := segs[0]; s.flags != header.TCPFlagSYN|header.TCPFlagACK || s.ack != h.isn+1 {
-		t.Fatalf("bad SYN-ACK %+v", s)
+	waitSegs("SYN-ACK", func(s []header.TCP) bool { return len(s) >= 1 })
+	if s := segs[0]; s.Flags() != header.TCPFlagSYN|header.TCPFlagACK || s.AckNumber() != isn+1 {
+		t.Fatalf("bad SYN-ACK %x", []byte(s))
 	}
-	h.seq, h.ack = h.isn+1, segs[0].seq+1
-	segs = nil
-	p.addTX(h.frame(header.TCPFlagACK, h.seq, h.ack, 65535, nil, []byte("hello from guest")))
+	seq, ack := uint32(isn+1), segs[0].SequenceNumber()+1
+	segs, vhs = nil, nil
+	p.addTX(guestframe.TCP(guest, remote, header.TCPFields{SeqNum: seq, AckNum: ack, Flags: header.TCPFlagACK, WindowSize: 65535},
+		[]byte("hello from guest")))
 	p.tx.Send()
 	peer, err := ln.AcceptTCP()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer peer.Close()
-	if b := tcpReadN(t, peer, 16); string(b) != "hello from guest" {
-		t.Fatalf("peer got %q", b)
+	b := make([]byte, 16)
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(peer, b); err != nil || string(b) != "hello from guest" {
+		t.Fatalf("peer got %q, %v", b, err)
 	}
 	// More host data than the guest has buffers for: the rest follows
 	// the refill, driven by the RX kick alone.
-	data := tcpPattern(20 * 1460)
+	data := pattern(20 * 1460)
 	peer.Write(data)
-	waitSegs("first frames", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= 4*1460 })
+	waitSegs("first frames", func(s []header.TCP) bool { return len(payloadOf(s)) >= 4*1460 })
 	time.Sleep(50 * time.Millisecond)
-	segs = append(segs, rxSegs()...)
-	if got := len(tcpPayloadOf(segs)); got > 6*1460 {
+	s, h := p.rxTCP(t)
+	segs, vhs = append(segs, s...), append(vhs, h...)
+	if got := len(payloadOf(segs)); got > 6*1460 {
 		t.Fatalf("%d bytes without buffers", got)
 	}
 	for i := 0; i < 32; i++ {
 		p.rx.AddBuffers(nil, 2048)
 	}
 	p.rx.Send()
-	waitSegs("all data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(data) })
-	if !bytes.Equal(tcpPayloadOf(segs), data) {
+	waitSegs("all data", func(s []header.TCP) bool { return len(payloadOf(s)) >= len(data) })
+	if !bytes.Equal(payloadOf(segs), data) {
 		t.Fatalf("data corrupted")
 	}
-	for _, s := range segs {
-		if len(s.payload) > 0 && s.vh.Flags != virtqueue.NetHdrFNeedsCsum {
-			t.Fatalf("checksum offload not used: %+v", s.vh)
+	for i, s := range segs {
+		if len(s.Payload()) > 0 && vhs[i].Flags != virtqueue.NetHdrFNeedsCsum {
+			t.Fatalf("checksum offload not used: %+v", vhs[i])
 		}
 	}
 	st := p.s.PairTCPStats(0)

@@ -2,6 +2,8 @@ package tcpstack
 
 import (
 	"testing"
+
+	"vunet/test/testenv"
 )
 
 // TestTCPSmallBuffersNetns runs the stall and upload scenarios in a private
@@ -10,7 +12,7 @@ import (
 // window-clamp workaround must neither lock the window nor shrink it
 // (DESIGN invariants 4 and 5 on this kernel).
 func TestTCPSmallBuffersNetns(t *testing.T) {
-	if !inPrivateNetns(t, map[string]string{"tcp_rmem": "4096 8192 32768", "tcp_wmem": "4096 8192 32768"}) {
+	if !testenv.InPrivateNetns(t, map[string]string{"tcp_rmem": "4096 8192 32768", "tcp_wmem": "4096 8192 32768"}) {
 		return
 	}
 	t.Run("host_to_guest", func(t *testing.T) { tcpRunStallTransfer(t, TCPConfig{MTU: 1500}, 0) })

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/test/testenv"
 )
 
 // TestTCPUploadWindowByEPOLLOUT runs in a network namespace whose
@@ -18,7 +19,7 @@ import (
 // while the kernel still called the socket writable, EPOLLOUT never came,
 // and the upload stopped until the 10 ms ACK timer.
 func TestTCPUploadWindowByEPOLLOUT(t *testing.T) {
-	if !inPrivateNetns(t, map[string]string{"tcp_rmem": "4096 16384 65536", "tcp_wmem": "4096 16384 65536"}) {
+	if !testenv.InPrivateNetns(t, map[string]string{"tcp_rmem": "4096 16384 65536", "tcp_wmem": "4096 16384 65536"}) {
 		return
 	}
 	// 64 KiB segments (default MTU), and MTU-1500 segments, each one skb

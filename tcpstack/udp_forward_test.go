@@ -9,6 +9,7 @@ import (
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
+	"vunet/test/testenv"
 )
 
 // TestUDPForward: a datagram from a host peer to a forwarded port reaches
@@ -29,7 +30,7 @@ func TestUDPForward(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newTestPair(t, featModern, 256)
-			cfg := Config{Logger: testLogger()}
+			cfg := Config{Logger: testenv.Logger()}
 			cfg.Addr.IPv4 = linksvc.IPv4Config{Addr: testGuest4, PrefixLen: 24, Gateway: testGw4}
 			cfg.Addr.IPv6 = linksvc.IPv6Config{Addr: testGuest6, PrefixLen: 64, GatewayLL: testGw6}
 			cfg.Addr.GuestMAC = testGuestMAC
@@ -119,7 +120,7 @@ func TestOpenForwardsOptional(t *testing.T) {
 	defer taken.Close()
 	tport := uint16(taken.LocalAddr().(*net.UDPAddr).Port)
 	lo := netip.MustParseAddr("127.0.0.1")
-	cfg := Config{Logger: testLogger()}
+	cfg := Config{Logger: testenv.Logger()}
 	cfg.Addr.IPv4 = linksvc.IPv4Config{Addr: testGuest4, PrefixLen: 24, Gateway: testGw4}
 	for _, tc := range []struct {
 		name     string

@@ -97,3 +97,16 @@ func NS(src, target netip.Addr, sll bool) []byte {
 	header.ICMPv6(m[:n]).SetChecksum(src, dst)
 	return Frame(header.IPv6MulticastMAC(dst.As16()), src, dst, header.IPProtocolICMPv6, header.NDPHopLimit, m[:n])
 }
+
+// TCP returns a guest TCP segment from src to dst with the fields of f (its
+// ports are src's and dst's; options padded to whole words) and payload,
+// checksummed, in a frame from GuestMAC to OurMAC with hop limit 64.
+func TCP(src, dst netip.AddrPort, f header.TCPFields, payload []byte) []byte {
+	f.SrcPort, f.DstPort = src.Port(), dst.Port()
+	tcpLen := header.TCPMinimumSize + (len(f.Options)+3)/4*4
+	l4 := make([]byte, tcpLen+len(payload))
+	header.EncodeTCP(l4, &f)
+	copy(l4[tcpLen:], payload)
+	header.TCP(l4).SetChecksum(src.Addr(), dst.Addr())
+	return Frame(OurMAC, src.Addr(), dst.Addr(), header.IPProtocolTCP, 64, l4)
+}

@@ -1,4 +1,4 @@
-package tcpstack
+package testenv
 
 import (
 	"bytes"
@@ -7,16 +7,17 @@ import (
 	"testing"
 )
 
-// netnsChildEnv marks the child process inPrivateNetns starts.
-const netnsChildEnv = "TCPSTACK_NETNS_CHILD"
+// netnsChildEnv marks the child process InPrivateNetns starts.
+const netnsChildEnv = "VUNET_TEST_NETNS_CHILD"
 
-// inPrivateNetns runs the calling top-level test again in a child process in
-// a new network namespace, where per-namespace sysctls (ping_group_range,
+// InPrivateNetns runs the calling top-level test again in a child process
+// in a new network namespace, where per-namespace sysctls (ping_group_range,
 // tcp_rmem, …) can be set without touching the host. In the child it brings
 // loopback up, writes sysctls (paths under /proc/sys/net/ipv4) and returns
 // true: the caller goes on with the test body. In the parent it requires the
-// child to report PASS (a skip in the child fails) and returns false.
-func inPrivateNetns(t *testing.T, sysctls map[string]string) bool {
+// child to report PASS (a skip in the child fails) and returns false. It
+// needs root and unshare(1) (NeedRoot, NeedTool).
+func InPrivateNetns(t *testing.T, sysctls map[string]string) bool {
 	t.Helper()
 	if os.Getenv(netnsChildEnv) != "" {
 		if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
@@ -29,10 +30,10 @@ func inPrivateNetns(t *testing.T, sysctls map[string]string) bool {
 		}
 		return true
 	}
-	if os.Getuid() != 0 {
-		t.Skip("needs root for a network namespace")
-	}
-	cmd := exec.Command("unshare", "-n", os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v")
+	NeedRoot(t, "a private network namespace")
+	unshare := NeedTool(t, "unshare", "", "apt-get install util-linux")
+	NeedTool(t, "ip", "", "apt-get install iproute2")
+	cmd := exec.Command(unshare, "-n", os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v")
 	cmd.Env = append(os.Environ(), netnsChildEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -45,5 +46,6 @@ func inPrivateNetns(t *testing.T, sysctls map[string]string) bool {
 	return false
 }
 
-// pingAllowed is the sysctl that lets any group open ping sockets.
-var pingAllowed = map[string]string{"ping_group_range": "0 2147483647"}
+// PingAllowed is the sysctl (for InPrivateNetns) that lets any group open
+// ping sockets.
+var PingAllowed = map[string]string{"ping_group_range": "0 2147483647"}

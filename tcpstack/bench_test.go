@@ -10,6 +10,7 @@ import (
 	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
+	"vunet/tcpstack/tcp"
 	"vunet/virtqueue"
 )
 
@@ -19,7 +20,7 @@ func benchLoop(b testing.TB, p *testPair) *loop {
 	b.Helper()
 	ps := &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
 	ps.flows = dgram.New(p.s.dgramConfig(0), ps.st)
-	ps.tcp = newTCPTable(p.s.tcpConfig(0), ps.tcpStats, nil)
+	ps.tcp = tcp.New(p.s.tcpConfig(0), ps.tcpStats, ps.st)
 	p.qp.RX, p.qp.TX = p.rx.Q, p.tx.Q
 	l, err := newLoop(p.s, p.qp, ps)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"vunet/tcpstack/dgram"
 	"vunet/tcpstack/stats"
+	"vunet/tcpstack/tcp"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,23 +69,6 @@ func Open(cfg Config) (*Stack, ForwardResult, error) {
 	return s, res, nil
 }
 
-// OpenTCPForwards opens forwarded host TCP ports after New and returns the
-// port each one listens on, in order. It must be called before pair 0
-// first starts. On error, the listeners opened by this call are closed
-// again. Prefer Config.TCPForwards with Open.
-func (s *Stack) OpenTCPForwards(fws []TCPForward) ([]uint16, error) {
-	strict := make([]TCPForward, len(fws))
-	for i, fw := range fws {
-		fw.Optional = false
-		strict[i] = fw
-	}
-	res, err := s.openForwards(strict, nil)
-	if err != nil {
-		return nil, err
-	}
-	return res.TCPPorts, nil
-}
-
 // pairStateLocked returns pair index's state, creating what StartPair
 // creates for a pair's first start. s.mu is held.
 func (s *Stack) pairStateLocked(index int) *pairState {
@@ -92,8 +76,7 @@ func (s *Stack) pairStateLocked(index int) *pairState {
 	if ps == nil {
 		ps = &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
 		ps.flows = dgram.New(s.dgramConfig(index), ps.st)
-		ps.tcp = newTCPTable(s.tcpConfig(index), ps.tcpStats, nil)
-		ps.tcp.policy = stats.PolicyGate{Policy: s.policy, Stats: ps.st, Log: ps.tcp.log}
+		ps.tcp = tcp.New(s.tcpConfig(index), ps.tcpStats, ps.st)
 		s.pairs[index] = ps
 	}
 	return ps
@@ -126,16 +109,13 @@ func (s *Stack) openForwards(tcp, udp []Forward) (res ForwardResult, err error) 
 		v6 = netip.Addr{}
 	}
 	ps.tcp.SetGuest(a.GuestMAC, v4, v6)
-	firstTCP, firstUDP := len(ps.tcp.listeners), ps.flows.NumForwards()
+	firstTCP, firstUDP := ps.tcp.NumListeners(), ps.flows.NumForwards()
 	undo := func() {
-		for _, l := range ps.tcp.listeners[firstTCP:] {
-			unix.Close(l.fd)
-		}
-		ps.tcp.listeners = ps.tcp.listeners[:firstTCP]
+		ps.tcp.CloseListenersFrom(firstTCP)
 		ps.flows.CloseForwardsFrom(firstUDP)
 	}
 	for _, fw := range tcp {
-		p, err := ps.tcp.Listen(fw)
+		p, err := ps.tcp.Listen(netip.AddrPortFrom(forwardAddr(fw), fw.HostPort), fw.Iface, fw.GuestPort)
 		if err != nil {
 			if fw.Optional && !fatalForwardError(err) {
 				res.Failed++

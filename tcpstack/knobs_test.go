@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/linksvc"
@@ -118,17 +116,6 @@ func TestOutboundSourceUDP(t *testing.T) {
 	}
 }
 
-// TestOutboundSourceTCP: with BindV4 set, a guest connection's host
-// socket connects from that address.
-func TestOutboundSourceTCP(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{BindV4: netip.MustParseAddr("127.0.0.3")})
-	ln := h.listen()
-	peer := h.establish(ln, header.TCPOptions{})
-	if got := peer.RemoteAddr().(*net.TCPAddr).IP.String(); got != "127.0.0.3" {
-		t.Errorf("host connection from %s, want 127.0.0.3", got)
-	}
-}
-
 // TestOutboundSourceUnusable: a source address the host does not have
 // makes the flow fail (counted), not go out from another address.
 func TestOutboundSourceUnusable(t *testing.T) {
@@ -141,22 +128,5 @@ func TestOutboundSourceUnusable(t *testing.T) {
 	p.s.StopPair(0)
 	if st := p.stats(); st.FlowsOpened.Load() != 0 || st.TX.Drops[stats.DropNoFlow].Load() != 1 {
 		t.Errorf("flows %d no_flow drops %d, want 0 and 1", st.FlowsOpened.Load(), st.TX.Drops[stats.DropNoFlow].Load())
-	}
-}
-
-// TestForwardBindsInterface: a forward with an interface is bound to it
-// (SO_BINDTODEVICE); an unknown interface is an error.
-func TestForwardBindsInterface(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
-	if _, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1"), Iface: "lo"}); err != nil {
-		t.Fatal(err)
-	}
-	fd := h.tab.listeners[len(h.tab.listeners)-1].fd
-	dev, err := unix.GetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE)
-	if err != nil || dev != "lo" {
-		t.Errorf("SO_BINDTODEVICE %q (%v), want lo", dev, err)
-	}
-	if _, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1"), Iface: "nosuchif0"}); err == nil {
-		t.Errorf("forward on a missing interface opened")
 	}
 }

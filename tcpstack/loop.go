@@ -16,6 +16,7 @@ import (
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
+	"vunet/tcpstack/tcp"
 	"vunet/virtqueue"
 )
 
@@ -42,7 +43,7 @@ type loop struct {
 	rx        guestring.Writer
 	pending   replyRing
 	flows     *dgram.Table
-	tcp       *tcpTable
+	tcp       *tcp.Table
 	frag      *fragPool // IP reassembly buffers (ip_reassembly.go)
 	now       time.Time // taken once per iteration
 	mtu       int       // guest MTU the TCP table was last told

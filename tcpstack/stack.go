@@ -15,6 +15,7 @@ import (
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
+	"vunet/tcpstack/tcp"
 	"vunet/virtqueue"
 )
 
@@ -56,7 +57,7 @@ type Config struct {
 	Capture guestring.FrameCapture
 	// TCP configures TCP translation. Its OurMAC, MTU, gateways, token tag
 	// and logger are filled in from the fields above.
-	TCP TCPConfig
+	TCP tcp.Config
 }
 
 // Stack is the data plane: it runs one event loop per started queue pair.
@@ -90,7 +91,7 @@ type pairState struct {
 	st       *stats.Queue
 	tcpStats *stats.TCP
 	flows    *dgram.Table
-	tcp      *tcpTable
+	tcp      *tcp.Table
 }
 
 // New returns a Stack with no running pairs.
@@ -285,11 +286,12 @@ func (s *Stack) PairTCPStats(index int) *stats.TCP {
 }
 
 // tcpConfig derives pair index's TCP settings.
-func (s *Stack) tcpConfig(index int) TCPConfig {
+func (s *Stack) tcpConfig(index int) tcp.Config {
 	c := s.cfg.TCP
 	c.OurMAC = s.cfg.Addr.OurMAC
 	c.MTU = s.cfg.Addr.EffectiveMTU()
-	c.BindV4, c.BindV6 = s.cfg.Outbound4, s.cfg.Outbound6
+	c.Source = hostsock.Source{V4: s.cfg.Outbound4, V6: s.cfg.Outbound6}
+	c.Policy = s.policy
 	if c.Logger == nil {
 		c.Logger = s.log.With("pair", index)
 	}

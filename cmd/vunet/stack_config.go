@@ -12,6 +12,7 @@ import (
 	"vunet/cmd/vunet/portspec"
 	"vunet/tcpstack"
 	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/tcp"
 )
 
 // stackConfig is everything the data plane is built from, with the notes
@@ -221,7 +222,7 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 		NoICMP:       o.noICMP,
 		Outbound4:    o.outbound4,
 		Outbound6:    o.outbound6,
-		TCP: tcpstack.TCPConfig{
+		TCP: tcp.Config{
 			MaxFlows:    o.maxTCPFlows,
 			IdleTimeout: o.tcpIdleTimeout,
 			SndBuf:      o.tcpSndBuf,

@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"encoding/binary"
@@ -13,8 +13,8 @@ import (
 	"vunet/virtqueue"
 )
 
-// tcpSndBufRefresh is how often a connection's SO_SNDBUF is re-read.
-const tcpSndBufRefresh = 100 * time.Millisecond
+// sndBufRefresh is how often a connection's SO_SNDBUF is re-read.
+const sndBufRefresh = 100 * time.Millisecond
 
 // Flush runs the output pass: every connection with something due (data
 // from its socket, SYN-ACK, ACK, window update, FIN, RST) writes it through
@@ -24,7 +24,7 @@ const tcpSndBufRefresh = 100 * time.Millisecond
 // guest posts RX buffers. blocked reports that the guest's RX ring ran out:
 // the unserved connections stay queued, and the loop must call Flush again
 // when buffers arrive (enable RX kicks); no timer is involved.
-func (t *tcpTable) Flush(now time.Time, w guestring.Sink) (blocked bool) {
+func (t *Table) Flush(now time.Time, w guestring.Sink) (blocked bool) {
 	if t.nrst > 0 && !t.flushRSTs(w) {
 		return true
 	}
@@ -57,7 +57,7 @@ func (t *tcpTable) Flush(now time.Time, w guestring.Sink) (blocked bool) {
 
 // output writes everything due for f. It returns false when the guest had
 // no RX buffer for something that was due.
-func (t *tcpTable) output(now time.Time, f *tcpFlow, w guestring.Sink) bool {
+func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 	if f.flags&flRstDue != 0 {
 		if !t.sendFlags(f, w, header.TCPFlagRST|header.TCPFlagACK, f.seqToGuest) {
 			return false
@@ -106,7 +106,7 @@ func (t *tcpTable) output(now time.Time, f *tcpFlow, w guestring.Sink) bool {
 			f.lastAckProg = now
 		}
 		f.seqToGuest++
-		f.sndMax = tcpSeqMax(f.sndMax, f.seqToGuest)
+		f.sndMax = seqMax(f.sndMax, f.seqToGuest)
 		f.events |= evGuestFinSent
 		t.setState(f, stats.TCPClosing)
 		t.updateEpoll(f)
@@ -120,7 +120,7 @@ func (t *tcpTable) output(now time.Time, f *tcpFlow, w guestring.Sink) bool {
 		f.ackCheckIvl = 0
 	} else if check && !f.ackDueAt.IsZero() {
 		// The check found nothing new: look again, less and less often.
-		f.ackCheckIvl = min(2*max(f.ackCheckIvl, t.cfg.AckInterval), max(tcpAckCheckMax, t.cfg.AckInterval))
+		f.ackCheckIvl = min(2*max(f.ackCheckIvl, t.cfg.AckInterval), max(ackCheckMax, t.cfg.AckInterval))
 		f.ackDueAt = now.Add(f.ackCheckIvl)
 	}
 	for ; f.dupAcksDue > 0; f.dupAcksDue-- {
@@ -138,7 +138,7 @@ func (t *tcpTable) output(now time.Time, f *tcpFlow, w guestring.Sink) bool {
 // windowUpdateDue reports whether the window we advertise grew enough since
 // the last frame to be worth a frame of its own. Shrinking is never
 // announced: the guest finds out with the next frame.
-func (t *tcpTable) windowUpdateDue(f *tcpFlow) bool {
+func (t *Table) windowUpdateDue(f *conn) bool {
 	if f.wndToGuest <= f.wndSent || f.wndToGuest>>f.wsToGuest == f.wndSent>>f.wsToGuest {
 		return false
 	}
@@ -147,7 +147,7 @@ func (t *tcpTable) windowUpdateDue(f *tcpFlow) bool {
 
 // refreshAckWnd updates the ACK number and window we give the guest from
 // the host socket (DESIGN invariants 5 and 7).
-func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
+func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 	if f.fd < 0 {
 		f.seqAckToGuest = f.seqFromGuest
 		return
@@ -165,10 +165,10 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 		// end-to-end backpressure.
 		peerAcks = true
 		a := f.ackBase + uint32(t.info.Bytes_acked)
-		if tcpSeqGT(a, f.seqFromGuest) {
+		if seqGT(a, f.seqFromGuest) {
 			a = f.seqFromGuest
 		}
-		if tcpSeqGT(a, f.seqAckToGuest) {
+		if seqGT(a, f.seqAckToGuest) {
 			f.seqAckToGuest = a
 		}
 		if f.seqAckToGuest != f.seqFromGuest && f.ackDueAt.IsZero() {
@@ -176,7 +176,7 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 		}
 	}
 	handshake := f.state == stats.TCPSynAckSent || f.state == stats.TCPSynSent
-	peerWnd := uint32(tcpMaxWindow)
+	peerWnd := uint32(maxWindow)
 	queued := 0
 	if haveInfo {
 		peerWnd = t.info.Snd_wnd
@@ -194,7 +194,7 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 		sndMSS = int(t.info.Snd_mss)
 	}
 	space, full := t.sendSpace(now, f, queued, sndMSS)
-	wnd := min(uint32(space), uint32(0xffff)<<f.wsToGuest, tcpMaxWindow)
+	wnd := min(uint32(space), uint32(0xffff)<<f.wsToGuest, maxWindow)
 	if handshake || peerAcks {
 		// Mirror the peer's window where ACKs follow the peer (and in the
 		// handshake, before anything was written). Where ACKs follow our
@@ -230,30 +230,30 @@ func (t *tcpTable) refreshAckWnd(now time.Time, f *tcpFlow) {
 	}
 }
 
-// tcpAckCheckMax caps the backed-off delay between delayed-ACK checks that
+// ackCheckMax caps the backed-off delay between delayed-ACK checks that
 // find nothing new to tell the guest.
-const tcpAckCheckMax = 200 * time.Millisecond
+const ackCheckMax = 200 * time.Millisecond
 
 // ackCheckInterval is how soon f's next delayed-ACK check runs.
-func (t *tcpTable) ackCheckInterval(f *tcpFlow) time.Duration {
+func (t *Table) ackCheckInterval(f *conn) time.Duration {
 	if f.ackCheckIvl > 0 {
 		return f.ackCheckIvl
 	}
 	return t.cfg.AckInterval
 }
 
-// tcpSndRatioOne is 1.0 in tcpFlow.sndRatio's fixed point.
-const tcpSndRatioOne = 1024
+// sndRatioOne is 1.0 in conn.sndRatio's fixed point.
+const sndRatioOne = 1024
 
-// tcpSkbOverhead bounds the memory the kernel charges per skb of the send
+// skbOverhead bounds the memory the kernel charges per skb of the send
 // queue on top of its payload (sk_buff, shared info, header room: 832
 // bytes on Linux 6.x x86-64).
-const tcpSkbOverhead = 1024
+const skbOverhead = 1024
 
-// tcpSndRatioMinQueued is how much send-buffer memory must be in use for
+// sndRatioMinQueued is how much send-buffer memory must be in use for
 // its payload share to be measured (below it, one skb's overhead would
 // dominate the estimate).
-const tcpSndRatioMinQueued = 8192
+const sndRatioMinQueued = 8192
 
 // sendSpace returns how many payload bytes f's host socket accepts now
 // without a short write: the window the guest may fill. full reports that
@@ -272,41 +272,41 @@ const tcpSndRatioMinQueued = 8192
 // bounds how much one skb carries). The kernel accepts a write while any
 // memory is free, so the estimate errs on the safe side (DESIGN invariant
 // 5): the guest never has more in flight than the socket takes.
-func (t *tcpTable) sendSpace(now time.Time, f *tcpFlow, queued, sndMSS int) (space int, full bool) {
+func (t *Table) sendSpace(now time.Time, f *conn, queued, sndMSS int) (space int, full bool) {
 	sndbuf, wq, ok := hostsock.SendMemory(f.fd)
 	if !ok {
 		// No SO_MEMINFO (before Linux 4.6): half of SO_SNDBUF, re-read now
 		// and then (it only changes with auto-tuning) and whenever it
 		// looks like the limit.
-		if f.sndBuf == 0 || now.Sub(f.sndBufAt) >= tcpSndBufRefresh || f.sndBuf/2-queued < f.mssToGuest {
+		if f.sndBuf == 0 || now.Sub(f.sndBufAt) >= sndBufRefresh || f.sndBuf/2-queued < f.mssToGuest {
 			if sb, err := hostsock.GetInt(f.fd, unix.SOL_SOCKET, unix.SO_SNDBUF); err == nil {
 				f.sndBuf, f.sndBufAt = sb, now
 			}
 		}
 		if f.sndBuf <= 0 {
-			return tcpMaxWindow, false
+			return maxWindow, false
 		}
 		space = max(f.sndBuf/2-queued, 0)
 		return space, space < f.mssToGuest
 	}
 	f.sndBuf, f.sndBufAt = sndbuf, now
-	if queued > 0 && wq >= tcpSndRatioMinQueued {
-		f.sndRatio = uint16(min(max(queued*tcpSndRatioOne/wq, tcpSndRatioOne/4), tcpSndRatioOne))
+	if queued > 0 && wq >= sndRatioMinQueued {
+		f.sndRatio = uint16(min(max(queued*sndRatioOne/wq, sndRatioOne/4), sndRatioOne))
 	}
 	r := int(f.sndRatio)
 	if r == 0 {
-		r = tcpSndRatioOne / 2
+		r = sndRatioOne / 2
 	}
 	seg := f.mssToGuest
 	if sndMSS > 0 {
 		seg = min(seg, sndMSS)
 	}
-	r = min(r, seg*tcpSndRatioOne/(seg+tcpSkbOverhead))
+	r = min(r, seg*sndRatioOne/(seg+skbOverhead))
 	// sk_stream_wspace < sk_stream_min_wspace, as tcp_poll computes it:
 	// exactly, or a poll could report writable while we think not, and
 	// EPOLLOUT would never stop.
 	full = sndbuf-wq < wq>>1
-	space = max(sndbuf-wq, 0) * r / tcpSndRatioOne
+	space = max(sndbuf-wq, 0) * r / sndRatioOne
 	// The kernel wakes a full socket once a third of its buffer is free,
 	// and a Linux guest sends nothing into a window smaller than its MSS,
 	// which it bounds by half the largest window it was ever offered
@@ -314,7 +314,7 @@ func (t *tcpTable) sendSpace(now time.Time, f *tcpFlow, queued, sndMSS int) (spa
 	// buffer keeps that MSS below the window the wake-up reopens; without
 	// the cap the guest could sit on a third-of-the-buffer window, waiting
 	// for more, with nothing left to announce it.
-	if lim := sndbuf * r / tcpSndRatioOne * 5 / 8; f.mssToGuest > lim/2 {
+	if lim := sndbuf * r / sndRatioOne * 5 / 8; f.mssToGuest > lim/2 {
 		space = min(space, lim)
 	}
 	return space, full
@@ -325,7 +325,7 @@ func (t *tcpTable) sendSpace(now time.Time, f *tcpFlow, queued, sndMSS int) (spa
 // epoll_ctl polls the socket) sets SOCK_NOSPACE on a socket that is not
 // writable; the wake-up that follows clears it, so every new full spell
 // needs a poll of its own (flOutArmed tracks that).
-func (t *tcpTable) armOut(f *tcpFlow) {
+func (t *Table) armOut(f *conn) {
 	f.flags |= flWantOut | flOutArmed
 	if f.inEpoll && f.epollEvents&unix.EPOLLOUT != 0 {
 		f.epollEvents = 0 // same mask: force the epoll_ctl all the same
@@ -336,14 +336,14 @@ func (t *tcpTable) armOut(f *tcpFlow) {
 // guestMSS is the largest segment the guest sends into our window: its MSS,
 // bounded (by Linux, tcp_bound_to_half_wnd) by half the largest window it
 // has seen from us.
-func (f *tcpFlow) guestMSS() uint32 {
+func (f *conn) guestMSS() uint32 {
 	return max(min(uint32(f.mssToGuest), f.maxWndSent/2), 1)
 }
 
 // sendData peeks socket data into guest buffers, frame by frame, and
 // commits what it read. seqToGuest advances only on Commit (invariant 1).
 // It returns false when the guest ran out of RX buffers with data left.
-func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w guestring.Sink) bool {
+func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 	if f.fd < 0 || f.has(evGuestFinSent) || (f.has(evSockFin) && f.seqToGuest == f.eofSeq) {
 		return true
 	}
@@ -359,7 +359,7 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w guestring.Sink) bool {
 	}
 	for {
 		already := f.inFlight()
-		wnd := min(f.wndFromGuest, tcpMaxWindow)
+		wnd := min(f.wndFromGuest, maxWindow)
 		if already >= wnd {
 			t.stall(f, true)
 			return true
@@ -500,7 +500,7 @@ func (t *tcpTable) sendData(now time.Time, f *tcpFlow, w guestring.Sink) bool {
 
 // stall marks f STALLED (invariant 4): wnd when the guest's window is the
 // limit, otherwise all readable data is in flight.
-func (t *tcpTable) stall(f *tcpFlow, wnd bool) {
+func (t *Table) stall(f *conn, wnd bool) {
 	was := f.flags & (flStalled | flWndStall)
 	f.flags |= flStalled
 	if wnd {
@@ -519,7 +519,7 @@ func (t *tcpTable) stall(f *tcpFlow, wnd bool) {
 // rxBlocked records whether f waits for guest RX buffers. While it does,
 // EPOLLIN is masked: the data would not fit anywhere, and level-triggered
 // readiness would spin the loop. The pending output pass retries it.
-func (t *tcpTable) rxBlocked(f *tcpFlow, b bool) {
+func (t *Table) rxBlocked(f *conn, b bool) {
 	if b == (f.flags&flRxBlocked != 0) {
 		return
 	}
@@ -533,7 +533,7 @@ func (t *tcpTable) rxBlocked(f *tcpFlow, b bool) {
 
 // commitData fills the headers of reserved frame fr for n payload bytes and
 // commits it.
-func (t *tcpTable) commitData(f *tcpFlow, w guestring.Sink, fr *tcpFrame, n int, last bool) {
+func (t *Table) commitData(f *conn, w guestring.Sink, fr *reservedFrame, n int, last bool) {
 	fl := header.TCPFlagACK
 	if last {
 		fl |= header.TCPFlagPSH
@@ -542,12 +542,12 @@ func (t *tcpTable) commitData(f *tcpFlow, w guestring.Sink, fr *tcpFrame, n int,
 	t.buildHeaders(f, fr.hdr, fl, f.seqToGuest, nil, payload, n)
 	w.Commit(n, &t.vh)
 	f.seqToGuest += uint32(n)
-	f.sndMax = tcpSeqMax(f.sndMax, f.seqToGuest)
+	f.sndMax = seqMax(f.sndMax, f.seqToGuest)
 }
 
 // sendFlags sends a frame without payload. It returns false when the guest
 // had no RX buffer.
-func (t *tcpTable) sendFlags(f *tcpFlow, w guestring.Sink, fl header.TCPFlags, seq uint32) bool {
+func (t *Table) sendFlags(f *conn, w guestring.Sink, fl header.TCPFlags, seq uint32) bool {
 	var opts []byte
 	var ob [8]byte
 	if fl.Has(header.TCPFlagSYN) {
@@ -574,7 +574,7 @@ func (t *tcpTable) sendFlags(f *tcpFlow, w guestring.Sink, fl header.TCPFlags, s
 // buildHeaders writes Ethernet, IP and TCP headers for a frame to the guest
 // into hdr and the virtio-net header fields for it into t.vh (a table field,
 // not a local: a pointer passed to the writer interface would escape).
-func (t *tcpTable) buildHeaders(f *tcpFlow, hdr []byte, fl header.TCPFlags, seq uint32, opts []byte, payload [][]byte, n int) {
+func (t *Table) buildHeaders(f *conn, hdr []byte, fl header.TCPFlags, seq uint32, opts []byte, payload [][]byte, n int) {
 	v6 := f.key.v6
 	et := header.EtherTypeIPv4
 	if v6 {

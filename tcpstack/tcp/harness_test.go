@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"encoding/binary"
@@ -15,7 +15,7 @@ import (
 	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/hostsock"
-	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
@@ -114,10 +114,10 @@ type tcpSeg struct {
 	src, dst netip.AddrPort
 }
 
-// tcpHarness drives a tcpTable as the loop would, with a simulated guest.
+// tcpHarness drives a Table as the loop would, with a simulated guest.
 type tcpHarness struct {
 	t      testing.TB
-	tab    *tcpTable
+	tab    *Table
 	poll   *hostsock.Epoll
 	w      *tcpFakeWriter
 	now    time.Time
@@ -147,7 +147,7 @@ var tcpHarnessPolicy = addrpolicy.Config{
 	MapGateway:     true,
 }
 
-func tcpNewHarness(t testing.TB, cfg TCPConfig) *tcpHarness {
+func tcpNewHarness(t testing.TB, cfg Config) *tcpHarness {
 	t.Helper()
 	h := &tcpHarness{
 		t:        t,
@@ -162,10 +162,13 @@ func tcpNewHarness(t testing.TB, cfg TCPConfig) *tcpHarness {
 		wnd:      65535,
 	}
 	if cfg.OurMAC == ([6]byte{}) {
-		cfg.OurMAC = linksvc.DefaultOurMAC
+		cfg.OurMAC = guestframe.OurMAC
 	}
-	h.tab = newTCPTable(cfg, h.stats, h.poll)
-	h.tab.policy = stats.PolicyGate{Policy: addrpolicy.New(tcpHarnessPolicy), Stats: h.qstats, Log: h.tab.log}
+	if cfg.Policy == nil {
+		cfg.Policy = addrpolicy.New(tcpHarnessPolicy)
+	}
+	h.tab = New(cfg, h.stats, h.qstats)
+	h.tab.Attach(h.poll)
 	t.Cleanup(h.tab.Close)
 	return h
 }
@@ -180,7 +183,7 @@ func (h *tcpHarness) frame(fl header.TCPFlags, seq, ack uint32, wnd uint16, opts
 	}
 	tcpLen := header.TCPMinimumSize + (len(opts)+3)/4*4
 	b := make([]byte, header.EthernetMinimumSize+ipLen+tcpLen+len(payload))
-	off := header.EncodeEthernet(b, header.MAC(linksvc.DefaultOurMAC), header.MAC(h.guestMAC), et)
+	off := header.EncodeEthernet(b, header.MAC(guestframe.OurMAC), header.MAC(h.guestMAC), et)
 	if v6 {
 		off += header.EncodeIPv6(b[off:], &header.IPv6Fields{PayloadLength: uint16(tcpLen + len(payload)),
 			NextHeader: header.IPProtocolTCP, HopLimit: 64, Source: h.guest.Addr(), Destination: h.remote.Addr()})
@@ -259,7 +262,7 @@ func (h *tcpHarness) parse(frames []tcpFakeFrame) []tcpSeg {
 		if err != nil {
 			h.t.Fatalf("bad ethernet: %v", err)
 		}
-		if eth.Destination() != header.MAC(h.guestMAC) || eth.Source() != header.MAC(linksvc.DefaultOurMAC) {
+		if eth.Destination() != header.MAC(h.guestMAC) || eth.Source() != header.MAC(guestframe.OurMAC) {
 			h.t.Fatalf("bad MACs %v %v", eth.Destination(), eth.Source())
 		}
 		var src, dst netip.Addr
@@ -355,8 +358,8 @@ func (h *tcpHarness) establish(ln *net.TCPListener, opts header.TCPOptions) *net
 }
 
 // flow returns the tcpHarness connection's flow.
-func (h *tcpHarness) flow() *tcpFlow {
-	k := tcpKey{guestAddr: h.guest.Addr().As16(), remoteAddr: h.remote.Addr().As16(),
+func (h *tcpHarness) flow() *conn {
+	k := connKey{guestAddr: h.guest.Addr().As16(), remoteAddr: h.remote.Addr().As16(),
 		guestPort: h.guest.Port(), remotePort: h.remote.Port(), v6: h.guest.Addr().Is6()}
 	s, ok := h.tab.byKey[k]
 	if !ok {

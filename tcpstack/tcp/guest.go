@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"math/rand/v2"
@@ -13,10 +13,10 @@ import (
 	"vunet/tcpstack/stats"
 )
 
-// tcpSegment is a guest TCP segment with its headers parsed out of the
+// segment is a guest TCP segment with its headers parsed out of the
 // copied head, and where its payload is in guest memory.
-type tcpSegment struct {
-	key        tcpKey
+type segment struct {
+	key        connKey
 	srcMAC     [6]byte
 	src, dst   netip.Addr
 	srcPort    uint16
@@ -32,7 +32,7 @@ type tcpSegment struct {
 // segmentFrom fills sg from p, a parsed guest frame. It reports false for
 // anything that is not a well-formed TCP segment: no TCP header, or one
 // that header.ParseFrame found truncated or malformed, or a fragment.
-func segmentFrom(p *header.Packet, sg *tcpSegment) bool {
+func segmentFrom(p *header.Packet, sg *segment) bool {
 	th := p.TCP
 	if th == nil {
 		return false
@@ -53,7 +53,7 @@ func segmentFrom(p *header.Packet, sg *tcpSegment) bool {
 	}
 	sg.payloadOff = p.L4Off + len(th)
 	sg.payloadLen = p.L4Len - len(th)
-	sg.key = tcpKey{
+	sg.key = connKey{
 		guestAddr:  sg.src.As16(),
 		remoteAddr: sg.dst.As16(),
 		guestPort:  sg.srcPort,
@@ -70,7 +70,7 @@ func segmentFrom(p *header.Packet, sg *tcpSegment) bool {
 // length). Headers are only ever read from p; payload is written to the
 // host socket straight from frame. It reports false for a frame that is
 // not a well-formed TCP segment (the caller counts the drop).
-func (t *tcpTable) HandleGuestFrame(now time.Time, p *header.Packet, frame [][]byte, skip int) bool {
+func (t *Table) HandleGuestFrame(now time.Time, p *header.Packet, frame [][]byte, skip int) bool {
 	sg := &t.seg
 	if !segmentFrom(p, sg) {
 		return false
@@ -100,18 +100,18 @@ func (t *tcpTable) HandleGuestFrame(now time.Time, p *header.Packet, frame [][]b
 	return true
 }
 
-// tcpWsToGuest is the window scale we offer the guest: 2^8 × 64 KiB covers
-// tcpMaxWindow.
-const tcpWsToGuest = 8
+// wsToGuestDefault is the window scale we offer the guest: 2^8 × 64 KiB covers
+// maxWindow.
+const wsToGuestDefault = 8
 
-// tcpDupAcks is how many duplicate ACKs announce a gap (Linux's default
+// dupAcksToSend is how many duplicate ACKs announce a gap (Linux's default
 // reordering threshold).
-const tcpDupAcks = 3
+const dupAcksToSend = 3
 
-// tcpMSSDefault is the MSS assumed when the guest's SYN has none (RFC 9293).
-const tcpMSSDefault = 536
+// mssDefault is the MSS assumed when the guest's SYN has none (RFC 9293).
+const mssDefault = 536
 
-func (t *tcpTable) ipHdrLen(v6 bool) int {
+func (t *Table) ipHdrLen(v6 bool) int {
 	if v6 {
 		return header.IPv6MinimumSize
 	}
@@ -120,7 +120,7 @@ func (t *tcpTable) ipHdrLen(v6 bool) int {
 
 // connect starts a host connection to host (where the address policy sends
 // the guest's destination) for a guest SYN.
-func (t *tcpTable) connect(now time.Time, sg *tcpSegment, host netip.AddrPort) {
+func (t *Table) connect(now time.Time, sg *segment, host netip.AddrPort) {
 	if sg.srcPort == 0 || sg.dstPort == 0 {
 		return
 	}
@@ -137,14 +137,14 @@ func (t *tcpTable) connect(now time.Time, sg *tcpSegment, host netip.AddrPort) {
 	f.ackBase = sg.seq // tcpi_bytes_acked counts the SYN of a connect()ed socket
 	f.seqFromGuest = sg.seq + 1
 	f.seqAckToGuest = f.seqFromGuest
-	mss := tcpMSSDefault
+	mss := mssDefault
 	if sg.opts.HasMSS && sg.opts.MSS > 0 {
 		mss = int(sg.opts.MSS)
 	}
 	f.mssToGuest = max(min(mss, t.cfg.MTU-t.ipHdrLen(sg.key.v6)-header.TCPMinimumSize), 64)
 	if sg.opts.HasWindowScale {
 		f.wsFromGuest = min(sg.opts.WindowScale, header.TCPMaxWindowScale)
-		f.wsToGuest = tcpWsToGuest
+		f.wsToGuest = wsToGuestDefault
 	}
 	f.wndFromGuest = max(uint32(sg.wnd), 1) // RFC 7323: the SYN's window is not scaled
 	f.guestSACK = sg.opts.SACKPermitted
@@ -177,14 +177,14 @@ func (t *tcpTable) connect(now time.Time, sg *tcpSegment, host netip.AddrPort) {
 // connected moves f on once its host connect() completed: the SYN-ACK to
 // the guest is due only now, so the guest never sees a connection the host
 // could not make.
-func (t *tcpTable) connected(f *tcpFlow) {
+func (t *Table) connected(f *conn) {
 	f.flags |= flConnected | flSynAckDue
 	t.setState(f, stats.TCPSynAckSent)
 	t.markDirty(f)
 }
 
 // establish finishes the handshake on the guest's ACK of our SYN-ACK.
-func (t *tcpTable) establish(now time.Time, f *tcpFlow) {
+func (t *Table) establish(now time.Time, f *conn) {
 	t.setState(f, stats.TCPEstablished)
 	f.seqAckFromGuest = f.iss + 1
 	f.lastAckProg = now
@@ -201,7 +201,7 @@ func (t *tcpTable) establish(now time.Time, f *tcpFlow) {
 }
 
 // guestSegment handles a segment for an existing connection.
-func (t *tcpTable) guestSegment(now time.Time, f *tcpFlow, sg *tcpSegment, frame [][]byte, skip int) {
+func (t *Table) guestSegment(now time.Time, f *conn, sg *segment, frame [][]byte, skip int) {
 	if f.state != stats.TCPResetting {
 		// A resetting flow's deadline runs from the reset: a guest that
 		// keeps sending but never refills RX must not keep its slot.
@@ -263,19 +263,19 @@ func (t *tcpTable) guestSegment(now time.Time, f *tcpFlow, sg *tcpSegment, frame
 
 // guestAck processes the ACK number and window of sg. It reports false when
 // the segment must be dropped.
-func (t *tcpTable) guestAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
+func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 	ack := sg.ack
-	if tcpSeqGT(ack, f.sndMax) {
+	if seqGT(ack, f.sndMax) {
 		// ACKs data we never sent.
 		f.flags |= flAckDue
 		t.markDirty(f)
 		return false
 	}
-	wnd := min(uint32(sg.wnd)<<f.wsFromGuest, tcpMaxWindow)
+	wnd := min(uint32(sg.wnd)<<f.wsFromGuest, maxWindow)
 	progressed := false
-	if tcpSeqGT(ack, f.seqAckFromGuest) {
+	if seqGT(ack, f.seqAckFromGuest) {
 		dataEnd := ack
-		if f.has(evSockFin) && tcpSeqGT(ack, f.eofSeq) {
+		if f.has(evSockFin) && seqGT(ack, f.eofSeq) {
 			dataEnd = f.eofSeq // our FIN is not a byte in the socket
 			f.events |= evGuestFinSent | evGuestFinAck
 		}
@@ -289,7 +289,7 @@ func (t *tcpTable) guestAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
 			}
 		}
 		f.seqAckFromGuest = ack
-		if tcpSeqGT(ack, f.seqToGuest) {
+		if seqGT(ack, f.seqToGuest) {
 			// An ACK for data sent before a rewind: skip what it covers.
 			// SO_PEEK_OFF moved back with the discard and stops at 0,
 			// which is exactly ack now.
@@ -328,7 +328,7 @@ func (t *tcpTable) guestAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
 // clear STALLED, re-apply the window clamp so the kernel recomputes the
 // window it advertises to the host peer, and read the socket right away
 // (markDirty: the loop's output pass this iteration), not waiting for epoll.
-func (t *tcpTable) unstall(f *tcpFlow) {
+func (t *Table) unstall(f *conn) {
 	f.flags &^= flStalled | flWndStall
 	t.applyClampWorkaround(f)
 	t.updateEpoll(f)
@@ -348,7 +348,7 @@ func (t *tcpTable) unstall(f *tcpFlow) {
 // the kernel's own clamp (never below the advertised receive window, never
 // zero). On 6.7+ setting an unchanged clamp is a no-op in the kernel, so the
 // workaround cannot hurt there.
-func (t *tcpTable) applyClampWorkaround(f *tcpFlow) {
+func (t *Table) applyClampWorkaround(f *conn) {
 	if t.cfg.NoWindowClamp || f.fd < 0 {
 		return
 	}
@@ -368,7 +368,7 @@ func (t *tcpTable) applyClampWorkaround(f *tcpFlow) {
 }
 
 // rewind makes the next output pass send again from the guest's last ACK.
-func (t *tcpTable) rewind(f *tcpFlow, cause stats.TCPRetransCause) {
+func (t *Table) rewind(f *conn, cause stats.TCPRetransCause) {
 	if f.inFlight() == 0 {
 		return
 	}
@@ -391,11 +391,11 @@ func (t *tcpTable) rewind(f *tcpFlow, cause stats.TCPRetransCause) {
 }
 
 // guestData writes sg's payload to the host socket and handles its FIN.
-func (t *tcpTable) guestData(now time.Time, f *tcpFlow, sg *tcpSegment, frame [][]byte, skip int) {
+func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, skip int) {
 	l := sg.payloadLen
 	fin := sg.flags.Has(header.TCPFlagFIN)
 	if l == 0 && !fin {
-		if tcpSeqLT(sg.seq, f.seqFromGuest) {
+		if seqLT(sg.seq, f.seqFromGuest) {
 			f.flags |= flAckDue // keep-alive probe
 			t.markDirty(f)
 		}
@@ -416,7 +416,7 @@ func (t *tcpTable) guestData(now time.Time, f *tcpFlow, sg *tcpSegment, frame []
 		// from there instead of waiting for its retransmission timeout.
 		f.flags |= flAckDue
 		if !f.dupAckSent || f.dupAckSeq != f.seqFromGuest {
-			f.dupAckSent, f.dupAckSeq, f.dupAcksDue = true, f.seqFromGuest, tcpDupAcks
+			f.dupAckSent, f.dupAckSeq, f.dupAcksDue = true, f.seqFromGuest, dupAcksToSend
 		}
 		t.markDirty(f)
 		return

@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"vunet/tcpstack/guestring"
@@ -12,24 +12,24 @@ import (
 // the output pass; when the ring is full, further ones are dropped (the
 // guest's retransmission will ask again).
 
-const tcpRSTQueueLen = 16
+const rstQueueLen = 16
 
-type tcpPendingRST struct {
-	flow tcpFlow // only the addressing and sequence fields are used
+type pendingRST struct {
+	flow conn // only the addressing and sequence fields are used
 	fl   header.TCPFlags
 	seq  uint32
 }
 
 // queueRST schedules an RST answering sg.
-func (t *tcpTable) queueRST(sg *tcpSegment) {
+func (t *Table) queueRST(sg *segment) {
 	if sg.flags.Has(header.TCPFlagRST) || t.nrst == len(t.rsts) {
 		return
 	}
 	r := &t.rsts[t.nrst]
 	t.nrst++
 	f := &r.flow
-	*f = tcpFlow{key: sg.key, fd: -1, guestMAC: sg.srcMAC, guestAddr: sg.src, remoteAddr: sg.dst,
-		guestPort: sg.srcPort, remotePort: sg.dstPort, mssToGuest: tcpMSSDefault}
+	*f = conn{key: sg.key, fd: -1, guestMAC: sg.srcMAC, guestAddr: sg.src, remoteAddr: sg.dst,
+		guestPort: sg.srcPort, remotePort: sg.dstPort, mssToGuest: mssDefault}
 	if sg.flags.Has(header.TCPFlagACK) {
 		r.fl, r.seq = header.TCPFlagRST, sg.ack
 		return
@@ -46,7 +46,7 @@ func (t *tcpTable) queueRST(sg *tcpSegment) {
 }
 
 // flushRSTs sends the queued resets; false when the guest had no buffer.
-func (t *tcpTable) flushRSTs(w guestring.Sink) bool {
+func (t *Table) flushRSTs(w guestring.Sink) bool {
 	i := 0
 	for ; i < t.nrst; i++ {
 		r := &t.rsts[i]

@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"log/slog"
@@ -14,28 +14,28 @@ import (
 	"vunet/virtqueue"
 )
 
-// tcpMaxWindow caps the guest window we fill (and the window we advertise):
+// maxWindow caps the guest window we fill (and the window we advertise):
 // with the discard-buffer fallback it is also the discard buffer's size.
-const tcpMaxWindow = 8 << 20
+const maxWindow = 8 << 20
 
-// tcpMaxFramesPerPass bounds the frames one flow reserves per output pass,
+// maxFramesPerPass bounds the frames one flow reserves per output pass,
 // so one connection cannot hog the RX ring and the iovec scratch.
-const tcpMaxFramesPerPass = 64
+const maxFramesPerPass = 64
 
-// tcpTable holds the TCP connections of one queue pair. It is used only by
+// Table holds the TCP connections of one queue pair. It is used only by
 // the pair's loop goroutine (no locks); stats.TCP are atomics for metrics.
-type tcpTable struct {
-	cfg   TCPConfig
+type Table struct {
+	cfg   Config
 	log   *slog.Logger
 	stats *stats.TCP
 	poll  *hostsock.Epoll // the running loop's; nil between loops
 
-	flows  []tcpFlow
+	flows  []conn
 	free   []int32 // free slot stack
-	byKey  map[tcpKey]int32
+	byKey  map[connKey]int32
 	active []int32 // slots in use, unordered (timers walk it)
 
-	outHead, outTail int32 // flows with output due, FIFO through tcpFlow.nextOut
+	outHead, outTail int32 // flows with output due, FIFO through conn.nextOut
 
 	peekOff bool   // SO_PEEK_OFF usable
 	discard []byte // fallback: already-sent bytes are peeked into this
@@ -46,7 +46,7 @@ type tcpTable struct {
 	nextTimer time.Time // earliest deadline of any flow, zero: none
 
 	// Forwarded ports and the guest they forward to.
-	listeners        []tcpListener
+	listeners        []listener
 	guestMAC         [6]byte
 	guestV4, guestV6 netip.Addr
 
@@ -58,45 +58,50 @@ type tcpTable struct {
 
 	io   hostsock.IO
 	info unix.TCPInfo // TCP_INFO as last read
-	seg  tcpSegment
-	rsts [tcpRSTQueueLen]tcpPendingRST
+	seg  segment
+	rsts [rstQueueLen]pendingRST
 	nrst int
 	vh   virtqueue.NetHdr // fields of the frame being committed
-	frm  [tcpMaxFramesPerPass]tcpFrame
+	frm  [maxFramesPerPass]reservedFrame
 	bufs [][]byte // payload iovecs of the reserved frames, in order
 }
 
-// tcpFrame is one reserved frame during an output pass.
-type tcpFrame struct {
+// reservedFrame is one reserved frame during an output pass.
+type reservedFrame struct {
 	hdr    []byte
-	first  int // index into tcpTable.bufs
+	first  int // index into Table.bufs
 	nbufs  int
 	capLen int
 }
 
-// newTCPTable allocates a table of cfg.MaxFlows connections. st may be
-// nil (a private set is used).
-func newTCPTable(cfg TCPConfig, st *stats.TCP, p *hostsock.Epoll) *tcpTable {
+// New allocates a table of cfg.MaxFlows connections counting into st, and
+// into qs what the address policy refuses. st and qs may be nil (private
+// sets are used). Attach gives it a loop's epoll set.
+func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 	cfg.setDefaults()
 	if st == nil {
 		st = new(stats.TCP)
 	}
-	t := &tcpTable{
+	if qs == nil {
+		qs = new(stats.Queue)
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = addrpolicy.New(addrpolicy.Config{}) // nothing is allowed
+	}
+	t := &Table{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		stats:   st,
-		poll:    p,
-		flows:   make([]tcpFlow, cfg.MaxFlows),
+		flows:   make([]conn, cfg.MaxFlows),
 		free:    make([]int32, 0, cfg.MaxFlows),
-		byKey:   make(map[tcpKey]int32, cfg.MaxFlows),
+		byKey:   make(map[connKey]int32, cfg.MaxFlows),
 		active:  make([]int32, 0, cfg.MaxFlows),
 		outHead: -1,
 		outTail: -1,
 		peekOff: !cfg.NoPeekOffset && hostsock.PeekOffsetSupported(),
 		bufs:    make([][]byte, 0, hostsock.MaxIovecs),
-		dial:    dialer(hostsock.Source{V4: cfg.BindV4, V6: cfg.BindV6}),
-		// Until the Stack sets the real one: a policy that refuses all.
-		policy: stats.PolicyGate{Policy: addrpolicy.New(addrpolicy.Config{}), Stats: new(stats.Queue), Log: cfg.Logger},
+		dial:    dialer(cfg.Source),
+		policy:  stats.PolicyGate{Policy: cfg.Policy, Stats: qs, Log: cfg.Logger},
 	}
 	for i := cfg.MaxFlows - 1; i >= 0; i-- {
 		t.flows[i].slot = int32(i)
@@ -105,7 +110,7 @@ func newTCPTable(cfg TCPConfig, st *stats.TCP, p *hostsock.Epoll) *tcpTable {
 		t.free = append(t.free, int32(i))
 	}
 	if !t.peekOff {
-		t.discard = make([]byte, tcpMaxWindow)
+		t.discard = make([]byte, maxWindow)
 	}
 	return t
 }
@@ -113,12 +118,12 @@ func newTCPTable(cfg TCPConfig, st *stats.TCP, p *hostsock.Epoll) *tcpTable {
 // SetFeatures records the guest's offload features (virtio-net feature
 // bits): checksum offload lets frames carry a partial checksum, TSO lets
 // them exceed the MTU as GSO frames.
-func (t *tcpTable) SetFeatures(guestCsum, tso4, tso6 bool) {
+func (t *Table) SetFeatures(guestCsum, tso4, tso6 bool) {
 	t.guestCsum, t.tso4, t.tso6 = guestCsum, tso4 && guestCsum, tso6 && guestCsum
 }
 
 // SetMTU changes the guest MTU for frames built from now on.
-func (t *tcpTable) SetMTU(mtu int) {
+func (t *Table) SetMTU(mtu int) {
 	if mtu > 0 {
 		t.cfg.MTU = mtu
 	}
@@ -127,7 +132,7 @@ func (t *tcpTable) SetMTU(mtu int) {
 // Attach sets the poller and registers every open socket with it: the loop
 // calls it after building a new epoll set (queue pair restart), so
 // connections survive the control plane's ring rebuilds.
-func (t *tcpTable) Attach(p *hostsock.Epoll) {
+func (t *Table) Attach(p *hostsock.Epoll) {
 	t.poll = p
 	for _, s := range t.active {
 		f := &t.flows[s]
@@ -146,22 +151,22 @@ func (t *tcpTable) Attach(p *hostsock.Epoll) {
 // Detach forgets the poller: the loop calls it when it stops (its epoll set
 // is closed with it, which drops every registration). Sockets stay open and
 // Attach registers them with the next loop's set.
-func (t *tcpTable) Detach() { t.poll = nil }
+func (t *Table) Detach() { t.poll = nil }
 
 // Len returns the number of live connections.
-func (t *tcpTable) Len() int { return len(t.active) }
+func (t *Table) Len() int { return len(t.active) }
 
 // Close resets every connection's host socket and frees the table's slots
 // (loop shutdown for good, not a pair restart).
-func (t *tcpTable) Close() {
-	t.closeListeners()
+func (t *Table) Close() {
+	t.CloseListenersFrom(0)
 	t.ResetConnections()
 }
 
 // ResetConnections closes every connection with an RST to its host peer and
 // keeps the listeners of forwarded ports: the guest that owned the
 // connections is gone, the forwards stay for the next one.
-func (t *tcpTable) ResetConnections() {
+func (t *Table) ResetConnections() {
 	for len(t.active) > 0 {
 		f := &t.flows[t.active[len(t.active)-1]]
 		t.closeSocket(f, true)
@@ -169,12 +174,12 @@ func (t *tcpTable) ResetConnections() {
 	}
 }
 
-func (t *tcpTable) token(f *tcpFlow) hostsock.Token {
+func (t *Table) token(f *conn) hostsock.Token {
 	return hostsock.NewToken(hostsock.OwnerTCP, f.gen, uint32(f.slot))
 }
 
 // flowByToken resolves an epoll token; nil for a stale one.
-func (t *tcpTable) flowByToken(tok hostsock.Token) *tcpFlow {
+func (t *Table) flowByToken(tok hostsock.Token) *conn {
 	slot := tok.Slot()
 	if int(slot) >= len(t.flows) {
 		return nil
@@ -186,7 +191,7 @@ func (t *tcpTable) flowByToken(tok hostsock.Token) *tcpFlow {
 	return f
 }
 
-func (t *tcpTable) setState(f *tcpFlow, s stats.TCPState) {
+func (t *Table) setState(f *conn, s stats.TCPState) {
 	if f.state == s {
 		return
 	}
@@ -200,7 +205,7 @@ func (t *tcpTable) setState(f *tcpFlow, s stats.TCPState) {
 }
 
 // alloc takes a free slot for key; nil when the table is full.
-func (t *tcpTable) alloc(key tcpKey) *tcpFlow {
+func (t *Table) alloc(key connKey) *conn {
 	if len(t.free) == 0 {
 		return nil
 	}
@@ -208,7 +213,7 @@ func (t *tcpTable) alloc(key tcpKey) *tcpFlow {
 	t.free = t.free[:len(t.free)-1]
 	f := &t.flows[s]
 	gen := f.gen + 1
-	*f = tcpFlow{key: key, fd: -1, slot: s, gen: gen, nextOut: -1}
+	*f = conn{key: key, fd: -1, slot: s, gen: gen, nextOut: -1}
 	t.byKey[key] = s
 	t.active = append(t.active, s)
 	return f
@@ -216,7 +221,7 @@ func (t *tcpTable) alloc(key tcpKey) *tcpFlow {
 
 // release returns f's slot. The socket must be closed already, and f must
 // not be in the output list (output passes skip free slots anyway).
-func (t *tcpTable) release(f *tcpFlow) {
+func (t *Table) release(f *conn) {
 	if f.state == stats.TCPFree {
 		return
 	}
@@ -242,7 +247,7 @@ func (t *tcpTable) release(f *tcpFlow) {
 
 // closeSocket removes f's socket from epoll and closes it; with reset the
 // host peer sees RST.
-func (t *tcpTable) closeSocket(f *tcpFlow, reset bool) {
+func (t *Table) closeSocket(f *conn, reset bool) {
 	if f.fd < 0 {
 		return
 	}
@@ -261,7 +266,7 @@ func (t *tcpTable) closeSocket(f *tcpFlow, reset bool) {
 
 // resetFlow closes the host socket with RST and schedules an RST to the
 // guest; the slot is released once the RST is out.
-func (t *tcpTable) resetFlow(f *tcpFlow, now time.Time) {
+func (t *Table) resetFlow(f *conn, now time.Time) {
 	t.closeSocket(f, true)
 	f.flags |= flRstDue
 	f.lastActivity = now // the deadline for getting the RST out runs from here
@@ -271,13 +276,13 @@ func (t *tcpTable) resetFlow(f *tcpFlow, now time.Time) {
 
 // dropFlow forgets f at once: no frame to the guest (it reset, or the
 // connection finished cleanly).
-func (t *tcpTable) dropFlow(f *tcpFlow, reset bool) {
+func (t *Table) dropFlow(f *conn, reset bool) {
 	t.closeSocket(f, reset)
 	t.release(f)
 }
 
 // markDirty queues f for the next output pass.
-func (t *tcpTable) markDirty(f *tcpFlow) {
+func (t *Table) markDirty(f *conn) {
 	if f.flags&flDirty != 0 {
 		return
 	}
@@ -305,7 +310,7 @@ func (t *tcpTable) markDirty(f *tcpFlow) {
 // Reading follows DESIGN invariant 4: a flow stalled on the guest's window,
 // or waiting for RX buffers, does not watch EPOLLIN at all; a flow stalled
 // because everything readable is in flight watches it for new data.
-func (t *tcpTable) updateEpoll(f *tcpFlow) {
+func (t *Table) updateEpoll(f *conn) {
 	if f.fd < 0 || t.poll == nil {
 		return
 	}
@@ -345,7 +350,7 @@ func (t *tcpTable) updateEpoll(f *tcpFlow) {
 }
 
 // noteTimer lowers the table's next deadline to d.
-func (t *tcpTable) noteTimer(d time.Time) {
+func (t *Table) noteTimer(d time.Time) {
 	if d.IsZero() {
 		return
 	}
@@ -357,7 +362,7 @@ func (t *tcpTable) noteTimer(d time.Time) {
 // NextTimer returns the earliest deadline of any connection; zero means
 // none. The loop arms its timerfd to it after each iteration and calls
 // Timers when it fires.
-func (t *tcpTable) NextTimer() time.Time { return t.nextTimer }
+func (t *Table) NextTimer() time.Time { return t.nextTimer }
 
 // dialer returns the function the table opens host sockets with.
 func dialer(src hostsock.Source) func(dst netip.AddrPort, sndBuf, rcvBuf int) (int, bool, error) {

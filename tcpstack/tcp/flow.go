@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"net/netip"
@@ -7,9 +7,9 @@ import (
 	"vunet/tcpstack/stats"
 )
 
-// tcpKey identifies a connection by what the guest sees: its own address
+// connKey identifies a connection by what the guest sees: its own address
 // and port, and the remote address and port it talks to.
-type tcpKey struct {
+type connKey struct {
 	guestAddr, remoteAddr [16]byte
 	guestPort, remotePort uint16
 	v6                    bool
@@ -41,10 +41,10 @@ const (
 	flAckCheck                     // the delayed-ACK timer fired: send an ACK only if the ACK number or window moved
 )
 
-// tcpFlow is one translated connection. Sequence numbers follow passt's
+// conn is one translated connection. Sequence numbers follow passt's
 // naming: "to guest" is the direction host socket → guest.
-type tcpFlow struct {
-	key    tcpKey
+type conn struct {
+	key    connKey
 	fd     int
 	slot   int32
 	gen    uint32
@@ -75,7 +75,7 @@ type tcpFlow struct {
 	ackBase          uint32 // sequence that tcpi_bytes_acked == 0 stands for
 	sndBuf           int    // SO_SNDBUF as last read
 	sndBufAt         time.Time
-	sndRatio         uint16 // payload bytes per tcpSndRatioOne bytes of send-buffer memory, as last seen; 0: unknown
+	sndRatio         uint16 // payload bytes per sndRatioOne bytes of send-buffer memory, as last seen; 0: unknown
 	seqFromGuest     uint32 // next byte expected from the guest (all before it written to the socket)
 	seqAckToGuest    uint32 // ACK number in our frames
 	ackSent          uint32 // ACK number in the last frame sent
@@ -101,17 +101,17 @@ type tcpFlow struct {
 	nextOut int32 // output list link
 }
 
-func tcpSeqLT(a, b uint32) bool { return int32(a-b) < 0 }
-func tcpSeqGT(a, b uint32) bool { return int32(a-b) > 0 }
+func seqLT(a, b uint32) bool { return int32(a-b) < 0 }
+func seqGT(a, b uint32) bool { return int32(a-b) > 0 }
 
-func tcpSeqMax(a, b uint32) uint32 {
-	if tcpSeqGT(b, a) {
+func seqMax(a, b uint32) uint32 {
+	if seqGT(b, a) {
 		return b
 	}
 	return a
 }
 
 // inFlight is the data sent to the guest and not acknowledged yet.
-func (f *tcpFlow) inFlight() uint32 { return f.seqToGuest - f.seqAckFromGuest }
+func (f *conn) inFlight() uint32 { return f.seqToGuest - f.seqAckFromGuest }
 
-func (f *tcpFlow) has(ev uint16) bool { return f.events&ev == ev }
+func (f *conn) has(ev uint16) bool { return f.events&ev == ev }

@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"net"
@@ -51,7 +51,7 @@ func tcpItoa(i int) string {
 // the host connect() completed, with our MSS and window scale; a guest SYN
 // retransmitted meanwhile is tolerated (no RST, no frame).
 func TestTCPSynAckOnlyAfterConnect(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h := tcpNewHarness(t, Config{MTU: 1500})
 	lfd, port := tcpBacklogFullListener(t)
 	h.remote = netip.AddrPortFrom(netip.MustParseAddr("10.0.2.2"), port)
 
@@ -90,7 +90,7 @@ func TestTCPSynAckOnlyAfterConnect(t *testing.T) {
 	if !sa.opts.HasMSS || sa.opts.MSS != 1460 {
 		t.Fatalf("SYN-ACK MSS = %v %d, want 1460", sa.opts.HasMSS, sa.opts.MSS)
 	}
-	if !sa.opts.HasWindowScale || sa.opts.WindowScale != tcpWsToGuest {
+	if !sa.opts.HasWindowScale || sa.opts.WindowScale != wsToGuestDefault {
 		t.Fatalf("SYN-ACK window scale = %v %d", sa.opts.HasWindowScale, sa.opts.WindowScale)
 	}
 	if sa.wnd == 0 {
@@ -113,7 +113,7 @@ func TestTCPSynAckOnlyAfterConnect(t *testing.T) {
 // TestTCPSynAckRetransmitted: a SYN retransmitted after our SYN-ACK went
 // out gets the SYN-ACK again (it was lost), not a reset.
 func TestTCPSynAckRetransmitted(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	h.listen()
 	h.sendSYN(tcpMss1400ws7)
 	first := h.collect("SYN-ACK", func(s []tcpSeg) bool { return len(s) > 0 })
@@ -127,7 +127,7 @@ func TestTCPSynAckRetransmitted(t *testing.T) {
 // TestTCPConnectRefused: a refused host connect() becomes an RST to the
 // guest that acknowledges its SYN, and the slot is freed.
 func TestTCPConnectRefused(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
 	ln.Close() // nothing listens on the port now
 	h.sendSYN(tcpMss1400ws7)
@@ -152,7 +152,7 @@ func TestTCPConnectRefused(t *testing.T) {
 // kernel's buffer auto-tuning unless buffer sizes are configured.
 func TestTCPHostSocketOptions(t *testing.T) {
 	for _, pin := range []bool{false, true} {
-		cfg := TCPConfig{}
+		cfg := Config{}
 		if pin {
 			cfg.SndBuf, cfg.RcvBuf = 32768, 32768
 		}
@@ -179,7 +179,7 @@ func TestTCPHostSocketOptions(t *testing.T) {
 // TestTCPSurvivesPairRestart: Detach and Attach to a new epoll set (a queue
 // pair restart) keep connections working.
 func TestTCPSurvivesPairRestart(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()
@@ -198,7 +198,7 @@ func TestTCPSurvivesPairRestart(t *testing.T) {
 // ACK of our first SYN-ACK arrive in the same TX batch. The ACK completes
 // the handshake; neither is a reason for a reset.
 func TestTCPSynRetransmitAndAckInOneBatch(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
 	var ob [40]byte
 	opts := ob[:header.EncodeTCPOptions(ob[:], &tcpMss1400ws7)]

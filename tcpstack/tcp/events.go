@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"time"
@@ -13,7 +13,7 @@ import (
 // token. It only changes state and queues output; the loop's next Flush
 // writes the frames. Stale tokens (a connection closed earlier in the same
 // epoll batch) are ignored.
-func (t *tcpTable) HandleSocketEvent(now time.Time, token hostsock.Token, events uint32) {
+func (t *Table) HandleSocketEvent(now time.Time, token hostsock.Token, events uint32) {
 	if token.Owner() == hostsock.OwnerTCPListener {
 		t.accept(now, int(token.Slot()))
 		return
@@ -63,7 +63,7 @@ func (t *tcpTable) HandleSocketEvent(now time.Time, token hostsock.Token, events
 }
 
 // deadline returns when f's next timer fires; zero for none.
-func (t *tcpTable) deadline(f *tcpFlow) time.Time {
+func (t *Table) deadline(f *conn) time.Time {
 	switch f.state {
 	case stats.TCPFree:
 		return time.Time{}
@@ -71,7 +71,7 @@ func (t *tcpTable) deadline(f *tcpFlow) time.Time {
 		return f.created.Add(t.cfg.HandshakeTimeout)
 	case stats.TCPSynSent:
 		// Our SYN is repeated every AckTimeout until the handshake times out.
-		return tcpEarliest(f.created.Add(t.cfg.HandshakeTimeout), f.lastAckProg.Add(t.cfg.AckTimeout))
+		return earliest(f.created.Add(t.cfg.HandshakeTimeout), f.lastAckProg.Add(t.cfg.AckTimeout))
 	case stats.TCPResetting:
 		// Waiting for an RX buffer for the RST since the reset
 		// (lastActivity, no longer moved); give up eventually.
@@ -79,9 +79,9 @@ func (t *tcpTable) deadline(f *tcpFlow) time.Time {
 	}
 	d := f.lastActivity.Add(t.quietTimeout(f))
 	if f.inFlight() > 0 {
-		d = tcpEarliest(d, f.lastAckProg.Add(t.ackTimeout(f)))
+		d = earliest(d, f.lastAckProg.Add(t.ackTimeout(f)))
 	}
-	return tcpEarliest(d, f.ackDueAt)
+	return earliest(d, f.ackDueAt)
 }
 
 // quietTimeout is how long f may go without activity before it is reset.
@@ -89,17 +89,17 @@ func (t *tcpTable) deadline(f *tcpFlow) time.Time {
 // sending, or both may wait): it gets the idle timeout. The FIN timeout is
 // for the end of a close: both FINs exchanged, or our FIN waiting for the
 // guest's ACK.
-func (t *tcpTable) quietTimeout(f *tcpFlow) time.Duration {
+func (t *Table) quietTimeout(f *conn) time.Duration {
 	// evGuestFinSent is cleared by a rewind (the FIN goes again): a
 	// sequence past the EOF is what says our FIN went out.
-	finSent := f.has(evSockFin) && tcpSeqGT(f.sndMax, f.eofSeq)
+	finSent := f.has(evSockFin) && seqGT(f.sndMax, f.eofSeq)
 	if f.state == stats.TCPClosing && finSent && (f.has(evGuestFin) || !f.has(evGuestFinAck)) {
 		return t.cfg.FinTimeout
 	}
 	return t.cfg.IdleTimeout
 }
 
-func tcpEarliest(a, b time.Time) time.Time {
+func earliest(a, b time.Time) time.Time {
 	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
 		return b
 	}
@@ -111,7 +111,7 @@ func tcpEarliest(a, b time.Time) time.Time {
 // returns the next deadline (zero: none). Every timer is computed from
 // explicit timestamps kept per connection, so it can be tested with any
 // clock.
-func (t *tcpTable) Timers(now time.Time) (next time.Time) {
+func (t *Table) Timers(now time.Time) (next time.Time) {
 	// Backwards: release swaps the last active slot into the freed place,
 	// which has already been visited.
 	for i := len(t.active) - 1; i >= 0; i-- {
@@ -121,12 +121,12 @@ func (t *tcpTable) Timers(now time.Time) (next time.Time) {
 		f := &t.flows[t.active[i]]
 		d := t.deadline(f)
 		if d.IsZero() || d.After(now) {
-			next = tcpEarliest(next, d)
+			next = earliest(next, d)
 			continue
 		}
 		t.fire(now, f)
 		if f.state != stats.TCPFree {
-			next = tcpEarliest(next, t.deadline(f))
+			next = earliest(next, t.deadline(f))
 		}
 	}
 	t.nextTimer = next
@@ -134,7 +134,7 @@ func (t *tcpTable) Timers(now time.Time) (next time.Time) {
 }
 
 // fire handles f's expired timers.
-func (t *tcpTable) fire(now time.Time, f *tcpFlow) {
+func (t *Table) fire(now time.Time, f *conn) {
 	switch f.state {
 	case stats.TCPSynSent:
 		if f.created.Add(t.cfg.HandshakeTimeout).After(now) {
@@ -180,15 +180,15 @@ func (t *tcpTable) fire(now time.Time, f *tcpFlow) {
 	}
 }
 
-// tcpMaxAckTimeout caps the backed-off ACK timeout.
-const tcpMaxAckTimeout = time.Minute
+// maxAckTimeout caps the backed-off ACK timeout.
+const maxAckTimeout = time.Minute
 
 // ackTimeout is the ACK timeout after f.retrans retries: AckTimeout doubled
 // per retry, capped (and safe from shift overflow with a large MaxRetrans).
-func (t *tcpTable) ackTimeout(f *tcpFlow) time.Duration {
+func (t *Table) ackTimeout(f *conn) time.Duration {
 	d := t.cfg.AckTimeout
-	for i := uint8(0); i < f.retrans && d < tcpMaxAckTimeout; i++ {
+	for i := uint8(0); i < f.retrans && d < maxAckTimeout; i++ {
 		d *= 2
 	}
-	return min(d, tcpMaxAckTimeout)
+	return min(d, maxAckTimeout)
 }

@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"bytes"
@@ -15,9 +15,9 @@ import (
 // SYN to the guest from the gateway address; the guest's SYN-ACK
 // establishes it, data flows both ways and the close is translated.
 func TestTCPForwardInbound(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500, AckTimeout: time.Second})
+	h := tcpNewHarness(t, Config{MTU: 1500, AckTimeout: time.Second})
 	h.tab.SetGuest(h.guestMAC, h.guest.Addr(), netip.Addr{})
-	port, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1"), GuestPort: 8080})
+	port, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", 8080)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,9 +84,9 @@ func TestTCPForwardInbound(t *testing.T) {
 
 // TestTCPForwardGuestRefuses: a guest RST to our SYN resets the host client.
 func TestTCPForwardGuestRefuses(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	h.tab.SetGuest(h.guestMAC, h.guest.Addr(), netip.Addr{})
-	port, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1"), GuestPort: 9})
+	port, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", 9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +111,8 @@ func TestTCPForwardGuestRefuses(t *testing.T) {
 // TestTCPForwardGuestUnknown: without a known guest the host client is
 // refused at once.
 func TestTCPForwardGuestUnknown(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
-	port, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1")})
+	h := tcpNewHarness(t, Config{})
+	port, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,9 +134,9 @@ func TestTCPForwardGuestUnknown(t *testing.T) {
 // not count the SYN; ACKs to the guest that follow it still reach exactly
 // the last byte written once the host client has it.
 func TestTCPForwardAckOnPeerAck(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{AckOnPeerAck: true})
+	h := tcpNewHarness(t, Config{AckOnPeerAck: true})
 	h.tab.SetGuest(h.guestMAC, h.guest.Addr(), netip.Addr{})
-	port, err := h.tab.Listen(TCPForward{HostAddr: netip.MustParseAddr("127.0.0.1"), GuestPort: 8080})
+	port, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", 8080)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestTCPForwardAckOnPeerAck(t *testing.T) {
 		if len(s) > 0 && s[len(s)-1].ack == h.seq {
 			break
 		}
-		if len(s) > 0 && tcpSeqGT(s[len(s)-1].ack, h.seq) {
+		if len(s) > 0 && seqGT(s[len(s)-1].ack, h.seq) {
 			t.Fatalf("ACK %d beyond the data %d", s[len(s)-1].ack-h.isn, h.seq-h.isn)
 		}
 		if time.Now().After(deadline) {

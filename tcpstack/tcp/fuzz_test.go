@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"net/netip"
@@ -9,7 +9,7 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
-	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/stats"
 	"vunet/test/testenv"
 	"vunet/virtqueue"
@@ -37,13 +37,12 @@ func FuzzTCPGuestFrame(f *testing.F) {
 	f.Add(h.frame(header.TCPFlagSYN, 7, 0, 65535, ob[:n], nil), 10)
 
 	f.Fuzz(func(t *testing.T, frame []byte, split int) {
-		tab := newTCPTable(TCPConfig{MaxFlows: 4, OurMAC: linksvc.DefaultOurMAC}, nil, nil)
-		tab.policy.Policy, tab.policy.Log = addrpolicy.New(tcpHarnessPolicy), testenv.Logger()
+		tab := New(Config{MaxFlows: 4, OurMAC: guestframe.OurMAC, Policy: addrpolicy.New(tcpHarnessPolicy), Logger: testenv.Logger()}, nil, nil)
 		tab.dial = func(netip.AddrPort, int, int) (int, bool, error) { return -1, false, unix.ECONNREFUSED }
 		// An established connection without a socket, matching the seeds.
 		for _, k := range []struct{ g, r string }{{"10.0.2.15:40000", "10.0.2.2:80"}, {"[fd00::15]:40000", "[fd00::2]:80"}} {
 			g, r := netip.MustParseAddrPort(k.g), netip.MustParseAddrPort(k.r)
-			fl := tab.alloc(tcpKey{guestAddr: g.Addr().As16(), remoteAddr: r.Addr().As16(),
+			fl := tab.alloc(connKey{guestAddr: g.Addr().As16(), remoteAddr: r.Addr().As16(),
 				guestPort: g.Port(), remotePort: r.Port(), v6: g.Addr().Is6()})
 			fl.guestAddr, fl.remoteAddr, fl.guestPort, fl.remotePort = g.Addr(), r.Addr(), g.Port(), r.Port()
 			fl.flags |= flConnected
@@ -93,7 +92,7 @@ func FuzzTCPParseFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, frame []byte, extra int) {
 		frameLen := len(frame) + min(max(extra, 0), 1<<16)
 		var p header.Packet
-		var sg tcpSegment
+		var sg segment
 		if header.ParseFrame(frame, frameLen, &p) != nil || !segmentFrom(&p, &sg) {
 			return
 		}

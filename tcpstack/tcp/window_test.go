@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"bytes"
@@ -17,12 +17,12 @@ import (
 // STALLED, re-applies the window clamp (never zero, never below the window
 // the socket advertises) and reads at once; the transfer completes.
 func TestTCPStallAndClampWorkaround(t *testing.T) {
-	tcpRunStallTransfer(t, TCPConfig{MTU: 1500, RcvBuf: 16384}, 16384)
+	tcpRunStallTransfer(t, Config{MTU: 1500, RcvBuf: 16384}, 16384)
 }
 
 // tcpRunStallTransfer is TestTCPStallAndClampWorkaround's body: cfg for the
 // table, peerSndBuf pinned on the host peer (0: kernel default).
-func tcpRunStallTransfer(t *testing.T, cfg TCPConfig, peerSndBuf int) {
+func tcpRunStallTransfer(t *testing.T, cfg Config, peerSndBuf int) {
 	h := tcpNewHarness(t, cfg)
 	h.wnd = 4096
 	ln := h.listen()
@@ -97,7 +97,7 @@ func tcpRunStallTransfer(t *testing.T, cfg TCPConfig, peerSndBuf int) {
 // TestTCPGuestWindowLimitsPeek: we never read more than the guest's window
 // ahead of its ACK; a window update opens the tap again.
 func TestTCPGuestWindowLimitsPeek(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h := tcpNewHarness(t, Config{MTU: 1500})
 	h.wnd = 3000
 	ln := h.listen()
 	peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: 1400})
@@ -130,7 +130,7 @@ func TestTCPGuestWindowLimitsPeek(t *testing.T) {
 // not read and our send buffer fills, and reopens (window update, driven by
 // EPOLLOUT) when the peer drains it.
 func TestTCPWindowToGuestFollowsSendSide(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{SndBuf: 16384})
+	h := tcpNewHarness(t, Config{SndBuf: 16384})
 	ln := h.listen()
 	h.setRcvBuf(ln, 4096)
 	peer := h.establish(ln, tcpMss1400ws7)
@@ -147,7 +147,7 @@ func TestTCPWindowToGuestFollowsSendSide(t *testing.T) {
 		written += int(f.seqFromGuest - before)
 		segs := h.flush()
 		if len(segs) > 0 {
-			lastWnd = uint32(segs[len(segs)-1].wnd) << tcpWsToGuest
+			lastWnd = uint32(segs[len(segs)-1].wnd) << wsToGuestDefault
 		}
 		if f.seqFromGuest == before {
 			break // the socket takes nothing more
@@ -162,9 +162,9 @@ func TestTCPWindowToGuestFollowsSendSide(t *testing.T) {
 	// The peer drains everything: EPOLLOUT brings a window update.
 	tcpReadN(t, peer, written)
 	upd := h.collect("window update", func(s []tcpSeg) bool {
-		return len(s) > 0 && uint32(s[len(s)-1].wnd)<<tcpWsToGuest > lastWnd
+		return len(s) > 0 && uint32(s[len(s)-1].wnd)<<wsToGuestDefault > lastWnd
 	})
-	if w := uint32(upd[len(upd)-1].wnd) << tcpWsToGuest; w <= lastWnd {
+	if w := uint32(upd[len(upd)-1].wnd) << wsToGuestDefault; w <= lastWnd {
 		t.Fatalf("window not reopened: %d", w)
 	}
 }
@@ -173,7 +173,7 @@ func TestTCPWindowToGuestFollowsSendSide(t *testing.T) {
 // for what the host peer acknowledged (tcpi_bytes_acked), not for what sits
 // in our send buffer; the rest is acknowledged as the peer catches up.
 func TestTCPAckFollowsPeerAck(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{AckOnPeerAck: true})
+	h := tcpNewHarness(t, Config{AckOnPeerAck: true})
 	ln := h.listen()
 	h.setRcvBuf(ln, 4096)
 	peer := h.establish(ln, tcpMss1400ws7)
@@ -193,7 +193,7 @@ func TestTCPAckFollowsPeerAck(t *testing.T) {
 	}
 	acked := h.tab.info.Bytes_acked
 	ack := segs[len(segs)-1].ack
-	if !tcpSeqLT(ack, f.seqFromGuest) {
+	if !seqLT(ack, f.seqFromGuest) {
 		t.Fatalf("ACKed everything written (%d) although the peer has not", f.seqFromGuest-h.isn)
 	}
 	if ack-h.isn > uint32(acked) || ack == h.isn+1 {
@@ -226,7 +226,7 @@ func TestTCPGuestUploadToSlowPeer(t *testing.T) { tcpRunUpload(t, 8192) }
 // tcpRunUpload is TestTCPGuestUploadToSlowPeer's body; peerRcvBuf 0 leaves
 // the host peer's receive buffer to the kernel.
 func tcpRunUpload(t *testing.T, peerRcvBuf int) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
 	if peerRcvBuf > 0 {
 		h.setRcvBuf(ln, peerRcvBuf)
@@ -260,7 +260,7 @@ func tcpRunUpload(t *testing.T, peerRcvBuf int) {
 			t.Fatalf("upload stuck at %d of %d (window %d)", una-base, len(data), wnd)
 		}
 		// Send what the window allows from the guest's next sequence.
-		for tcpSeqLT(h.seq, una+wnd) && h.seq != base+uint32(len(data)) {
+		for seqLT(h.seq, una+wnd) && h.seq != base+uint32(len(data)) {
 			off := int(h.seq - base)
 			n := min(1400, len(data)-off, int(una+wnd-h.seq))
 			h.inject(h.frame(header.TCPFlagACK, h.seq, h.ack, h.wnd, nil, data[off:off+n]))
@@ -272,10 +272,10 @@ func tcpRunUpload(t *testing.T, peerRcvBuf int) {
 		h.now = h.now.Add(10 * time.Millisecond)
 		h.tab.Timers(h.now)
 		for _, s := range h.pump(5 * time.Millisecond) {
-			if tcpSeqGT(s.ack, una) {
+			if seqGT(s.ack, una) {
 				una = s.ack
 			}
-			wnd = uint32(s.wnd) << tcpWsToGuest
+			wnd = uint32(s.wnd) << wsToGuestDefault
 			if wnd == 0 {
 				closed++
 			}
@@ -287,7 +287,7 @@ func tcpRunUpload(t *testing.T, peerRcvBuf int) {
 	if !bytes.Equal(got, data) {
 		t.Fatalf("peer got %d bytes, corrupted or short", len(got))
 	}
-	if tcpSeqGT(una, f.seqFromGuest) {
+	if seqGT(una, f.seqFromGuest) {
 		t.Fatalf("ACKed beyond what was written")
 	}
 	t.Logf("window closed %d times", closed)
@@ -299,7 +299,7 @@ func tcpRunUpload(t *testing.T, peerRcvBuf int) {
 // window sends nothing (that frame would be a duplicate ACK to the guest),
 // and the looks back off.
 func TestTCPDelayedAckCheckSendsNoDuplicates(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{AckOnPeerAck: true})
+	h := tcpNewHarness(t, Config{AckOnPeerAck: true})
 	ln := h.listen()
 	h.setRcvBuf(ln, 4096)
 	h.establish(ln, tcpMss1400ws7)
@@ -311,7 +311,7 @@ func TestTCPDelayedAckCheckSendsNoDuplicates(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	h.flush()
-	if !tcpSeqLT(f.seqAckToGuest, f.seqFromGuest) {
+	if !seqLT(f.seqAckToGuest, f.seqFromGuest) {
 		t.Fatalf("peer acknowledged everything: nothing to test")
 	}
 	type aw struct {

@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"fmt"
@@ -17,21 +17,21 @@ import (
 // table opens the guest side with a SYN of its own; the guest's SYN-ACK
 // establishes it. After that it is translated like a guest connection.
 
-// tcpListener is an open forwarded port.
-type tcpListener struct {
+// listener is an open forwarded port.
+type listener struct {
 	fd        int
 	v6        bool
 	guestPort uint16
 }
 
-// tcpAcceptBatch bounds accepts per event so a flood cannot starve the loop;
+// acceptBatch bounds accepts per event so a flood cannot starve the loop;
 // edge-triggered epoll would not report the rest, so the listener is
 // level-triggered.
-const tcpAcceptBatch = 32
+const acceptBatch = 32
 
 // SetGuest tells the table the guest's MAC and addresses, the destination
 // of forwarded connections. Guest TCP frames also teach them.
-func (t *tcpTable) SetGuest(mac [6]byte, v4, v6 netip.Addr) {
+func (t *Table) SetGuest(mac [6]byte, v4, v6 netip.Addr) {
 	if mac != ([6]byte{}) {
 		t.guestMAC = mac
 	}
@@ -44,7 +44,7 @@ func (t *tcpTable) SetGuest(mac [6]byte, v4, v6 netip.Addr) {
 }
 
 // learnGuest notes the guest's MAC and address from a segment it sent.
-func (t *tcpTable) learnGuest(sg *tcpSegment) {
+func (t *Table) learnGuest(sg *segment) {
 	t.guestMAC = sg.srcMAC
 	if sg.src.Is4() {
 		t.guestV4 = sg.src
@@ -53,22 +53,19 @@ func (t *tcpTable) learnGuest(sg *tcpSegment) {
 	}
 }
 
-// Listen opens a forwarded host port and returns the port it listens on.
-func (t *tcpTable) Listen(fw TCPForward) (uint16, error) {
-	addr := fw.HostAddr
-	if !addr.IsValid() {
-		addr = netip.IPv4Unspecified()
-	}
-	fd, port, err := hostsock.ListenTCP(netip.AddrPortFrom(addr, fw.HostPort), fw.Iface)
+// Listen opens a forwarded host port on addr (port 0: the kernel picks),
+// restricted to interface iface when set, whose connections go to the
+// guest's guestPort (0: the port bound), and returns the port it listens on.
+func (t *Table) Listen(addr netip.AddrPort, iface string, guestPort uint16) (uint16, error) {
+	fd, port, err := hostsock.ListenTCP(addr, iface)
 	if err != nil {
 		return 0, err
 	}
-	gp := fw.GuestPort
-	if gp == 0 {
-		gp = port
+	if guestPort == 0 {
+		guestPort = port
 	}
 	i := len(t.listeners)
-	t.listeners = append(t.listeners, tcpListener{fd: fd, v6: addr.Is6(), guestPort: gp})
+	t.listeners = append(t.listeners, listener{fd: fd, v6: addr.Addr().Is6(), guestPort: guestPort})
 	if t.poll != nil {
 		if err := t.poll.Add(fd, unix.EPOLLIN, t.listenerToken(i)); err != nil {
 			unix.Close(fd)
@@ -79,28 +76,31 @@ func (t *tcpTable) Listen(fw TCPForward) (uint16, error) {
 	return port, nil
 }
 
-func (t *tcpTable) listenerToken(i int) hostsock.Token {
+func (t *Table) listenerToken(i int) hostsock.Token {
 	return hostsock.NewToken(hostsock.OwnerTCPListener, 0, uint32(i))
 }
 
-// closeListeners closes the forwarded ports.
-func (t *tcpTable) closeListeners() {
-	for _, l := range t.listeners {
+// NumListeners is the number of forwarded ports open.
+func (t *Table) NumListeners() int { return len(t.listeners) }
+
+// CloseListenersFrom closes the forwarded ports from index first on.
+func (t *Table) CloseListenersFrom(first int) {
+	for _, l := range t.listeners[first:] {
 		if t.poll != nil {
 			_ = t.poll.Del(l.fd)
 		}
 		unix.Close(l.fd)
 	}
-	t.listeners = nil
+	t.listeners = t.listeners[:first]
 }
 
 // accept takes the pending connections of listener i.
-func (t *tcpTable) accept(now time.Time, i int) {
+func (t *Table) accept(now time.Time, i int) {
 	if i >= len(t.listeners) {
 		return
 	}
 	l := &t.listeners[i]
-	for n := 0; n < tcpAcceptBatch; n++ {
+	for n := 0; n < acceptBatch; n++ {
 		fd, peer, err := hostsock.Accept(l.fd)
 		if err != nil {
 			return // EAGAIN, or an error the next event retries
@@ -113,7 +113,7 @@ func (t *tcpTable) accept(now time.Time, i int) {
 }
 
 // inbound opens the guest side of an accepted connection.
-func (t *tcpTable) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort uint16) bool {
+func (t *Table) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort uint16) bool {
 	// A loopback peer appears as the gateway, which the guest answers.
 	remote, _ := t.policy.Policy.InboundSource(peer.Addr())
 	guest := t.guestV4
@@ -124,7 +124,7 @@ func (t *tcpTable) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort
 		t.log.Debug("tcp forward: guest address unknown, connection refused", "peer", peer)
 		return false
 	}
-	key := tcpKey{guestAddr: guest.As16(), remoteAddr: remote.As16(), guestPort: guestPort,
+	key := connKey{guestAddr: guest.As16(), remoteAddr: remote.As16(), guestPort: guestPort,
 		remotePort: peer.Port(), v6: guest.Is6()}
 	if _, busy := t.byKey[key]; busy {
 		return false
@@ -144,7 +144,7 @@ func (t *tcpTable) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort
 	}
 	hostsock.TuneTCP(fd, t.cfg.SndBuf, t.cfg.RcvBuf)
 	f.mssToGuest = max(t.cfg.MTU-t.ipHdrLen(key.v6)-header.TCPMinimumSize, 64)
-	f.wsToGuest = tcpWsToGuest // offered; dropped if the guest's SYN-ACK has none
+	f.wsToGuest = wsToGuestDefault // offered; dropped if the guest's SYN-ACK has none
 	f.wndFromGuest = 1
 	f.iss = rand.Uint32()
 	f.seqToGuest, f.sndMax, f.seqAckFromGuest = f.iss, f.iss, f.iss
@@ -159,7 +159,7 @@ func (t *tcpTable) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort
 
 // guestSynAck handles the guest's answer to our SYN. It reports whether the
 // segment should go on to the established-state processing.
-func (t *tcpTable) guestSynAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
+func (t *Table) guestSynAck(now time.Time, f *conn, sg *segment) bool {
 	if !sg.flags.Has(header.TCPFlagSYN|header.TCPFlagACK) || sg.ack != f.iss+1 || f.flags&flSynDue != 0 {
 		return false
 	}
@@ -167,7 +167,7 @@ func (t *tcpTable) guestSynAck(now time.Time, f *tcpFlow, sg *tcpSegment) bool {
 	f.ackBase = sg.seq + 1 // an accepted socket's tcpi_bytes_acked does not count the SYN
 	f.seqFromGuest = sg.seq + 1
 	f.seqAckToGuest = f.seqFromGuest
-	mss := tcpMSSDefault
+	mss := mssDefault
 	if sg.opts.HasMSS && sg.opts.MSS > 0 {
 		mss = int(sg.opts.MSS)
 	}

@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ func TestTCPUploadWindowByEPOLLOUT(t *testing.T) {
 // the window (a short write: in-flight data beyond what we can write), or
 // when the ACK passes what was written.
 func tcpRunUploadNoTimers(t *testing.T, n int, limit time.Duration, guestMSS uint16) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
 	h.sendSYN(header.TCPOptions{HasMSS: true, MSS: guestMSS, HasWindowScale: true, WindowScale: 7})
 	synack := h.collect("SYN-ACK", func(s []tcpSeg) bool { return len(s) > 0 })
@@ -73,7 +73,7 @@ func tcpRunUploadNoTimers(t *testing.T, n int, limit time.Duration, guestMSS uin
 	una, wnd := base, uint32(synack[0].wnd) // a SYN's window is not scaled
 	maxWnd := wnd
 	for _, s := range h.flush() {
-		una, wnd = s.ack, uint32(s.wnd)<<tcpWsToGuest
+		una, wnd = s.ack, uint32(s.wnd)<<wsToGuestDefault
 	}
 	maxWnd = max(maxWnd, wnd)
 	start := time.Now()
@@ -119,13 +119,13 @@ func tcpRunUploadNoTimers(t *testing.T, n int, limit time.Duration, guestMSS uin
 			}
 		}
 		for _, s := range out {
-			if tcpSeqGT(s.ack, f.seqFromGuest) {
+			if seqGT(s.ack, f.seqFromGuest) {
 				t.Fatalf("ACK %d beyond what was written (%d)", s.ack-base, f.seqFromGuest-base)
 			}
-			if tcpSeqGT(s.ack, una) {
+			if seqGT(s.ack, una) {
 				una = s.ack
 			}
-			wnd = uint32(s.wnd) << tcpWsToGuest
+			wnd = uint32(s.wnd) << wsToGuestDefault
 			maxWnd = max(maxWnd, wnd)
 		}
 	}

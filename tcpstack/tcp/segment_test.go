@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ func TestTCPGuestMSSAndMTU(t *testing.T) {
 	for _, tc := range []struct {
 		mss, want int
 	}{{500, 500}, {9000, 1460}} {
-		h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+		h := tcpNewHarness(t, Config{MTU: 1500})
 		ln := h.listen()
 		peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: uint16(tc.mss)})
 		data := tcpPattern(10 * tc.want)
@@ -43,7 +43,7 @@ func TestTCPGuestMSSAndMTU(t *testing.T) {
 // to 64 KiB with GSO fields describing the segmentation, and carry a partial
 // checksum the guest completes.
 func TestTCPGSOFrames(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h := tcpNewHarness(t, Config{MTU: 1500})
 	h.tab.SetFeatures(true, true, true)
 	ln := h.listen()
 	peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: 1460, HasWindowScale: true, WindowScale: 7})
@@ -86,7 +86,7 @@ func TestTCPGSOFrames(t *testing.T) {
 // TestTCPChecksumAcrossIovecs: full TCP checksums are right when the guest
 // buffers split the payload at odd offsets (merged RX buffers).
 func TestTCPChecksumAcrossIovecs(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h := tcpNewHarness(t, Config{MTU: 1500})
 	h.w.chunk = 333
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
@@ -105,7 +105,7 @@ func TestTCPChecksumAcrossIovecs(t *testing.T) {
 
 // TestTCPIPv6: a guest IPv6 connection to the gateway reaches ::1.
 func TestTCPIPv6(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln, err := net.ListenTCP("tcp6", &net.TCPAddr{IP: net.IPv6loopback})
 	if err != nil {
 		t.Skip("no IPv6 loopback")
@@ -127,7 +127,7 @@ func TestTCPIPv6(t *testing.T) {
 
 // TestTCPTableFull: a SYN beyond MaxFlows is refused and counted.
 func TestTCPTableFull(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MaxFlows: 1})
+	h := tcpNewHarness(t, Config{MaxFlows: 1})
 	ln := h.listen()
 	h.establish(ln, tcpMss1400ws7)
 	h.guest = netip.MustParseAddrPort("10.0.2.15:40001")
@@ -151,7 +151,7 @@ func TestTCPTableFull(t *testing.T) {
 // TestTCPUnknownSegmentReset: a segment for no known connection gets an RST
 // (seq from its ACK), queued behind nothing and bounded in number.
 func TestTCPUnknownSegmentReset(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	h.remote = netip.MustParseAddrPort("10.0.2.2:12345")
 	h.w.free = 0
 	for i := 0; i < 40; i++ {
@@ -162,8 +162,8 @@ func TestTCPUnknownSegmentReset(t *testing.T) {
 	}
 	h.w.free = 100
 	got := h.flush()
-	if len(got) != tcpRSTQueueLen {
-		t.Fatalf("want %d RSTs (queue bound), got %d", tcpRSTQueueLen, len(got))
+	if len(got) != rstQueueLen {
+		t.Fatalf("want %d RSTs (queue bound), got %d", rstQueueLen, len(got))
 	}
 	if s := got[0]; s.flags != header.TCPFlagRST || s.seq != 5000 || s.src != h.remote || s.dst != h.guest {
 		t.Fatalf("bad RST %+v", s)
@@ -173,7 +173,7 @@ func TestTCPUnknownSegmentReset(t *testing.T) {
 	if got := h.flush(); len(got) != 0 {
 		t.Fatalf("RST answered")
 	}
-	if h.stats.RSTSent.Load() != tcpRSTQueueLen || h.tab.Len() != 0 {
+	if h.stats.RSTSent.Load() != rstQueueLen || h.tab.Len() != 0 {
 		t.Fatalf("rst sent %d", h.stats.RSTSent.Load())
 	}
 }

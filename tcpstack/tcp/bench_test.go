@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"encoding/binary"
@@ -88,7 +88,7 @@ func (a *tcpBenchAck) send(h *tcpHarness, seq, ack uint32) {
 // output pass (peek into guest buffers, headers, commit) and one guest ACK
 // (MSG_TRUNC). 0 allocs/op.
 func BenchmarkTCPHostToGuest(b *testing.B) {
-	h := tcpNewHarness(b, TCPConfig{MTU: 65520})
+	h := tcpNewHarness(b, Config{MTU: 65520})
 	h.tab.SetFeatures(true, true, true)
 	ln := h.listen()
 	peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: 65480, HasWindowScale: true, WindowScale: 7})
@@ -121,7 +121,7 @@ func BenchmarkTCPHostToGuest(b *testing.B) {
 // written to the host socket from "guest memory" and its ACK frame.
 // 0 allocs/op.
 func BenchmarkTCPGuestToHost(b *testing.B) {
-	h := tcpNewHarness(b, TCPConfig{})
+	h := tcpNewHarness(b, Config{})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	go io.Copy(io.Discard, peer)

@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"bytes"
@@ -41,7 +41,7 @@ func (h *tcpHarness) queued() int {
 // advances by exactly the bytes of k frames; the rest goes out on the next
 // output pass once descriptors are back, with no timer and no socket event.
 func TestTCPFrameAccounting(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h := tcpNewHarness(t, Config{MTU: 1500})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	f := h.flow()
@@ -93,7 +93,7 @@ func TestTCPFrameAccounting(t *testing.T) {
 // TestTCPFlagsDoNotOvertakeData: a FIN from the host peer, and an ACK for
 // guest data, queue behind data that is waiting for descriptors.
 func TestTCPFlagsDoNotOvertakeData(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h := tcpNewHarness(t, Config{MTU: 1500})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	f := h.flow()
@@ -141,7 +141,7 @@ func TestTCPFlagsDoNotOvertakeData(t *testing.T) {
 // tcpTestPeek drives MSG_PEEK reads, MSG_TRUNC consumption on guest ACKs and
 // rewinds on duplicate ACKs, with or without SO_PEEK_OFF.
 func tcpTestPeek(t *testing.T, noPeekOff bool) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500, NoPeekOffset: noPeekOff})
+	h := tcpNewHarness(t, Config{MTU: 1500, NoPeekOffset: noPeekOff})
 	if h.tab.peekOff == noPeekOff {
 		t.Fatalf("peekOff = %v", h.tab.peekOff)
 	}
@@ -212,7 +212,7 @@ func TestTCPPeekDiscardFallback(t *testing.T) { tcpTestPeek(t, true) }
 // TestTCPGuestDataToHost: guest payload reaches the host socket and is
 // acknowledged for what was written (loopback peer: at once).
 func TestTCPGuestDataToHost(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()
@@ -235,8 +235,8 @@ func TestTCPGuestDataToHost(t *testing.T) {
 	// with duplicate ACKs for the guest's fast retransmit, once per gap.
 	h.inject(h.frame(header.TCPFlagACK, h.seq+100, h.ack, h.wnd, nil, []byte("gap")))
 	again := h.flush()
-	if len(again) != 1+tcpDupAcks {
-		t.Fatalf("gap: want %d ACKs, got %d", 1+tcpDupAcks, len(again))
+	if len(again) != 1+dupAcksToSend {
+		t.Fatalf("gap: want %d ACKs, got %d", 1+dupAcksToSend, len(again))
 	}
 	for _, s := range again {
 		if s.ack != h.seq || s.flags != header.TCPFlagACK || s.wnd != again[0].wnd || len(s.payload) != 0 {
@@ -260,7 +260,7 @@ func TestTCPGuestDataToHost(t *testing.T) {
 // flight and guest buffers split at odd sizes still places every byte in
 // order, with correct checksums.
 func TestTCPFallbackChunkedBuffers(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500, NoPeekOffset: true})
+	h := tcpNewHarness(t, Config{MTU: 1500, NoPeekOffset: true})
 	h.w.chunk = 333
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
@@ -286,7 +286,7 @@ func TestTCPFallbackChunkedBuffers(t *testing.T) {
 // peer's FIN already seen, the short peek that follows must not be taken
 // for the end of the data: the guest gets every byte, then the FIN.
 func TestTCPTinyBuffersFinAfterAllData(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h := tcpNewHarness(t, Config{MTU: 1500})
 	h.w.chunk = 12
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
@@ -325,7 +325,7 @@ func TestTCPTinyBuffersFinAfterAllData(t *testing.T) {
 // readable is in flight, and data the host sends next must still reach
 // the guest without waiting for a guest ACK.
 func TestTCPRxRefillThenNewHostData(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{MTU: 1500})
+	h := tcpNewHarness(t, Config{MTU: 1500})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()

@@ -1,8 +1,8 @@
-package tcpstack
+package tcp
 
 // TCP translation: how the event loop plugs it in.
 //
-// tcpTable (tcp_table.go) holds one queue pair's TCP connections: a fixed
+// Table (tcp_table.go) holds one queue pair's TCP connections: a fixed
 // array of cfg.MaxFlows slots, a map from the guest-side 4-tuple to a slot,
 // no goroutine per connection and no locks; only the pair's loop goroutine
 // touches it. Counters are in stats.TCP (atomics, for metrics). A guest TCP
@@ -23,7 +23,7 @@ package tcpstack
 //
 // and calls:
 //
-//	t := newTCPTable(cfg TCPConfig, stats *stats.TCP, p tcpPoller) // once per pair index; keep it across restarts
+//	t := New(cfg Config, stats *stats.TCP, p tcpPoller) // once per pair index; keep it across restarts
 //	t.Attach(p tcpPoller)                        // after StartPair built a new epoll set: re-registers all sockets
 //	t.Detach()                                   // when the loop stops, before its epoll set is closed
 //	t.SetGuest(mac [6]byte, v4, v6 netip.Addr)   // guest MAC/addresses for forwarded connections (also learned from frames)

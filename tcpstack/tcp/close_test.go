@@ -1,4 +1,4 @@
-package tcpstack
+package tcp
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func hasFlag(ss []tcpSeg, fl header.TCPFlags) bool {
 // reaches the guest after that data, and the guest's ACK of it ends the
 // connection.
 func TestTCPGuestCloseFirst(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()
@@ -86,7 +86,7 @@ func TestTCPGuestCloseFirst(t *testing.T) {
 // TestTCPPeerCloseFirst: the host peer closes its side; the guest gets the
 // data and a FIN, keeps sending (half-close the other way), then closes.
 func TestTCPPeerCloseFirst(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	peer.Write([]byte("bye"))
@@ -118,7 +118,7 @@ func TestTCPPeerCloseFirst(t *testing.T) {
 
 // TestTCPGuestReset: a guest RST resets the host connection.
 func TestTCPGuestReset(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.inject(h.frame(header.TCPFlagRST, h.seq, 0, 0, nil, nil))
@@ -133,7 +133,7 @@ func TestTCPGuestReset(t *testing.T) {
 
 // TestTCPPeerReset: a host RST becomes an RST to the guest.
 func TestTCPPeerReset(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()
@@ -151,7 +151,7 @@ func TestTCPPeerReset(t *testing.T) {
 // TestTCPHandshakeTimeout: a host connect() that never completes is reset
 // after HandshakeTimeout of the injected clock, not before.
 func TestTCPHandshakeTimeout(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{HandshakeTimeout: 10 * time.Second})
+	h := tcpNewHarness(t, Config{HandshakeTimeout: 10 * time.Second})
 	_, port := tcpBacklogFullListener(t)
 	h.remote = netip.AddrPortFrom(netip.MustParseAddr("10.0.2.2"), port)
 	h.sendSYN(tcpMss1400ws7)
@@ -176,7 +176,7 @@ func TestTCPHandshakeTimeout(t *testing.T) {
 // AckTimeout, then after twice that, and so on; after MaxRetrans the
 // connection is reset.
 func TestTCPAckTimeoutBackoff(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{AckTimeout: time.Second, MaxRetrans: 3})
+	h := tcpNewHarness(t, Config{AckTimeout: time.Second, MaxRetrans: 3})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	peer.Write([]byte("unacked"))
@@ -212,7 +212,7 @@ func TestTCPAckTimeoutBackoff(t *testing.T) {
 // TestTCPIdleTimeout: a connection without activity is reset both ways
 // after IdleTimeout; activity pushes the deadline out.
 func TestTCPIdleTimeout(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{IdleTimeout: time.Hour})
+	h := tcpNewHarness(t, Config{IdleTimeout: time.Hour})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()
@@ -237,7 +237,7 @@ func TestTCPIdleTimeout(t *testing.T) {
 // TestTCPFinTimeout: once FINs went both ways, the connection must finish
 // within FinTimeout (here the guest never acknowledges ours).
 func TestTCPFinTimeout(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{FinTimeout: time.Minute})
+	h := tcpNewHarness(t, Config{FinTimeout: time.Minute})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()
@@ -266,7 +266,7 @@ func (h *tcpHarness) epollQuiet(d time.Duration) bool {
 // FIN already passed on, and a fully shut socket waiting for the guest's
 // last ACK produce no endless epoll events.
 func TestTCPNoEventStorm(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{})
+	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	peer.Write([]byte("in flight"))
@@ -291,7 +291,7 @@ func TestTCPNoEventStorm(t *testing.T) {
 // TestTCPAckAfterRewind: an ACK for data sent before a timeout rewind is
 // taken (the guest had it after all), and sending resumes after it.
 func TestTCPAckAfterRewind(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{AckTimeout: time.Second, MTU: 1500})
+	h := tcpNewHarness(t, Config{AckTimeout: time.Second, MTU: 1500})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	f := h.flow()
@@ -324,7 +324,7 @@ func TestTCPAckAfterRewind(t *testing.T) {
 // the host peer, still open, may stay quiet for longer than FinTimeout and
 // answer later. Only the idle timeout applies until FINs went both ways.
 func TestTCPHalfClosedQuietNotReset(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{FinTimeout: time.Minute, IdleTimeout: time.Hour})
+	h := tcpNewHarness(t, Config{FinTimeout: time.Minute, IdleTimeout: time.Hour})
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()
@@ -356,7 +356,7 @@ func TestTCPHalfClosedQuietNotReset(t *testing.T) {
 // buffer for its RST. A guest that keeps sending but never refills RX does
 // not keep the slot: it is released FinTimeout after the reset.
 func TestTCPResettingFlowReleasedDespiteGuestTraffic(t *testing.T) {
-	h := tcpNewHarness(t, TCPConfig{FinTimeout: time.Minute, IdleTimeout: time.Hour})
+	h := tcpNewHarness(t, Config{FinTimeout: time.Minute, IdleTimeout: time.Hour})
 	ln := h.listen()
 	h.establish(ln, tcpMss1400ws7)
 	h.flush()

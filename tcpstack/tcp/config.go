@@ -1,16 +1,16 @@
-package tcpstack
+package tcp
 
 import (
 	"log/slog"
-	"net/netip"
 	"time"
 
-	"vunet/tcpstack/linksvc"
+	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/hostsock"
 )
 
-// TCPConfig configures TCP translation. The zero value is usable: every zero
+// Config configures TCP translation. The zero value is usable: every zero
 // field takes the default documented on it.
-type TCPConfig struct {
+type Config struct {
 	// MaxFlows bounds the connections per queue pair (default 4096). The
 	// table is allocated once; a SYN beyond it is answered with RST.
 	MaxFlows int
@@ -18,9 +18,12 @@ type TCPConfig struct {
 	OurMAC [6]byte
 	// MTU of the guest link (default 65520): frames without GSO stay within it.
 	MTU int
-	// BindV4 and BindV6, when valid, are the source addresses host
-	// sockets bind to before connecting (Config.Outbound4/6).
-	BindV4, BindV6 netip.Addr
+	// Source is what host sockets bind to before connecting (passt's
+	// -o/--outbound); invalid addresses let the routing table pick.
+	Source hostsock.Source
+	// Policy decides which guest connections may be made, and to where;
+	// nil refuses every one.
+	Policy *addrpolicy.Policy
 	// SndBuf and RcvBuf pin SO_SNDBUF / SO_RCVBUF on host sockets when
 	// non-zero. Zero (the default) leaves the kernel's auto-tuning alone
 	// (DESIGN invariant 6); pinning is for experiments.
@@ -58,12 +61,15 @@ type TCPConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *TCPConfig) setDefaults() {
+// defaultMTU is the guest MTU unless configured, as in passt.
+const defaultMTU = 65520
+
+func (c *Config) setDefaults() {
 	if c.MaxFlows <= 0 {
 		c.MaxFlows = 4096
 	}
 	if c.MTU <= 0 {
-		c.MTU = linksvc.DefaultMTU
+		c.MTU = defaultMTU
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second

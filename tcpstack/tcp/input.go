@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"math/rand/v2"
 	"net/netip"
 	"time"
 
@@ -12,6 +11,11 @@ import (
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 )
+
+// The guest's segments (the TX path's side of a connection): parsed from the
+// frame's Packet, matched to a connection or opening one, their ACK and
+// window taken, their payload written to the host socket straight from
+// guest memory.
 
 // segment is a guest TCP segment with its headers parsed out of the
 // copied head, and where its payload is in guest memory.
@@ -98,106 +102,6 @@ func (t *Table) HandleGuestFrame(now time.Time, p *header.Packet, frame [][]byte
 		t.noteTimer(t.deadline(f))
 	}
 	return true
-}
-
-// wsToGuestDefault is the window scale we offer the guest: 2^8 × 64 KiB covers
-// maxWindow.
-const wsToGuestDefault = 8
-
-// dupAcksToSend is how many duplicate ACKs announce a gap (Linux's default
-// reordering threshold).
-const dupAcksToSend = 3
-
-// mssDefault is the MSS assumed when the guest's SYN has none (RFC 9293).
-const mssDefault = 536
-
-func (t *Table) ipHdrLen(v6 bool) int {
-	if v6 {
-		return header.IPv6MinimumSize
-	}
-	return header.IPv4MinimumSize
-}
-
-// connect starts a host connection to host (where the address policy sends
-// the guest's destination) for a guest SYN.
-func (t *Table) connect(now time.Time, sg *segment, host netip.AddrPort) {
-	if sg.srcPort == 0 || sg.dstPort == 0 {
-		return
-	}
-	f := t.alloc(sg.key)
-	if f == nil {
-		t.stats.TableFull.Add(1)
-		t.queueRST(sg)
-		return
-	}
-	f.guestMAC = sg.srcMAC
-	f.guestAddr, f.remoteAddr = sg.src, sg.dst
-	f.guestPort, f.remotePort = sg.srcPort, sg.dstPort
-	f.seqInitFromGuest = sg.seq
-	f.ackBase = sg.seq // tcpi_bytes_acked counts the SYN of a connect()ed socket
-	f.seqFromGuest = sg.seq + 1
-	f.seqAckToGuest = f.seqFromGuest
-	mss := mssDefault
-	if sg.opts.HasMSS && sg.opts.MSS > 0 {
-		mss = int(sg.opts.MSS)
-	}
-	f.mssToGuest = max(min(mss, t.cfg.MTU-t.ipHdrLen(sg.key.v6)-header.TCPMinimumSize), 64)
-	if sg.opts.HasWindowScale {
-		f.wsFromGuest = min(sg.opts.WindowScale, header.TCPMaxWindowScale)
-		f.wsToGuest = wsToGuestDefault
-	}
-	f.wndFromGuest = max(uint32(sg.wnd), 1) // RFC 7323: the SYN's window is not scaled
-	f.guestSACK = sg.opts.SACKPermitted
-	f.iss = rand.Uint32()
-	f.seqToGuest = f.iss
-	f.sndMax = f.iss
-	f.seqAckFromGuest = f.iss
-	f.created, f.lastActivity = now, now
-
-	if host.Addr().IsLoopback() {
-		f.flags |= flLocal
-	}
-	t.stats.Connects.Add(1)
-	fd, inProgress, err := t.dial(host, t.cfg.SndBuf, t.cfg.RcvBuf)
-	t.setState(f, stats.TCPConnecting)
-	if err != nil {
-		t.stats.ConnectFailures.Add(1)
-		t.log.Debug("tcp connect failed", "dst", host, "err", err)
-		t.resetFlow(f, now)
-		return
-	}
-	f.fd = fd
-	if !inProgress {
-		t.connected(f)
-	}
-	t.updateEpoll(f)
-	t.noteTimer(t.deadline(f))
-}
-
-// connected moves f on once its host connect() completed: the SYN-ACK to
-// the guest is due only now, so the guest never sees a connection the host
-// could not make.
-func (t *Table) connected(f *conn) {
-	f.flags |= flConnected | flSynAckDue
-	t.setState(f, stats.TCPSynAckSent)
-	t.markDirty(f)
-}
-
-// establish finishes the handshake on the guest's ACK of our SYN-ACK.
-func (t *Table) establish(now time.Time, f *conn) {
-	t.setState(f, stats.TCPEstablished)
-	f.seqAckFromGuest = f.iss + 1
-	f.lastAckProg = now
-	if t.peekOff {
-		if err := hostsock.SetInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); err != nil {
-			t.log.Debug("tcp SO_PEEK_OFF failed", "err", err)
-			t.resetFlow(f, now)
-			return
-		}
-	}
-	t.updateEpoll(f)
-	// The host peer may have sent data already (it spoke first): read it.
-	t.markDirty(f)
 }
 
 // guestSegment handles a segment for an existing connection.
@@ -324,71 +228,9 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 	return true
 }
 
-// unstall implements DESIGN invariant 4 on a guest ACK or window opening:
-// clear STALLED, re-apply the window clamp so the kernel recomputes the
-// window it advertises to the host peer, and read the socket right away
-// (markDirty: the loop's output pass this iteration), not waiting for epoll.
-func (t *Table) unstall(f *conn) {
-	f.flags &^= flStalled | flWndStall
-	t.applyClampWorkaround(f)
-	t.updateEpoll(f)
-	t.markDirty(f)
-}
-
-// applyClampWorkaround re-sets TCP_WINDOW_CLAMP to the socket's current
-// clamp, raised to the window it already advertises if that is larger.
-//
-// On Linux 6.1–6.5, consuming data with MSG_TRUNC after a zero window did
-// not make the kernel advertise the reopened window; setting the clamp
-// forced the recomputation (passt commit "Force TCP_WINDOW_CLAMP before
-// resetting STALLED flag"). Since the "mid stream window clamp" change
-// (~6.7), a clamp below the current window shrinks it at once, and a clamp
-// taken from a momentarily tiny guest window could lock the host window
-// near zero. So the value is never derived from the guest's window: it is
-// the kernel's own clamp (never below the advertised receive window, never
-// zero). On 6.7+ setting an unchanged clamp is a no-op in the kernel, so the
-// workaround cannot hurt there.
-func (t *Table) applyClampWorkaround(f *conn) {
-	if t.cfg.NoWindowClamp || f.fd < 0 {
-		return
-	}
-	cur, err := hostsock.GetInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
-	if err != nil || cur <= 0 {
-		return
-	}
-	v := cur
-	if hostsock.TCPInfo(f.fd, &t.info) && int(t.info.Rcv_wnd) > v {
-		v = int(t.info.Rcv_wnd)
-	}
-	if hostsock.SetInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, v) != nil {
-		return
-	}
-	f.clamp = v
-	t.stats.ClampApplications.Add(1)
-}
-
-// rewind makes the next output pass send again from the guest's last ACK.
-func (t *Table) rewind(f *conn, cause stats.TCPRetransCause) {
-	if f.inFlight() == 0 {
-		return
-	}
-	if f.has(evGuestFinSent) && !f.has(evGuestFinAck) {
-		f.events &^= evGuestFinSent
-	}
-	f.seqToGuest = f.seqAckFromGuest
-	f.dupAcks = 0
-	if t.peekOff && f.fd >= 0 {
-		if err := hostsock.SetInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); err != nil {
-			t.log.Debug("tcp SO_PEEK_OFF reset failed", "err", err)
-		}
-	}
-	t.stats.Retransmits[cause].Add(1)
-	if f.flags&flStalled != 0 {
-		f.flags &^= flStalled | flWndStall
-		t.updateEpoll(f)
-	}
-	t.markDirty(f)
-}
+// dupAcksToSend is how many duplicate ACKs announce a gap (Linux's default
+// reordering threshold).
+const dupAcksToSend = 3
 
 // guestData writes sg's payload to the host socket and handles its FIN.
 func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, skip int) {

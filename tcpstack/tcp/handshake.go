@@ -1,0 +1,112 @@
+package tcp
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
+	"vunet/tcpstack/stats"
+)
+
+// Opening a connection for a guest SYN: the host connect() first, the
+// SYN-ACK to the guest only once it completed.
+
+// wsToGuestDefault is the window scale we offer the guest: 2^8 × 64 KiB covers
+// maxWindow.
+const wsToGuestDefault = 8
+
+// mssDefault is the MSS assumed when the guest's SYN has none (RFC 9293).
+const mssDefault = 536
+
+func (t *Table) ipHdrLen(v6 bool) int {
+	if v6 {
+		return header.IPv6MinimumSize
+	}
+	return header.IPv4MinimumSize
+}
+
+// connect starts a host connection to host (where the address policy sends
+// the guest's destination) for a guest SYN.
+func (t *Table) connect(now time.Time, sg *segment, host netip.AddrPort) {
+	if sg.srcPort == 0 || sg.dstPort == 0 {
+		return
+	}
+	f := t.alloc(sg.key)
+	if f == nil {
+		t.stats.TableFull.Add(1)
+		t.queueRST(sg)
+		return
+	}
+	f.guestMAC = sg.srcMAC
+	f.guestAddr, f.remoteAddr = sg.src, sg.dst
+	f.guestPort, f.remotePort = sg.srcPort, sg.dstPort
+	f.seqInitFromGuest = sg.seq
+	f.ackBase = sg.seq // tcpi_bytes_acked counts the SYN of a connect()ed socket
+	f.seqFromGuest = sg.seq + 1
+	f.seqAckToGuest = f.seqFromGuest
+	mss := mssDefault
+	if sg.opts.HasMSS && sg.opts.MSS > 0 {
+		mss = int(sg.opts.MSS)
+	}
+	f.mssToGuest = max(min(mss, t.cfg.MTU-t.ipHdrLen(sg.key.v6)-header.TCPMinimumSize), 64)
+	if sg.opts.HasWindowScale {
+		f.wsFromGuest = min(sg.opts.WindowScale, header.TCPMaxWindowScale)
+		f.wsToGuest = wsToGuestDefault
+	}
+	f.wndFromGuest = max(uint32(sg.wnd), 1) // RFC 7323: the SYN's window is not scaled
+	f.guestSACK = sg.opts.SACKPermitted
+	f.iss = rand.Uint32()
+	f.seqToGuest = f.iss
+	f.sndMax = f.iss
+	f.seqAckFromGuest = f.iss
+	f.created, f.lastActivity = now, now
+
+	if host.Addr().IsLoopback() {
+		f.flags |= flLocal
+	}
+	t.stats.Connects.Add(1)
+	fd, inProgress, err := t.dial(host, t.cfg.SndBuf, t.cfg.RcvBuf)
+	t.setState(f, stats.TCPConnecting)
+	if err != nil {
+		t.stats.ConnectFailures.Add(1)
+		t.log.Debug("tcp connect failed", "dst", host, "err", err)
+		t.resetFlow(f, now)
+		return
+	}
+	f.fd = fd
+	if !inProgress {
+		t.connected(f)
+	}
+	t.updateEpoll(f)
+	t.noteTimer(t.deadline(f))
+}
+
+// connected moves f on once its host connect() completed: the SYN-ACK to
+// the guest is due only now, so the guest never sees a connection the host
+// could not make.
+func (t *Table) connected(f *conn) {
+	f.flags |= flConnected | flSynAckDue
+	t.setState(f, stats.TCPSynAckSent)
+	t.markDirty(f)
+}
+
+// establish finishes the handshake on the guest's ACK of our SYN-ACK.
+func (t *Table) establish(now time.Time, f *conn) {
+	t.setState(f, stats.TCPEstablished)
+	f.seqAckFromGuest = f.iss + 1
+	f.lastAckProg = now
+	if t.peekOff {
+		if err := hostsock.SetInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); err != nil {
+			t.log.Debug("tcp SO_PEEK_OFF failed", "err", err)
+			t.resetFlow(f, now)
+			return
+		}
+	}
+	t.updateEpoll(f)
+	// The host peer may have sent data already (it spoke first): read it.
+	t.markDirty(f)
+}

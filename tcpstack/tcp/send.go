@@ -1,0 +1,219 @@
+package tcp
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/guestring"
+	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
+)
+
+// Host data to the guest: peeked from the socket straight into reserved
+// guest buffers, committed frame by frame.
+
+// sendData peeks socket data into guest buffers, frame by frame, and
+// commits what it read. seqToGuest advances only on Commit (invariant 1).
+// It returns false when the guest ran out of RX buffers with data left.
+func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
+	if f.fd < 0 || f.has(evGuestFinSent) || (f.has(evSockFin) && f.seqToGuest == f.eofSeq) {
+		return true
+	}
+	v6 := f.key.v6
+	hdrLen := header.EthernetMinimumSize + t.ipHdrLen(v6) + header.TCPMinimumSize
+	frameMax := f.mssToGuest
+	if (v6 && t.tso6) || (!v6 && t.tso4) {
+		// One GSO frame: the IP packet must stay within 64 KiB.
+		frameMax = (0xffff - t.ipHdrLen(v6) - header.TCPMinimumSize) / f.mssToGuest * f.mssToGuest
+		if v6 {
+			frameMax = (0xffff - header.TCPMinimumSize) / f.mssToGuest * f.mssToGuest
+		}
+	}
+	for {
+		already := f.inFlight()
+		wnd := min(f.wndFromGuest, maxWindow)
+		if already >= wnd {
+			t.stall(f, true)
+			return true
+		}
+		fill := int(wnd - already)
+		t.bufs = t.bufs[:0]
+		if !t.peekOff && already > 0 {
+			t.bufs = append(t.bufs, t.discard[:already])
+		}
+		nfr, reserved, blocked := 0, 0, false
+		for fill > 0 && nfr < len(t.frm) && len(t.bufs) < hostsock.MaxIovecs {
+			hdr, pay, st := w.Reserve(hdrLen, min(fill, frameMax))
+			if st != guestring.OK {
+				blocked = true
+				break
+			}
+			fr := &t.frm[nfr]
+			fr.hdr, fr.first, fr.capLen = hdr, len(t.bufs), 0
+			for _, b := range pay {
+				if len(t.bufs) == hostsock.MaxIovecs {
+					// One recvmsg takes no more iovecs: the frame carries
+					// less than reserved, and reserved counts only what the
+					// peek can fill, so a short read is never mistaken for
+					// the end of the data.
+					break
+				}
+				if len(b) > fill-fr.capLen {
+					b = b[:fill-fr.capLen]
+				}
+				if len(b) == 0 {
+					continue
+				}
+				t.bufs = append(t.bufs, b)
+				fr.capLen += len(b)
+			}
+			fr.nbufs = len(t.bufs) - fr.first
+			nfr++
+			if fr.capLen == 0 {
+				break
+			}
+			reserved += fr.capLen
+			fill -= fr.capLen
+		}
+		if nfr > 0 && !blocked {
+			t.rxBlocked(f, false) // buffers came: whatever stops this pass, it is not them
+		}
+		if nfr == 0 {
+			t.bufs = t.bufs[:0]
+			if blocked {
+				t.rxBlocked(f, true)
+				return false
+			}
+			return true
+		}
+		r, err := t.io.Peek(f.fd, t.bufs)
+		got := 0
+		eof := false
+		switch err {
+		case nil:
+			got = r
+			if !t.peekOff {
+				got -= int(already)
+			}
+			// r == 0 is EOF at the peek offset. Without SO_PEEK_OFF, a read
+			// that brings nothing past the bytes in flight is EOF once the
+			// peer's FIN was seen. A short read that brought data is not:
+			// the next pass finds out, and the FIN waits for every byte.
+			eof = r == 0 || (f.has(evSockRdHup) && got <= 0)
+			got = max(got, 0)
+		case unix.EAGAIN:
+		default:
+			w.Abort()
+			t.bufs = t.bufs[:0]
+			t.log.Debug("tcp read from host failed", "err", err)
+			t.resetFlow(f, now)
+			return true
+		}
+		startedIdle := already == 0
+		rest := got
+		committed := 0
+		for i := 0; i < nfr && rest > 0; i++ {
+			fr := &t.frm[i]
+			n := min(fr.capLen, rest)
+			last := rest == n
+			t.commitData(f, w, fr, n, last)
+			rest -= n
+			committed++
+		}
+		if committed < nfr {
+			w.Abort()
+		}
+		t.bufs = t.bufs[:0]
+		if got > 0 {
+			t.stats.BytesToGuest.Add(uint64(got))
+			if startedIdle {
+				f.lastAckProg = now // the ACK timeout runs from the first unacked byte
+			}
+			f.flags &^= flAckDue
+		}
+		if eof {
+			f.events |= evSockFin
+			f.eofSeq = f.seqToGuest
+		}
+		switch {
+		case got == 0 && !eof && already > 0:
+			// Everything readable is in flight. Buffers were there: a wait
+			// for them is over, and new host data must wake us (EPOLLIN).
+			t.rxBlocked(f, false)
+			t.stall(f, false)
+			return true
+		case got < reserved && got > 0 && !eof && f.has(evSockRdHup):
+			// Short, but the peer's FIN is queued behind this data: peek
+			// again, to reach it (EOF) in this pass.
+			if f.flags&flStalled != 0 {
+				f.flags &^= flStalled | flWndStall
+				t.updateEpoll(f)
+			}
+			continue
+		case got < reserved:
+			// The socket had less than we had room for: done for now.
+			t.rxBlocked(f, false)
+			if f.flags&flStalled != 0 && got > 0 {
+				f.flags &^= flStalled | flWndStall
+				t.updateEpoll(f)
+			}
+			return true
+		case blocked:
+			t.rxBlocked(f, true)
+			return false
+		}
+		// Every reserved byte was filled: there may be more, go on.
+		if f.flags&flStalled != 0 {
+			f.flags &^= flStalled | flWndStall
+			t.updateEpoll(f)
+		}
+	}
+}
+
+// stall marks f STALLED (invariant 4): wnd when the guest's window is the
+// limit, otherwise all readable data is in flight.
+func (t *Table) stall(f *conn, wnd bool) {
+	was := f.flags & (flStalled | flWndStall)
+	f.flags |= flStalled
+	if wnd {
+		f.flags |= flWndStall
+	} else {
+		f.flags &^= flWndStall
+	}
+	if was&flStalled == 0 {
+		t.stats.Stalls.Add(1)
+	}
+	if was != f.flags&(flStalled|flWndStall) {
+		t.updateEpoll(f)
+	}
+}
+
+// rxBlocked records whether f waits for guest RX buffers. While it does,
+// EPOLLIN is masked: the data would not fit anywhere, and level-triggered
+// readiness would spin the loop. The pending output pass retries it.
+func (t *Table) rxBlocked(f *conn, b bool) {
+	if b == (f.flags&flRxBlocked != 0) {
+		return
+	}
+	if b {
+		f.flags |= flRxBlocked
+	} else {
+		f.flags &^= flRxBlocked
+	}
+	t.updateEpoll(f)
+}
+
+// commitData fills the headers of reserved frame fr for n payload bytes and
+// commits it.
+func (t *Table) commitData(f *conn, w guestring.Sink, fr *reservedFrame, n int, last bool) {
+	fl := header.TCPFlagACK
+	if last {
+		fl |= header.TCPFlagPSH
+	}
+	payload := t.bufs[fr.first : fr.first+fr.nbufs]
+	t.buildHeaders(f, fr.hdr, fl, f.seqToGuest, nil, payload, n)
+	w.Commit(n, &t.vh)
+	f.seqToGuest += uint32(n)
+	f.sndMax = seqMax(f.sndMax, f.seqToGuest)
+}

@@ -1,0 +1,140 @@
+package tcp
+
+import (
+	"time"
+
+	"vunet/tcpstack/stats"
+)
+
+// Timers: every deadline is computed from timestamps kept per connection.
+
+// deadline returns when f's next timer fires; zero for none.
+func (t *Table) deadline(f *conn) time.Time {
+	switch f.state {
+	case stats.TCPFree:
+		return time.Time{}
+	case stats.TCPConnecting, stats.TCPSynAckSent:
+		return f.created.Add(t.cfg.HandshakeTimeout)
+	case stats.TCPSynSent:
+		// Our SYN is repeated every AckTimeout until the handshake times out.
+		return earliest(f.created.Add(t.cfg.HandshakeTimeout), f.lastAckProg.Add(t.cfg.AckTimeout))
+	case stats.TCPResetting:
+		// Waiting for an RX buffer for the RST since the reset
+		// (lastActivity, no longer moved); give up eventually.
+		return f.lastActivity.Add(t.cfg.FinTimeout)
+	}
+	d := f.lastActivity.Add(t.quietTimeout(f))
+	if f.inFlight() > 0 {
+		d = earliest(d, f.lastAckProg.Add(t.ackTimeout(f)))
+	}
+	return earliest(d, f.ackDueAt)
+}
+
+// quietTimeout is how long f may go without activity before it is reset.
+// A half-closed connection is still a connection (one side may keep
+// sending, or both may wait): it gets the idle timeout. The FIN timeout is
+// for the end of a close: both FINs exchanged, or our FIN waiting for the
+// guest's ACK.
+func (t *Table) quietTimeout(f *conn) time.Duration {
+	// evGuestFinSent is cleared by a rewind (the FIN goes again): a
+	// sequence past the EOF is what says our FIN went out.
+	finSent := f.has(evSockFin) && seqGT(f.sndMax, f.eofSeq)
+	if f.state == stats.TCPClosing && finSent && (f.has(evGuestFin) || !f.has(evGuestFinAck)) {
+		return t.cfg.FinTimeout
+	}
+	return t.cfg.IdleTimeout
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// Timers fires the connection timers due at now (handshake, ACK timeout
+// with exponential backoff, delayed ACK checks, FIN and idle timeouts) and
+// returns the next deadline (zero: none). Every timer is computed from
+// explicit timestamps kept per connection, so it can be tested with any
+// clock.
+func (t *Table) Timers(now time.Time) (next time.Time) {
+	// Backwards: release swaps the last active slot into the freed place,
+	// which has already been visited.
+	for i := len(t.active) - 1; i >= 0; i-- {
+		if i >= len(t.active) {
+			continue
+		}
+		f := &t.flows[t.active[i]]
+		d := t.deadline(f)
+		if d.IsZero() || d.After(now) {
+			next = earliest(next, d)
+			continue
+		}
+		t.fire(now, f)
+		if f.state != stats.TCPFree {
+			next = earliest(next, t.deadline(f))
+		}
+	}
+	t.nextTimer = next
+	return next
+}
+
+// fire handles f's expired timers.
+func (t *Table) fire(now time.Time, f *conn) {
+	switch f.state {
+	case stats.TCPSynSent:
+		if f.created.Add(t.cfg.HandshakeTimeout).After(now) {
+			f.flags |= flSynDue
+			f.lastAckProg = now
+			t.markDirty(f)
+			return
+		}
+		t.log.Debug("tcp handshake timeout (forwarded)", "remote", f.remoteAddr, "port", f.remotePort)
+		t.resetFlow(f, now)
+		return
+	case stats.TCPConnecting, stats.TCPSynAckSent:
+		t.log.Debug("tcp handshake timeout", "remote", f.remoteAddr, "port", f.remotePort)
+		if f.state == stats.TCPConnecting {
+			t.stats.ConnectFailures.Add(1)
+		}
+		t.resetFlow(f, now)
+		return
+	case stats.TCPResetting:
+		t.release(f) // the RST never found a buffer
+		return
+	}
+	if !f.ackDueAt.IsZero() && !f.ackDueAt.After(now) {
+		// Only a look: an ACK that repeats the last one is a duplicate
+		// ACK to the guest, and a guest without SACK retransmits on it.
+		f.ackDueAt = time.Time{}
+		f.flags |= flAckCheck
+		t.markDirty(f)
+	}
+	if f.inFlight() > 0 && !f.lastAckProg.Add(t.ackTimeout(f)).After(now) {
+		if int(f.retrans) >= t.cfg.MaxRetrans {
+			t.log.Debug("tcp retransmissions exceeded", "remote", f.remoteAddr, "port", f.remotePort)
+			t.resetFlow(f, now)
+			return
+		}
+		f.retrans++
+		f.lastAckProg = now
+		t.rewind(f, stats.TCPRetransTimeout)
+	}
+	if !f.lastActivity.Add(t.quietTimeout(f)).After(now) {
+		t.log.Debug("tcp idle timeout", "remote", f.remoteAddr, "port", f.remotePort, "closing", f.state == stats.TCPClosing)
+		t.resetFlow(f, now)
+	}
+}
+
+// maxAckTimeout caps the backed-off ACK timeout.
+const maxAckTimeout = time.Minute
+
+// ackTimeout is the ACK timeout after f.retrans retries: AckTimeout doubled
+// per retry, capped (and safe from shift overflow with a large MaxRetrans).
+func (t *Table) ackTimeout(f *conn) time.Duration {
+	d := t.cfg.AckTimeout
+	for i := uint8(0); i < f.retrans && d < maxAckTimeout; i++ {
+		d *= 2
+	}
+	return min(d, maxAckTimeout)
+}

@@ -1,0 +1,288 @@
+package tcp
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/hostsock"
+	"vunet/tcpstack/stats"
+)
+
+// Window policy: the ACK number and window the guest is given (from the
+// host socket's send side and the remote peer's ACKs), STALLED and its
+// window-clamp workaround, rewinds for retransmission.
+
+// unstall implements DESIGN invariant 4 on a guest ACK or window opening:
+// clear STALLED, re-apply the window clamp so the kernel recomputes the
+// window it advertises to the host peer, and read the socket right away
+// (markDirty: the loop's output pass this iteration), not waiting for epoll.
+func (t *Table) unstall(f *conn) {
+	f.flags &^= flStalled | flWndStall
+	t.applyClampWorkaround(f)
+	t.updateEpoll(f)
+	t.markDirty(f)
+}
+
+// applyClampWorkaround re-sets TCP_WINDOW_CLAMP to the socket's current
+// clamp, raised to the window it already advertises if that is larger.
+//
+// On Linux 6.1–6.5, consuming data with MSG_TRUNC after a zero window did
+// not make the kernel advertise the reopened window; setting the clamp
+// forced the recomputation (passt commit "Force TCP_WINDOW_CLAMP before
+// resetting STALLED flag"). Since the "mid stream window clamp" change
+// (~6.7), a clamp below the current window shrinks it at once, and a clamp
+// taken from a momentarily tiny guest window could lock the host window
+// near zero. So the value is never derived from the guest's window: it is
+// the kernel's own clamp (never below the advertised receive window, never
+// zero). On 6.7+ setting an unchanged clamp is a no-op in the kernel, so the
+// workaround cannot hurt there.
+func (t *Table) applyClampWorkaround(f *conn) {
+	if t.cfg.NoWindowClamp || f.fd < 0 {
+		return
+	}
+	cur, err := hostsock.GetInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
+	if err != nil || cur <= 0 {
+		return
+	}
+	v := cur
+	if hostsock.TCPInfo(f.fd, &t.info) && int(t.info.Rcv_wnd) > v {
+		v = int(t.info.Rcv_wnd)
+	}
+	if hostsock.SetInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, v) != nil {
+		return
+	}
+	f.clamp = v
+	t.stats.ClampApplications.Add(1)
+}
+
+// rewind makes the next output pass send again from the guest's last ACK.
+func (t *Table) rewind(f *conn, cause stats.TCPRetransCause) {
+	if f.inFlight() == 0 {
+		return
+	}
+	if f.has(evGuestFinSent) && !f.has(evGuestFinAck) {
+		f.events &^= evGuestFinSent
+	}
+	f.seqToGuest = f.seqAckFromGuest
+	f.dupAcks = 0
+	if t.peekOff && f.fd >= 0 {
+		if err := hostsock.SetInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); err != nil {
+			t.log.Debug("tcp SO_PEEK_OFF reset failed", "err", err)
+		}
+	}
+	t.stats.Retransmits[cause].Add(1)
+	if f.flags&flStalled != 0 {
+		f.flags &^= flStalled | flWndStall
+		t.updateEpoll(f)
+	}
+	t.markDirty(f)
+}
+
+// windowUpdateDue reports whether the window we advertise grew enough since
+// the last frame to be worth a frame of its own. Shrinking is never
+// announced: the guest finds out with the next frame.
+func (t *Table) windowUpdateDue(f *conn) bool {
+	if f.wndToGuest <= f.wndSent || f.wndToGuest>>f.wsToGuest == f.wndSent>>f.wsToGuest {
+		return false
+	}
+	return f.wndSent < uint32(2*f.mssToGuest) || f.wndToGuest-f.wndSent >= f.wndSent/2
+}
+
+// refreshAckWnd updates the ACK number and window we give the guest from
+// the host socket (DESIGN invariants 5 and 7).
+func (t *Table) refreshAckWnd(now time.Time, f *conn) {
+	if f.fd < 0 {
+		f.seqAckToGuest = f.seqFromGuest
+		return
+	}
+	haveInfo := hostsock.TCPInfo(f.fd, &t.info)
+	local := f.flags&flLocal != 0 && !t.cfg.AckOnPeerAck
+	peerAcks := false
+	switch {
+	case !haveInfo || t.cfg.AckOnWrite || local || f.has(evGuestFin):
+		// Written to the socket is good enough: the local peer's kernel
+		// has it (or the guest closed and must not wait for the peer).
+		f.seqAckToGuest = f.seqFromGuest
+	default:
+		// Remote peer: ACK what it acknowledged, so the guest feels the
+		// end-to-end backpressure.
+		peerAcks = true
+		a := f.ackBase + uint32(t.info.Bytes_acked)
+		if seqGT(a, f.seqFromGuest) {
+			a = f.seqFromGuest
+		}
+		if seqGT(a, f.seqAckToGuest) {
+			f.seqAckToGuest = a
+		}
+		if f.seqAckToGuest != f.seqFromGuest && f.ackDueAt.IsZero() {
+			f.ackDueAt = now.Add(t.ackCheckInterval(f))
+		}
+	}
+	handshake := f.state == stats.TCPSynAckSent || f.state == stats.TCPSynSent
+	peerWnd := uint32(maxWindow)
+	queued := 0
+	if haveInfo {
+		peerWnd = t.info.Snd_wnd
+		if handshake && peerWnd == 0 {
+			peerWnd = 65535
+		}
+		// Bytes in our send queue, unsent or unacknowledged (SIOCOUTQ,
+		// without the system call): written minus acknowledged.
+		queued = max(int(int32(f.seqFromGuest-f.ackBase-uint32(t.info.Bytes_acked))), 0)
+	} else {
+		queued = hostsock.SendQueued(f.fd)
+	}
+	sndMSS := 0
+	if haveInfo {
+		sndMSS = int(t.info.Snd_mss)
+	}
+	space, full := t.sendSpace(now, f, queued, sndMSS)
+	wnd := min(uint32(space), uint32(0xffff)<<f.wsToGuest, maxWindow)
+	if handshake || peerAcks {
+		// Mirror the peer's window where ACKs follow the peer (and in the
+		// handshake, before anything was written). Where ACKs follow our
+		// writes the send buffer alone decides: the kernel queues what the
+		// peer cannot take yet, and a window held down by tcpi_snd_wnd
+		// would have no wake-up when the peer reopens it.
+		wnd = min(wnd, peerWnd)
+	}
+	f.wndToGuest = wnd
+	if handshake {
+		return
+	}
+	// A window that is not worth the guest's while needs a trigger to
+	// reopen it. When the send buffer is full by the kernel's own measure,
+	// that trigger is EPOLLOUT: polling the socket now (epoll_ctl) sets
+	// SOCK_NOSPACE, and the ACK that frees a third of the buffer wakes
+	// us (DESIGN invariant 7: window updates go out as soon as space
+	// opens, through the ordered output). The kernel signals nothing for
+	// a socket that never looked full to it, hence the exact test.
+	if full {
+		if f.flags&flOutArmed == 0 {
+			t.armOut(f)
+		}
+	} else if f.flags&flWantOut != 0 {
+		f.flags &^= flWantOut | flOutArmed
+		t.updateEpoll(f)
+	}
+	// Otherwise the window is at least a third of the buffer (see
+	// sendSpace's cap), which the guest can fill, unless something else
+	// held it down (the peer's window): look again shortly.
+	if !full && wnd < f.guestMSS() && f.ackDueAt.IsZero() {
+		f.ackDueAt = now.Add(t.ackCheckInterval(f))
+	}
+}
+
+// ackCheckMax caps the backed-off delay between delayed-ACK checks that
+// find nothing new to tell the guest.
+const ackCheckMax = 200 * time.Millisecond
+
+// ackCheckInterval is how soon f's next delayed-ACK check runs.
+func (t *Table) ackCheckInterval(f *conn) time.Duration {
+	if f.ackCheckIvl > 0 {
+		return f.ackCheckIvl
+	}
+	return t.cfg.AckInterval
+}
+
+// sndBufRefresh is how often a connection's SO_SNDBUF is re-read.
+const sndBufRefresh = 100 * time.Millisecond
+
+// sndRatioOne is 1.0 in conn.sndRatio's fixed point.
+const sndRatioOne = 1024
+
+// skbOverhead bounds the memory the kernel charges per skb of the send
+// queue on top of its payload (sk_buff, shared info, header room: 832
+// bytes on Linux 6.x x86-64).
+const skbOverhead = 1024
+
+// sndRatioMinQueued is how much send-buffer memory must be in use for
+// its payload share to be measured (below it, one skb's overhead would
+// dominate the estimate).
+const sndRatioMinQueued = 8192
+
+// sendSpace returns how many payload bytes f's host socket accepts now
+// without a short write: the window the guest may fill. full reports that
+// the kernel considers the socket not writable (tcp_poll: free space below
+// half the memory queued), so that a poll now arms its EPOLLOUT wake-up.
+//
+// The kernel accounts the send buffer in memory (skb truesize), payload
+// plus per-skb overhead: a buffer of sk_sndbuf bytes holds anywhere from
+// half (small segments) to nearly all (64 KiB segments on loopback) of it
+// in payload. So the free memory (SO_MEMINFO) is turned into payload with
+// the ratio the queue itself shows (queued payload / queued memory), half
+// until it has been measured. The queue's ratio can be better than what
+// comes next (data coalesced into large skbs while the peer's window held
+// it, then MSS-sized writes that go out one skb each), so it is capped by
+// the ratio of one skb per guest segment (sndMSS, the socket's tcpi_snd_mss,
+// bounds how much one skb carries). The kernel accepts a write while any
+// memory is free, so the estimate errs on the safe side (DESIGN invariant
+// 5): the guest never has more in flight than the socket takes.
+func (t *Table) sendSpace(now time.Time, f *conn, queued, sndMSS int) (space int, full bool) {
+	sndbuf, wq, ok := hostsock.SendMemory(f.fd)
+	if !ok {
+		// No SO_MEMINFO (before Linux 4.6): half of SO_SNDBUF, re-read now
+		// and then (it only changes with auto-tuning) and whenever it
+		// looks like the limit.
+		if f.sndBuf == 0 || now.Sub(f.sndBufAt) >= sndBufRefresh || f.sndBuf/2-queued < f.mssToGuest {
+			if sb, err := hostsock.GetInt(f.fd, unix.SOL_SOCKET, unix.SO_SNDBUF); err == nil {
+				f.sndBuf, f.sndBufAt = sb, now
+			}
+		}
+		if f.sndBuf <= 0 {
+			return maxWindow, false
+		}
+		space = max(f.sndBuf/2-queued, 0)
+		return space, space < f.mssToGuest
+	}
+	f.sndBuf, f.sndBufAt = sndbuf, now
+	if queued > 0 && wq >= sndRatioMinQueued {
+		f.sndRatio = uint16(min(max(queued*sndRatioOne/wq, sndRatioOne/4), sndRatioOne))
+	}
+	r := int(f.sndRatio)
+	if r == 0 {
+		r = sndRatioOne / 2
+	}
+	seg := f.mssToGuest
+	if sndMSS > 0 {
+		seg = min(seg, sndMSS)
+	}
+	r = min(r, seg*sndRatioOne/(seg+skbOverhead))
+	// sk_stream_wspace < sk_stream_min_wspace, as tcp_poll computes it:
+	// exactly, or a poll could report writable while we think not, and
+	// EPOLLOUT would never stop.
+	full = sndbuf-wq < wq>>1
+	space = max(sndbuf-wq, 0) * r / sndRatioOne
+	// The kernel wakes a full socket once a third of its buffer is free,
+	// and a Linux guest sends nothing into a window smaller than its MSS,
+	// which it bounds by half the largest window it was ever offered
+	// (tcp_bound_to_half_wnd). Keeping every window at or below 5/8 of the
+	// buffer keeps that MSS below the window the wake-up reopens; without
+	// the cap the guest could sit on a third-of-the-buffer window, waiting
+	// for more, with nothing left to announce it.
+	if lim := sndbuf * r / sndRatioOne * 5 / 8; f.mssToGuest > lim/2 {
+		space = min(space, lim)
+	}
+	return space, full
+}
+
+// armOut asks the kernel to tell f's loop, with EPOLLOUT, when its full
+// send buffer has room again. Registering EPOLLOUT (or re-registering it:
+// epoll_ctl polls the socket) sets SOCK_NOSPACE on a socket that is not
+// writable; the wake-up that follows clears it, so every new full spell
+// needs a poll of its own (flOutArmed tracks that).
+func (t *Table) armOut(f *conn) {
+	f.flags |= flWantOut | flOutArmed
+	if f.inEpoll && f.epollEvents&unix.EPOLLOUT != 0 {
+		f.epollEvents = 0 // same mask: force the epoll_ctl all the same
+	}
+	t.updateEpoll(f)
+}
+
+// guestMSS is the largest segment the guest sends into our window: its MSS,
+// bounded (by Linux, tcp_bound_to_half_wnd) by half the largest window it
+// has seen from us.
+func (f *conn) guestMSS() uint32 {
+	return max(min(uint32(f.mssToGuest), f.maxWndSent/2), 1)
+}

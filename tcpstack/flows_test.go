@@ -3,6 +3,7 @@ package tcpstack
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -82,7 +83,7 @@ func udpEcho(t *testing.T, network, addr string) (port uint16) {
 	t.Helper()
 	c, err := net.ListenPacket(network, addr)
 	if err != nil {
-		t.Skipf("listen %s %s: %v", network, addr, err)
+		testenv.Unavailable(t, fmt.Errorf("listen %s %s: %w", network, addr, err), "loopback addresses for IPv4 and IPv6 ("+"IPv6 on the loopback interface (sysctl -w net.ipv6.conf.lo.disable_ipv6=0)"+")")
 	}
 	t.Cleanup(func() { c.Close() })
 	go func() {

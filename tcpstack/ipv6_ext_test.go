@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/test/testenv"
 )
 
 // withDestOpts inserts an empty Destination Options header (PadN) between
@@ -31,7 +32,7 @@ func TestIPv6ExtensionHeadersDispatched(t *testing.T) {
 	t.Run("tcp", func(t *testing.T) {
 		ln, err := net.Listen("tcp6", "[::1]:0")
 		if err != nil {
-			t.Skipf("no IPv6 loopback: %v", err)
+			testenv.Unavailable(t, err, "IPv6 on the loopback interface (sysctl -w net.ipv6.conf.lo.disable_ipv6=0)")
 		}
 		defer ln.Close()
 		port := uint16(ln.Addr().(*net.TCPAddr).Port)

@@ -150,15 +150,6 @@ func (l *loop) closeFDs() {
 	}
 }
 
-// stop asks the loop to finish and waits until it has left the rings.
-func (l *loop) stop() {
-	l.quit.Store(true)
-	l.wake()
-	<-l.done
-	unix.Close(l.wakefd)
-	l.wakefd = -1
-}
-
 // wake interrupts epoll_wait from another goroutine.
 func (l *loop) wake() {
 	var one = [8]byte{1}
@@ -263,65 +254,6 @@ func (l *loop) iterate(tx bool) {
 	l.armTimer()
 }
 
-// produceRX lets every producer of frames for the guest write what it has:
-// link-service replies first (they are few and unblock guests), then flows.
-func (l *loop) produceRX() (more bool) {
-	l.deliverPending()
-	l.tcpOutput()
-	return l.flows.Flush(l.now, &l.rx)
-}
-
-// queueReply makes the frame just built in l.pending.next() pending.
-func (l *loop) queueReply(n int) {
-	if l.pending.commit(n) {
-		l.st.RX.Drops[stats.DropPendingOverflow].Add(1)
-	}
-}
-
-// deliverPending writes pending replies to the guest until none is left or the
-// RX ring runs out of buffers (the reply stays, the loop retries on refill).
-func (l *loop) deliverPending() {
-	for l.pending.len() > 0 {
-		p := l.pending.front()
-		if !l.qp.RXEnabled {
-			l.st.RX.Drops[stats.DropRingDisabled].Add(1)
-			l.pending.pop()
-			continue
-		}
-		switch l.rx.WriteFrame(p.buf[:p.n], 0) {
-		case guestring.OK:
-			l.popPending(p)
-		case guestring.NoFit:
-			l.st.RX.Drops[stats.DropNoFit].Add(1)
-			l.popPending(p)
-		case guestring.Broken:
-			l.st.RX.Drops[stats.DropQueueBroken].Add(1)
-			l.popPending(p)
-		case guestring.NoDesc:
-			if !p.waited {
-				p.waited = true
-				l.st.RXWaitedForDescriptors.Add(1)
-			}
-			return
-		default: // Limited: try again next iteration
-			return
-		}
-	}
-}
-
-// popPending removes p, the front pending reply, once it went out or was
-// dropped. An announcement counts as its service's reply only now (see
-// queueAnnouncement).
-func (l *loop) popPending(p *pendingReply) {
-	if p.announce {
-		l.st.ServiceReplies[p.svc].Add(1)
-		if p.svc == stats.SvcNDP {
-			l.st.Proto.RouterAdverts.Add(1)
-		}
-	}
-	l.pending.pop()
-}
-
 // armTimer sets the timerfd to the earliest deadline of the flows (polling
 // mode keeps its periodic timer).
 func (l *loop) armTimer() {
@@ -371,68 +303,17 @@ func (l *loop) onSocket(tok hostsock.Token, events uint32) {
 	}
 }
 
-// shutdown leaves the rings consistent for GET_VRING_BASE and a restart
-// (used.idx catches up with LastAvail): every TX chain was pushed in its
-// batch and is flushed; RX reservations are rewound and
-// pushed chains published. Pending replies are dropped with the loop
-// (counted, announcements excepted).
-func (l *loop) shutdown() {
-	if !l.faulted {
-		l.leaveRings()
-	}
-	// Announcements are made again at the next start: not drops.
-	if n := l.pending.replies(); n > 0 {
-		l.st.RX.Drops[stats.DropRingDisabled].Add(uint64(n))
-	}
-	l.flows.Detach()
-	l.closeFDs()
+// attachTCP hands the pair's connections to this loop: their sockets join
+// its epoll set, and they learn the guest's offloads and MTU.
+func (l *loop) attachTCP() {
+	f := l.qp.Features
+	l.tcp.Attach(l.ep)
+	l.tcp.SetFeatures(l.guestCsum,
+		virtqueue.HasFeature(f, virtqueue.FeatureNetGuestTSO4),
+		virtqueue.HasFeature(f, virtqueue.FeatureNetGuestTSO6))
+	l.mtu = l.s.MTU()
+	l.tcp.SetMTU(l.mtu)
 }
 
-// leaveRings publishes what the loop holds on the rings. Guest memory can
-// fault here too (shrunk just as the pair stops).
-func (l *loop) leaveRings() {
-	defer l.recoverFault()
-	l.rx.Publish()
-	// TX chains are flushed per batch, but bad chains Pop staged after the
-	// last batch's Flush would be counted in LastAvail and never reach
-	// used.idx.
-	l.qp.TX.Flush()
-}
-
-// recoverFault, deferred, turns a fault on guest memory into a stopped
-// loop: the pair is marked faulted so nothing touches its rings again,
-// the fault is counted and logged (rate-limited per Stack: a front-end
-// can make every rebuilt loop fault). Any other panic is a bug and goes
-// on.
-func (l *loop) recoverFault() {
-	r := recover()
-	if r == nil {
-		return
-	}
-	fault, ok := r.(interface{ Addr() uintptr })
-	if !ok {
-		panic(r)
-	}
-	l.faulted = true
-	n := l.st.MemoryFaults.Add(1)
-	l.s.logMemoryFault(l.log, fault.Addr(), n)
-	// The front-end learns of it through the vrings' error eventfds
-	// (touching no guest memory).
-	for _, q := range [...]*virtqueue.SplitQueue{l.qp.RX, l.qp.TX} {
-		if err := q.SignalErr(); err != nil {
-			l.log.Warn("signal vring error fd", "err", err)
-		}
-	}
-}
-
-// memoryFaultLogInterval bounds how often memory faults are logged.
-const memoryFaultLogInterval = 5 * time.Second
-
-func (s *Stack) logMemoryFault(log *slog.Logger, addr uintptr, faults uint64) {
-	if ok, _ := s.faultLog.Allow(time.Now(), memoryFaultLogInterval); !ok {
-		return
-	}
-	log.Error("guest memory fault: queue pair stopped until the front-end rebuilds it "+
-		"(the front-end shrank or unmapped guest memory)",
-		"addr", fmt.Sprintf("%#x", addr), "faults", faults)
-}
+// tcpDeadline is the TCP table's next timer, zero for none.
+func (l *loop) tcpDeadline() time.Time { return l.tcp.NextTimer() }

@@ -4,61 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/dgram"
-	"vunet/tcpstack/guestring"
-	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
 	"vunet/tcpstack/tcp"
 	"vunet/virtqueue"
 )
-
-// Config configures a [Stack].
-type Config struct {
-	// Logger receives the data path's logs; nil means slog.Default().
-	Logger *slog.Logger
-	// Addr is what the guest is told about its link (addresses, gateway,
-	// resolvers, MTU); the link services answer from it and the flows map
-	// the gateway with it. A zero OurMAC means linksvc.DefaultOurMAC.
-	Addr linksvc.AddrConfig
-	// NoMapGateway disables the mapping of guest flows to the gateway
-	// address onto the host's loopback (127.0.0.1, ::1): the guest then
-	// reaches nothing on the host's loopback except through the DNS
-	// forward (Addr.DNSForward4/6). See package addrpolicy.
-	NoMapGateway bool
-	// MaxFlows bounds the UDP and ICMP echo flows of one queue pair
-	// (default 1024); a datagram that needs a new flow beyond it is dropped.
-	MaxFlows int
-	// UDPTimeout closes a UDP flow idle for that long (default 180s).
-	UDPTimeout time.Duration
-	// ICMPTimeout closes an ICMP echo flow idle for that long (default 60s).
-	ICMPTimeout time.Duration
-	// NoTCP, NoUDP and NoICMP drop the guest's TCP segments, UDP
-	// datagrams (the DHCP and DHCPv6 services still answer) and ICMP echo
-	// requests, counted as stats.DropProtocolDisabled (passt's --no-tcp,
-	// --no-udp, --no-icmp).
-	NoTCP, NoUDP, NoICMP bool
-	// Outbound4 and Outbound6, when valid, are the source addresses host
-	// sockets of guest flows bind to (passt's -o/--outbound); otherwise
-	// the routing table picks one.
-	Outbound4, Outbound6 netip.Addr
-	// TCPForwards and UDPForwards are host ports forwarded to the guest
-	// (passt's -t and -u); Open opens them, New ignores them.
-	TCPForwards []TCPForward
-	UDPForwards []UDPForward
-	// Capture, when set, gets a copy of every frame from and to the guest
-	// (see guestring.FrameCapture); nil costs nothing.
-	Capture guestring.FrameCapture
-	// TCP configures TCP translation. Its OurMAC, MTU, gateways, token tag
-	// and logger are filled in from the fields above.
-	TCP tcp.Config
-}
 
 // Stack is the data plane: it runs one event loop per started queue pair.
 // It implements virtqueue's data-plane contract (DataPlane, Announcer,
@@ -222,16 +178,6 @@ func (s *Stack) PairStats(index int) *stats.Queue {
 	return nil
 }
 
-// EachPairStats calls fn for every pair that has ever been started, in no
-// particular order. fn must not call back into the Stack.
-func (s *Stack) EachPairStats(fn func(index int, st *stats.Queue)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, ps := range s.pairs {
-		fn(i, ps.st)
-	}
-}
-
 // stopAllPairs stops every running pair's loop. StopPair takes s.mu, so
 // the indices are collected first.
 func (s *Stack) stopAllPairs() {
@@ -285,37 +231,6 @@ func (s *Stack) PairTCPStats(index int) *stats.TCP {
 	return nil
 }
 
-// tcpConfig derives pair index's TCP settings.
-func (s *Stack) tcpConfig(index int) tcp.Config {
-	c := s.cfg.TCP
-	c.OurMAC = s.cfg.Addr.OurMAC
-	c.MTU = s.cfg.Addr.EffectiveMTU()
-	c.Source = hostsock.Source{V4: s.cfg.Outbound4, V6: s.cfg.Outbound6}
-	c.Policy = s.policy
-	if c.Logger == nil {
-		c.Logger = s.log.With("pair", index)
-	}
-	return c
-}
-
-// dgramConfig derives pair index's datagram flow settings.
-func (s *Stack) dgramConfig(index int) dgram.Config {
-	a := &s.cfg.Addr
-	return dgram.Config{
-		MaxFlows:      s.cfg.MaxFlows,
-		UDPTimeout:    s.cfg.UDPTimeout,
-		ICMPTimeout:   s.cfg.ICMPTimeout,
-		Policy:        s.policy,
-		OurMAC:        a.OurMAC,
-		GuestMAC:      s,
-		Source:        hostsock.Source{V4: s.cfg.Outbound4, V6: s.cfg.Outbound6},
-		Guest4:        a.IPv4.Addr,
-		Guest6:        a.IPv6.Addr,
-		NoHostSockets: s.noHostSockets,
-		Logger:        s.log.With("pair", index),
-	}
-}
-
 func macToU64(m [6]byte) uint64 {
 	return uint64(m[0])<<40 | uint64(m[1])<<32 | uint64(m[2])<<24 |
 		uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
@@ -327,4 +242,17 @@ func u64ToMAC(v uint64) [6]byte {
 
 func fmtMAC(m [6]byte) string {
 	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+// pairStateLocked returns pair index's state, creating what StartPair
+// creates for a pair's first start. s.mu is held.
+func (s *Stack) pairStateLocked(index int) *pairState {
+	ps := s.pairs[index]
+	if ps == nil {
+		ps = &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
+		ps.flows = dgram.New(s.dgramConfig(index), ps.st)
+		ps.tcp = tcp.New(s.tcpConfig(index), ps.tcpStats, ps.st)
+		s.pairs[index] = ps
+	}
+	return ps
 }

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 
+	"vunet/test/testenv"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -13,9 +15,7 @@ import (
 // ping_group_range starts at its "1 0" default) with ping refused, then
 // allowed.
 func TestProbePingSockets(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root for a private network namespace")
-	}
+	testenv.NeedRoot(t, "a private network namespace")
 	done := make(chan struct{})
 	var refused4, refused6, allowed4, allowed6 error
 	var setupErr error

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"vunet/tcpstack/header"
+	"vunet/test/testenv"
 	"vunet/virtqueue"
 )
 
@@ -108,7 +109,7 @@ func TestTCPIPv6(t *testing.T) {
 	h := tcpNewHarness(t, Config{})
 	ln, err := net.ListenTCP("tcp6", &net.TCPAddr{IP: net.IPv6loopback})
 	if err != nil {
-		t.Skip("no IPv6 loopback")
+		testenv.Unavailable(t, err, "IPv6 on the loopback interface (sysctl -w net.ipv6.conf.lo.disable_ipv6=0)")
 	}
 	defer ln.Close()
 	h.guest = netip.MustParseAddrPort("[fd00::15]:40000")

@@ -129,7 +129,7 @@ func TestReassemblyDelivers(t *testing.T) {
 			}
 			c, err := net.ListenPacket(network, laddr)
 			if err != nil {
-				t.Skip(err)
+				testenv.Unavailable(t, err, "loopback addresses for IPv4 and IPv6 ("+"IPv6 on the loopback interface (sysctl -w net.ipv6.conf.lo.disable_ipv6=0)"+")")
 			}
 			defer c.Close()
 			port := uint16(c.LocalAddr().(*net.UDPAddr).Port)
@@ -267,7 +267,7 @@ func steps(after time.Duration, id uint32, proto uint8, ps ...fragPiece) []fragS
 func BenchmarkReassembleUDP(b *testing.B) {
 	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
-		b.Skip(err)
+		testenv.Unavailable(b, err, "a loopback interface with 127.0.0.1")
 	}
 	defer c.Close()
 	go func() {

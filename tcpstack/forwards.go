@@ -5,10 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 
-	"vunet/tcpstack/dgram"
-	"vunet/tcpstack/stats"
-	"vunet/tcpstack/tcp"
-
 	"golang.org/x/sys/unix"
 )
 
@@ -67,19 +63,6 @@ func Open(cfg Config) (*Stack, ForwardResult, error) {
 		return nil, res, err
 	}
 	return s, res, nil
-}
-
-// pairStateLocked returns pair index's state, creating what StartPair
-// creates for a pair's first start. s.mu is held.
-func (s *Stack) pairStateLocked(index int) *pairState {
-	ps := s.pairs[index]
-	if ps == nil {
-		ps = &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
-		ps.flows = dgram.New(s.dgramConfig(index), ps.st)
-		ps.tcp = tcp.New(s.tcpConfig(index), ps.tcpStats, ps.st)
-		s.pairs[index] = ps
-	}
-	return ps
 }
 
 // fatalForwardError: errors no forward may skip (the process is out of

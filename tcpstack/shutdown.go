@@ -1,0 +1,91 @@
+package tcpstack
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/stats"
+	"vunet/virtqueue"
+)
+
+// How a loop ends: it leaves the rings consistent for the control plane,
+// and a fault on guest memory (the front-end shrank the file under us)
+// stops it without taking the process down.
+
+// stop asks the loop to finish and waits until it has left the rings.
+func (l *loop) stop() {
+	l.quit.Store(true)
+	l.wake()
+	<-l.done
+	unix.Close(l.wakefd)
+	l.wakefd = -1
+}
+
+// shutdown leaves the rings consistent for GET_VRING_BASE and a restart
+// (used.idx catches up with LastAvail): every TX chain was pushed in its
+// batch and is flushed; RX reservations are rewound and
+// pushed chains published. Pending replies are dropped with the loop
+// (counted, announcements excepted).
+func (l *loop) shutdown() {
+	if !l.faulted {
+		l.leaveRings()
+	}
+	// Announcements are made again at the next start: not drops.
+	if n := l.pending.replies(); n > 0 {
+		l.st.RX.Drops[stats.DropRingDisabled].Add(uint64(n))
+	}
+	l.flows.Detach()
+	l.closeFDs()
+}
+
+// leaveRings publishes what the loop holds on the rings. Guest memory can
+// fault here too (shrunk just as the pair stops).
+func (l *loop) leaveRings() {
+	defer l.recoverFault()
+	l.rx.Publish()
+	// TX chains are flushed per batch, but bad chains Pop staged after the
+	// last batch's Flush would be counted in LastAvail and never reach
+	// used.idx.
+	l.qp.TX.Flush()
+}
+
+// recoverFault, deferred, turns a fault on guest memory into a stopped
+// loop: the pair is marked faulted so nothing touches its rings again,
+// the fault is counted and logged (rate-limited per Stack: a front-end
+// can make every rebuilt loop fault). Any other panic is a bug and goes
+// on.
+func (l *loop) recoverFault() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	fault, ok := r.(interface{ Addr() uintptr })
+	if !ok {
+		panic(r)
+	}
+	l.faulted = true
+	n := l.st.MemoryFaults.Add(1)
+	l.s.logMemoryFault(l.log, fault.Addr(), n)
+	// The front-end learns of it through the vrings' error eventfds
+	// (touching no guest memory).
+	for _, q := range [...]*virtqueue.SplitQueue{l.qp.RX, l.qp.TX} {
+		if err := q.SignalErr(); err != nil {
+			l.log.Warn("signal vring error fd", "err", err)
+		}
+	}
+}
+
+// memoryFaultLogInterval bounds how often memory faults are logged.
+const memoryFaultLogInterval = 5 * time.Second
+
+func (s *Stack) logMemoryFault(log *slog.Logger, addr uintptr, faults uint64) {
+	if ok, _ := s.faultLog.Allow(time.Now(), memoryFaultLogInterval); !ok {
+		return
+	}
+	log.Error("guest memory fault: queue pair stopped until the front-end rebuilds it "+
+		"(the front-end shrank or unmapped guest memory)",
+		"addr", fmt.Sprintf("%#x", addr), "faults", faults)
+}

@@ -3,38 +3,68 @@
 // frames, without a TCP/IP stack of its own (the host kernel keeps doing
 // congestion control, retransmission and buffering, as with passt).
 //
-// Each virtio-net queue pair is served by one event loop on its own locked OS
-// thread. The loop waits in epoll on the TX and RX kick eventfds, a wake
-// eventfd for requests from the control goroutine, one timerfd and the flows'
-// sockets; it moves guest frames through the TX path (pop a batch, copy the
-// headers out of guest memory before parsing, dispatch, return the batch with
-// one used-ring update) and writes frames for the guest through the RX path
-// (reserve guest buffers first, write straight into them, publish in one batch,
-// rewind unused reservations). The hot path takes no locks, uses no channels
-// and does not allocate.
+// # Layout
 //
-// What the loop translates: ARP, DHCP, DHCPv6 and NDP are answered by link
-// services (svc_*.go) from [AddrConfig]; UDP flows become connected host UDP
-// sockets, ICMP echo becomes ping sockets (udp_flow.go, icmp_echo.go, with
-// the flow table in flow_table.go; fragmented UDP and ICMP datagrams are
-// reassembled first, ip_reassembly.go); TCP segments go to the TCP table
-// (tcp_*.go), which writes its frames through the same RX reservations.
-// Before a guest flow opens a host socket (a TCP connection, a UDP or ICMP
-// echo flow) the address policy of package addrpolicy decides whether it
-// may and which host address it uses (the gateway mapping, the DNS
-// forward); refusals are counted in stats.Queue.PolicyDrops and logged at a
-// rate limit (addr_policy.go).
-// Forwarded host ports (passt's -t and -u, [Config.TCPForwards] and
-// [Config.UDPForwards], opened by [Open]) bring host peers' connections and
-// datagrams to the guest (tcp_inbound.go, udp_forward.go). Config.Capture
-// sees every frame both ways (capture.go).
-// Flows and connections belong to the queue pair, not to one loop: they
-// survive the control plane's stop/start cycles and re-register their
-// sockets with each new loop.
+// The root package is the data plane the control plane drives: [Stack]
+// (per queue pair: start, stop, the session's end), its [Config], the
+// forwarded ports ([Open]), and the per-pair event loop that dispatches
+// every guest frame once parsed. The ideas live in packages of their own,
+// with walls between them (imports go one way; walls_test.go enforces it):
 //
-// [Stack] implements the vhost-user back-end's data-plane interface
-// structurally. The package imports only virtqueue, tcpstack/header and
-// tcpstack/addrpolicy of vunet's packages: it must not import vhostuser,
+//	tcpstack            Stack, config, forwards; the loop (loop.go), TX batch and dispatch (tx.go),
+//	                    frames for the guest (rx.go), link-service replies (replies.go),
+//	                    IP reassembly (reassembly.go), the loop's end (shutdown.go)
+//	tcpstack/tcp        TCP translation: connection table, handshake, input, window policy,
+//	                    output pass, data to the guest, frame building, timers, forwarded ports
+//	tcpstack/dgram      UDP flows, ICMP echo (ping sockets), forwarded UDP ports
+//	tcpstack/linksvc    ARP, DHCP, DHCPv6, NDP/RA answered by us; AddrConfig and host defaults
+//	tcpstack/guestring  the RX writer (Reserve/Commit/Abort into guest buffers, a Sink), capture
+//	tcpstack/hostsock   the one host-socket syscall layer, the epoll set and its one token type
+//	tcpstack/addrpolicy the address policy: what the guest may reach and where it really goes
+//	tcpstack/stats      the counters metrics exports, the log rate limiter, the policy gate
+//	tcpstack/header     wire formats: ParseFrame (the one parse), builders, checksums
+//
+// The root imports all of them and nothing imports the root. tcp and dgram
+// import guestring, hostsock, header, stats, addrpolicy and virtqueue, never
+// each other nor linksvc; linksvc imports only header; guestring imports
+// stats, header and virtqueue; the rest import nothing of vunet's.
+//
+// # The loop
+//
+// Each virtio-net queue pair is served by one event loop on its own locked
+// OS thread. The loop waits in epoll on the TX and RX kick eventfds, a wake
+// eventfd for requests from the control goroutine, one timerfd and the
+// flows' sockets; each fd's epoll token (hostsock.Token) names its owner, and
+// the loop hands the event to it. The hot path takes no locks, uses no
+// channels and does not allocate. Flows and connections belong to the
+// queue pair, not to one loop: they survive the control plane's stop/start
+// cycles and re-register their sockets with each new loop's epoll set.
+//
+// # A guest TCP segment, TX kick to sendmsg (four files)
+//
+//	loop.go            run: epoll_wait returns the TX kick; iterate calls processTX
+//	tx.go              txBatch pops the chains; handleTXFrame copies the frame's first
+//	                   bytes out of guest memory, parses them once (header.ParseFrame)
+//	                   and dispatches the Packet: dispatchIP, dispatchFlow, tcp.HandleGuestFrame
+//	tcp/input.go       HandleGuestFrame finds the connection; guestSegment, guestAck,
+//	                   guestData, which writes the payload straight from guest memory
+//	hostsock/io.go     IO.Send: sendmsg on the connection's socket
+//
+// # Host data, recvmsg to the used ring (four files)
+//
+//	hostsock/io.go     IO.Peek: recvmsg(MSG_PEEK) straight into guest buffers the
+//	                   output pass reserved (tcp/output.go Flush → sendData)
+//	tcp/send.go        sendData takes what was read, frame by frame: commitData
+//	tcp/frame.go       buildHeaders writes Ethernet, IP and TCP headers in place
+//	guestring/commit.go Writer.Commit pushes the used element; Publish, at the end
+//	                   of the loop's iteration, makes the batch visible (used.idx)
+//
+// UDP and ICMP take the same roads through dgram (dgram/udp.go,
+// dgram/icmp.go) instead of tcp; ARP, DHCP, DHCPv6 and NDP are answered by
+// linksvc into a reply ring (replies.go) that rx.go writes out first.
+//
+// [Stack] implements virtqueue's data-plane contract (DataPlane, Announcer,
+// SessionEnder, MTUSetter) directly. The package must not import vhostuser,
 // metrics or cmd, so the control plane and the exporters stay replaceable
-// around it.
+// around it. docs/architecture.md in the repository tells the whole story.
 package tcpstack

@@ -11,7 +11,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # under the race detector.
 UNIT_PKGS = ./virtqueue/... ./vhostuser/... ./tcpstack/... ./metrics/... ./cmd/... ./test/frontend/...
 
-.PHONY: all build run demo test test-unit test-system bench fuzz lint clean setup-demo setup-test
+.PHONY: all build run demo test test-unit test-system bench fuzz lint clean setup-demo setup-test man completion
 
 all: build
 
@@ -86,5 +86,15 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
+# The manual page and the shell completions, generated from the flag
+# definitions (`vunet man`, `vunet completion bash|zsh`): man ./vunet.1.
+man:
+	$(GO) run ./cmd/vunet man > vunet.1
+
+completion:
+	mkdir -p bin/completion
+	$(GO) run ./cmd/vunet completion bash > bin/completion/vunet
+	$(GO) run ./cmd/vunet completion zsh > bin/completion/_vunet
+
 clean:
-	rm -rf bin
+	rm -rf bin vunet.1

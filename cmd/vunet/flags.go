@@ -231,13 +231,13 @@ func oneLine(err error) error {
 
 func parseFlagsRaw(args []string, stdout io.Writer) (*options, error) {
 	o := newOptions()
-	fs, table := o.flagSet()
+	fs, _ := o.flagSet()
 	// The flag package prints usage on every error; errors here are one
 	// line, and the full help goes to standard output only when asked for.
 	fs.Usage = func() {}
 	if err := fs.Parse(expandShort(args, fs)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			printUsage(stdout, fs, table)
+			printUsage(stdout)
 			return nil, errHelp
 		}
 		return nil, flagError(err)
@@ -432,33 +432,23 @@ func (o *options) validate() error {
 	return nil
 }
 
-func printUsage(w io.Writer, fs *flag.FlagSet, table []option) {
+func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: vunet --socket PATH [options]      serve a front-end that connects to PATH")
 	fmt.Fprintln(w, "       vunet --connect PATH [options]     connect to a front-end listening on PATH")
 	fmt.Fprintln(w, "       vunet --fd FD [options]            serve an inherited, connected socket")
 	fmt.Fprintln(w, "       vunet qemu-args [options]          print QEMU arguments for the socket")
 	fmt.Fprintln(w, "       vunet libvirt-xml [options]        print libvirt XML for the socket")
-	for _, g := range groups {
-		fmt.Fprintf(w, "\n%s:\n", g)
-		for _, op := range table {
-			if op.group != g {
-				continue
-			}
-			f := fs.Lookup(op.names[0])
-			arg, help := flag.UnquoteUsage(f)
-			spell := make([]string, len(op.names))
-			for i, n := range op.names {
-				spell[i] = dashed(n)
-			}
-			line := strings.Join(spell, ", ")
-			if arg != "" && arg != "value" {
-				line += " " + arg
-			}
-			if len(line) > 30 {
-				fmt.Fprintf(w, "  %s\n  %-30s %s\n", line, "", help)
-				continue
-			}
-			fmt.Fprintf(w, "  %-30s %s\n", line, help)
+	fmt.Fprintln(w, "       vunet man | completion bash|zsh    print the manual page or a shell completion")
+	group := ""
+	for _, d := range daemonFlagDocs() {
+		if d.group != group {
+			group = d.group
+			fmt.Fprintf(w, "\n%s:\n", group)
 		}
+		left := strings.Join(d.spelled(), ", ")
+		if d.arg != "" {
+			left += " " + d.arg
+		}
+		writeUsageEntry(w, left, d.help)
 	}
 }

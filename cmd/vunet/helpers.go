@@ -23,6 +23,29 @@ type helperConfig struct {
 	qemu   qemuVersion
 }
 
+// helperCommands are the helper subcommands, with what each prints.
+var helperCommands = []struct{ name, does string }{
+	{"qemu-args", "print the QEMU arguments that connect a guest to the socket"},
+	{"libvirt-xml", "print the libvirt <interface> and <memoryBacking> elements for the socket"},
+}
+
+// addHelperFlags defines a helper subcommand's own flags on fs and returns
+// their names in --help order (the manual page and completions list the
+// same).
+func addHelperFlags(name string, fs *flag.FlagSet, hc *helperConfig, qemuVer *string) []string {
+	fs.StringVar(&hc.mem, "mem", hc.mem, "guest RAM `SIZE` (QEMU syntax: 512M, 2G), shared through a memfd backend")
+	fs.BoolVar(&hc.tcg, "tcg", false, "add vectors=0, the workaround for QEMU 7.2's TCG crash with MSI-X and vhost-user")
+	fs.StringVar(&hc.mac, "guest-mac-addr", "", "guest NIC MAC `ADDR` (default: QEMU's choice)")
+	fs.StringVar(&hc.id, "id", hc.id, "QEMU object `ID` prefix / libvirt alias (ua-ID)")
+	names := []string{"mem", "tcg", "guest-mac-addr", "id"}
+	if name == "libvirt-xml" {
+		fs.StringVar(&hc.domain, "domain", "", "print a complete minimal TCG <domain> named `NAME` around the elements")
+		return append(names, "domain")
+	}
+	fs.StringVar(qemuVer, "qemu-version", "", "spell the arguments for QEMU `VERSION` (default: what qemu-system-x86_64 --version says; 7.2 without it)")
+	return append(names, "qemu-version")
+}
+
 // runHelper runs a helper subcommand. It takes the daemon's own flags, so
 // the command line that starts vunet can be reused to print what connects
 // to it, plus a few of its own.
@@ -30,25 +53,15 @@ func runHelper(name string, args []string, stdout, stderr io.Writer) int {
 	o := newOptions()
 	fs, table := o.flagSet()
 	hc := helperConfig{mem: "1G", id: "vunet0"}
-	fs.StringVar(&hc.mem, "mem", hc.mem, "guest RAM `SIZE` (QEMU syntax: 512M, 2G), shared through a memfd backend")
-	fs.BoolVar(&hc.tcg, "tcg", false, "add vectors=0, the workaround for QEMU 7.2's TCG crash with MSI-X and vhost-user")
-	fs.StringVar(&hc.mac, "guest-mac-addr", "", "guest NIC MAC `ADDR` (default: QEMU's choice)")
-	fs.StringVar(&hc.id, "id", hc.id, "QEMU object `ID` prefix / libvirt alias (ua-ID)")
 	var qemuVer string
-	if name == "libvirt-xml" {
-		fs.StringVar(&hc.domain, "domain", "", "print a complete minimal TCG <domain> named `NAME` around the elements")
-	} else {
-		fs.StringVar(&qemuVer, "qemu-version", "", "spell the arguments for QEMU `VERSION` (default: what qemu-system-x86_64 --version says; 7.2 without it)")
-	}
+	helperNames := addHelperFlags(name, fs, &hc, &qemuVer)
 	fs.Usage = func() {}
 	usage := func() {
 		fmt.Fprintf(stdout, "Usage: vunet %s --socket PATH [--queues N] [--mem SIZE] [--tcg] [daemon options]\n\n", name)
 		fmt.Fprintf(stdout, "Helper options:\n")
-		for _, n := range []string{"mem", "tcg", "guest-mac-addr", "id", "domain", "qemu-version"} {
-			if f := fs.Lookup(n); f != nil {
-				arg, help := flag.UnquoteUsage(f)
-				fmt.Fprintf(stdout, "  --%-28s %s\n", strings.TrimSpace(n+" "+arg), help)
-			}
+		for _, n := range helperNames {
+			arg, help := flag.UnquoteUsage(fs.Lookup(n))
+			writeUsageEntry(stdout, strings.TrimSpace("--"+n+" "+arg), help)
 		}
 		fmt.Fprintf(stdout, "\nDaemon options are accepted and ignored except --socket, --connect, --queues and --guest-mac.\n")
 		_ = table

@@ -25,6 +25,8 @@ func runProgram(p program, args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "qemu-args", "libvirt-xml":
 			return runHelper(args[0], args[1:], stdout, stderr)
+		case "man", "completion":
+			return runDocs(args[0], args[1:], stdout, stderr)
 		}
 	}
 	readyPipe, err := takeReadyPipe()

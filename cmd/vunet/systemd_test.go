@@ -71,7 +71,17 @@ func installUnits(t *testing.T) string {
 func TestSystemdUnitsVerify(t *testing.T) {
 	analyze := needTool(t, "systemd-analyze", "systemd")
 	dir := installUnits(t)
+	// Documentation=man:vunet(1): verify runs man, so the page is
+	// installed where MANPATH finds it, as `make man` and install would.
+	manDir := filepath.Join(t.TempDir(), "man")
+	os.MkdirAll(filepath.Join(manDir, "man1"), 0o755)
+	var page bytes.Buffer
+	writeManPage(&page, buildInfo())
+	if err := os.WriteFile(filepath.Join(manDir, "man1", "vunet.1"), page.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(analyze, "verify", filepath.Join(dir, "vunet@vm1.service"), filepath.Join(dir, "vunet@vm1.socket"))
+	cmd.Env = append(os.Environ(), "MANPATH="+manDir)
 	out, err := cmd.CombinedOutput()
 	if err != nil || len(bytes.TrimSpace(out)) != 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,11 +36,21 @@ func TestLibvirtDomainOnVunet(t *testing.T) {
 		testenv.Unavailable(t, fmt.Errorf("user libvirt-qemu: %w", err), libvirtHint)
 	}
 
-	// A directory libvirt-qemu can traverse: the socket, kernel, initrd and
-	// serial files live here (the test's usual work directory is 0700 and
-	// the image cache sits under root's home).
+	// README's libvirt walk-through, by hand: the socket (0666) in a
+	// directory only root and group kvm may enter, libvirt-qemu being in
+	// kvm. The kernel, initrd and serial files live here too (the test's
+	// usual work directory is 0700 and the image cache sits under root's
+	// home).
 	dir := qemu.WorkDir(t)
-	if err := os.Chmod(dir, 0o755); err != nil {
+	kvm, err := user.LookupGroup("kvm")
+	if err != nil {
+		testenv.Unavailable(t, fmt.Errorf("group kvm: %w", err), libvirtHint)
+	}
+	kvmGID, _ := strconv.Atoi(kvm.Gid)
+	if err := os.Chown(dir, 0, kvmGID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o750); err != nil {
 		t.Fatal(err)
 	}
 	img := qemu.GuestImage(t)

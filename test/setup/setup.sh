@@ -33,6 +33,7 @@ DEMO_PACKAGES=(qemu-system-x86:qemu-system-x86_64 linux-image-amd64 busybox-stat
 #   libvirt-daemon-system libvirt-clients libxml2-utils   the libvirt walk-through
 #   systemd         systemd-analyze verify/security and systemd-socket-activate
 #                   for the unit in contrib/ (PID 1 need not be systemd)
+#   man-db zsh      the generated manual page (man ./vunet.1) and zsh completion
 TEST_PACKAGES=(
 	"${DEMO_PACKAGES[@]}"
 	gcc libc6-dev
@@ -42,6 +43,7 @@ TEST_PACKAGES=(
 	prometheus:promtool
 	libvirt-daemon-system libvirt-clients:virsh libxml2-utils:xmllint
 	systemd:systemd-analyze
+	man-db:man zsh
 )
 
 die() {

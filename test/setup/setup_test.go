@@ -18,7 +18,7 @@ import (
 const (
 	demoPackages = "qemu-system-x86 linux-image-amd64 busybox-static git"
 	testPackages = demoPackages + " gcc libc6-dev iproute2 kmod cpio udhcpc iperf3 dpdk-dev tshark prometheus" +
-		" libvirt-daemon-system libvirt-clients libxml2-utils systemd"
+		" libvirt-daemon-system libvirt-clients libxml2-utils systemd man-db zsh"
 	installPrefix = "apt-get install -y -q --no-install-recommends "
 )
 
@@ -149,7 +149,7 @@ func TestRootInstallsOnlyWhatIsMissing(t *testing.T) {
 	}
 	want := []string{"apt-get update -q", strings.TrimSpace(installPrefix +
 		"qemu-system-x86 linux-image-amd64 busybox-static udhcpc iperf3 dpdk-dev tshark" +
-		" libvirt-daemon-system libvirt-clients libxml2-utils")}
+		" libvirt-daemon-system libvirt-clients libxml2-utils man-db zsh")}
 	if got := h.called("apt-get"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("apt-get calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

@@ -71,29 +71,35 @@ func BenchmarkRXWriteFrame(b *testing.B) {
 		buf  uint32
 		size int
 	}{{"small", featModern, 2048, 64}, {"1500", featModern, 2048, 1514}, {"mrg_9000", featMrg, 1536, 9014}} {
-		b.Run(tc.name, func(b *testing.B) {
-			p := newTestPair(b, tc.feat, 1024)
-			l := benchLoop(b, p)
-			per := (tc.size + 12 + int(tc.buf) - 1) / int(tc.buf)
-			heads := make([]uint16, 64*per)
-			for i := range heads {
-				heads[i] = p.rx.NewBuffers(nil, tc.buf)
-			}
-			frame := otherFrame(0x88b5, tc.size)
-			b.ReportAllocs()
-			b.SetBytes(int64(tc.size * 64))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				p.rx.repost(heads)
-				for j := 0; j < 64; j++ {
-					if s := l.rx.WriteFrame(frame, 0); s != guestring.OK {
-						b.Fatalf("writeFrame: %v", s)
-					}
-				}
-				l.rx.Publish()
-			}
-		})
+		b.Run(tc.name, func(b *testing.B) { benchRXWriteFrame(b, tc.feat, tc.buf, tc.size, nil) })
 	}
+}
+
+// benchRXWriteFrame writes 64 frames of size bytes into RX buffers of buf
+// bytes each and publishes them, per iteration, with capture (if any) set.
+func benchRXWriteFrame(b *testing.B, feat uint64, buf uint32, size int, capture guestring.FrameCapture) {
+	p := newTestPair(b, feat, 1024)
+	p.s.cfg.Capture = capture
+	l := benchLoop(b, p)
+	per := (size + 12 + int(buf) - 1) / int(buf)
+	heads := make([]uint16, 64*per)
+	for i := range heads {
+		heads[i] = p.rx.NewBuffers(nil, buf)
+	}
+	frame := otherFrame(0x88b5, size)
+	b.ReportAllocs()
+	b.SetBytes(int64(size * 64))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.rx.repost(heads)
+		for j := 0; j < 64; j++ {
+			if s := l.rx.WriteFrame(frame, 0); s != guestring.OK {
+				b.Fatalf("writeFrame: %v", s)
+			}
+		}
+		l.rx.Publish()
+	}
+	b.StopTimer()
 }
 
 // benchUDPFlow sets up a loop (not running) with one UDP flow from the guest

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
 )
 
@@ -109,30 +108,8 @@ func TestCaptureSeesEveryFrame(t *testing.T) {
 // BenchmarkCaptureRXWriteFrame is BenchmarkRXWriteFrame's mrg_9000 case
 // with a capture copying every frame: 0 allocs/op.
 func BenchmarkCaptureRXWriteFrame(b *testing.B) {
-	p := newTestPair(b, featMrg, 1024)
 	cp := &copyCapture{}
-	p.s.cfg.Capture = cp
-	l := benchLoop(b, p)
-	const size, buf = 9014, 1536
-	per := (size + 12 + buf - 1) / buf
-	heads := make([]uint16, 64*per)
-	for i := range heads {
-		heads[i] = p.rx.NewBuffers(nil, buf)
-	}
-	frame := otherFrame(0x88b5, size)
-	b.ReportAllocs()
-	b.SetBytes(int64(size * 64))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		p.rx.repost(heads)
-		for j := 0; j < 64; j++ {
-			if s := l.rx.WriteFrame(frame, 0); s != guestring.OK {
-				b.Fatalf("writeFrame: %v", s)
-			}
-		}
-		l.rx.Publish()
-	}
-	b.StopTimer()
+	benchRXWriteFrame(b, featMrg, 1536, 9014, cp)
 	if cp.frames != b.N*64 {
 		b.Fatalf("captured %d, want %d", cp.frames, b.N*64)
 	}

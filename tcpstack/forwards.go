@@ -97,35 +97,31 @@ func (s *Stack) openForwards(tcp, udp []Forward) (res ForwardResult, err error) 
 		ps.tcp.CloseListenersFrom(firstTCP)
 		ps.flows.CloseForwardsFrom(firstUDP)
 	}
-	for _, fw := range tcp {
-		p, err := ps.tcp.Listen(netip.AddrPortFrom(forwardAddr(fw), fw.HostPort), fw.Iface, fw.GuestPort)
-		if err != nil {
-			if fw.Optional && !fatalForwardError(err) {
-				res.Failed++
-				res.TCPPorts = append(res.TCPPorts, 0)
-				s.log.Debug("tcp forward not bound", "addr", fw.HostAddr, "port", fw.HostPort, "err", err)
-				continue
-			}
-			undo()
-			return res, fmt.Errorf("open tcp forward %v:%d: %w", fw.HostAddr, fw.HostPort, err)
-		}
-		res.Bound++
-		res.TCPPorts = append(res.TCPPorts, p)
+	kinds := [...]struct {
+		name   string
+		fws    []Forward
+		listen func(addr netip.AddrPort, iface string, guestPort uint16) (uint16, error)
+		ports  *[]uint16
+	}{
+		{"tcp", tcp, ps.tcp.Listen, &res.TCPPorts},
+		{"udp", udp, ps.flows.Listen, &res.UDPPorts},
 	}
-	for _, fw := range udp {
-		p, err := ps.flows.Listen(netip.AddrPortFrom(forwardAddr(fw), fw.HostPort), fw.Iface, fw.GuestPort)
-		if err != nil {
-			if fw.Optional && !fatalForwardError(err) {
-				res.Failed++
-				res.UDPPorts = append(res.UDPPorts, 0)
-				s.log.Debug("udp forward not bound", "addr", fw.HostAddr, "port", fw.HostPort, "err", err)
-				continue
+	for _, k := range kinds {
+		for _, fw := range k.fws {
+			p, err := k.listen(netip.AddrPortFrom(forwardAddr(fw), fw.HostPort), fw.Iface, fw.GuestPort)
+			if err != nil {
+				if fw.Optional && !fatalForwardError(err) {
+					res.Failed++
+					*k.ports = append(*k.ports, 0)
+					s.log.Debug(k.name+" forward not bound", "addr", fw.HostAddr, "port", fw.HostPort, "err", err)
+					continue
+				}
+				undo()
+				return res, fmt.Errorf("open %s forward %v:%d: %w", k.name, fw.HostAddr, fw.HostPort, err)
 			}
-			undo()
-			return res, fmt.Errorf("open udp forward %v:%d: %w", fw.HostAddr, fw.HostPort, err)
+			res.Bound++
+			*k.ports = append(*k.ports, p)
 		}
-		res.Bound++
-		res.UDPPorts = append(res.UDPPorts, p)
 	}
 	return res, nil
 }

@@ -68,7 +68,7 @@ func TestTCPLoopRXRefill(t *testing.T) {
 	}
 	// More host data than the guest has buffers for: the rest follows
 	// the refill, driven by the RX kick alone.
-	data := pattern(20 * 1460)
+	data := guestframe.Pattern(20 * 1460)
 	peer.Write(data)
 	waitSegs("first frames", func(s []header.TCP) bool { return len(payloadOf(s)) >= 4*1460 })
 	time.Sleep(50 * time.Millisecond)

@@ -82,7 +82,7 @@ func TestTCPLoopRXWaitCounted(t *testing.T) {
 
 	st := p.stats()
 	waited0 := st.RXWaitedForDescriptors.Load()
-	data := pattern(256 << 10)
+	data := guestframe.Pattern(256 << 10)
 	go peer.Write(data)
 	var got []byte
 	refills := 0

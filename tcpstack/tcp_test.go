@@ -76,15 +76,6 @@ func payloadOf(segs []header.TCP) []byte {
 	return b
 }
 
-// pattern is n bytes of a repeating non-trivial pattern.
-func pattern(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7 + i/251)
-	}
-	return b
-}
-
 // TestTCPThroughLoop drives a connection through the real event loop and
 // rings: guest SYN to the gateway, SYN-ACK from the loop, data both ways
 // with a host listener on loopback.

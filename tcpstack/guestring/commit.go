@@ -1,6 +1,9 @@
 package guestring
 
-import "vunet/virtqueue"
+import (
+	"vunet/tcpstack/header"
+	"vunet/virtqueue"
+)
 
 // Commit implements Sink: it publishes the oldest reservation as
 // a frame of its header length plus payloadLen bytes.
@@ -136,18 +139,15 @@ func (r *Writer) WriteFrame(frame []byte, flags uint8) Status {
 // byte offset off.
 func copyToChains(chains []virtqueue.Chain, off int, src []byte) {
 	for i := range chains {
-		for _, b := range chains[i].Writable {
-			if off >= len(b) {
-				off -= len(b)
-				continue
-			}
-			n := copy(b[off:], src)
-			src = src[n:]
-			off = 0
-			if len(src) == 0 {
-				return
-			}
+		if len(src) == 0 {
+			return
 		}
+		if n := chains[i].WritableLen(); off >= n {
+			off -= n
+			continue
+		}
+		src = src[header.WriteIovecs(chains[i].Writable, off, src):]
+		off = 0
 	}
 }
 

@@ -52,18 +52,19 @@ func CopyFromIovecs(dst []byte, bufs [][]byte, off int) int {
 }
 
 // WriteIovecs copies src into the concatenated bufs at offset off, as far
-// as the buffers reach.
-func WriteIovecs(bufs [][]byte, off int, src []byte) {
+// as the buffers reach, and returns how many bytes it copied.
+func WriteIovecs(bufs [][]byte, off int, src []byte) int {
+	n := 0
 	for _, b := range bufs {
-		if len(src) == 0 {
-			return
+		if n == len(src) {
+			break
 		}
 		if off >= len(b) {
 			off -= len(b)
 			continue
 		}
-		n := copy(b[off:], src)
-		src = src[n:]
+		n += copy(b[off:], src[n:])
 		off = 0
 	}
+	return n
 }

@@ -161,3 +161,29 @@ func FuzzLinkServices(f *testing.F) {
 		}
 	})
 }
+
+// checkOptions walks an option list with next and compares each option,
+// header included, as hex with want, in order.
+func checkOptions(t *testing.T, opts []byte, next func([]byte) (rest []byte, ok bool, err error), want []string) {
+	t.Helper()
+	var got []string
+	for {
+		rest, ok, err := next(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, hexOf(opts[:len(opts)-len(rest)]))
+		opts = rest
+	}
+	if len(got) != len(want) {
+		t.Fatalf("options\n got %q\nwant %q", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Errorf("option %d\n got %s\nwant %s", i, got[i], want[i])
+		}
+	}
+}

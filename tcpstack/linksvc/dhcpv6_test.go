@@ -114,26 +114,10 @@ func TestDHCPv6ServiceHandle(t *testing.T) {
 			if m.MessageType() != tt.want.msgType || m.TransactionID() != 0x1a2b3c {
 				t.Errorf("type %d xid %#x", m.MessageType(), m.TransactionID())
 			}
-			var got []string
-			for opts := m.Options(); ; {
-				_, _, rest, ok, err := header.NextDHCPv6Option(opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !ok {
-					break
-				}
-				got = append(got, hexOf(opts[:len(opts)-len(rest)]))
-				opts = rest
-			}
-			if len(got) != len(tt.want.options) {
-				t.Fatalf("options\n got %q\nwant %q", got, tt.want.options)
-			}
-			for i := range got {
-				if got[i] != tt.want.options[i] {
-					t.Errorf("option %d\n got %s\nwant %s", i, got[i], tt.want.options[i])
-				}
-			}
+			checkOptions(t, m.Options(), func(b []byte) ([]byte, bool, error) {
+				_, _, rest, ok, err := header.NextDHCPv6Option(b)
+				return rest, ok, err
+			}, tt.want.options)
 		})
 	}
 }

@@ -173,26 +173,10 @@ func TestNDPServiceRouterAdvert(t *testing.T) {
 			if ra.CurHopLimit() != 64 || ra.Flags() != tt.want.flags || ra.RouterLifetime() != tt.want.lifetime || ra.ReachableTime() != 0 || ra.RetransTimer() != 0 {
 				t.Errorf("RA fields hop %d flags %#x lifetime %d reach %d retrans %d", ra.CurHopLimit(), ra.Flags(), ra.RouterLifetime(), ra.ReachableTime(), ra.RetransTimer())
 			}
-			var got []string
-			for opts := ra.Options(); ; {
-				_, _, rest, ok, err := header.NextNDPOption(opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !ok {
-					break
-				}
-				got = append(got, hexOf(opts[:len(opts)-len(rest)]))
-				opts = rest
-			}
-			if len(got) != len(tt.want.options) {
-				t.Fatalf("options\n got %q\nwant %q", got, tt.want.options)
-			}
-			for i := range got {
-				if got[i] != tt.want.options[i] {
-					t.Errorf("option %d\n got %s\nwant %s", i, got[i], tt.want.options[i])
-				}
-			}
+			checkOptions(t, ra.Options(), func(b []byte) ([]byte, bool, error) {
+				_, _, rest, ok, err := header.NextNDPOption(b)
+				return rest, ok, err
+			}, tt.want.options)
 		})
 	}
 }

@@ -66,9 +66,4 @@ var dropReasonNames = [NumDropReasons]string{
 }
 
 // String returns the metric label value for the reason.
-func (r DropReason) String() string {
-	if r < NumDropReasons {
-		return dropReasonNames[r]
-	}
-	return "unknown"
-}
+func (r DropReason) String() string { return label(dropReasonNames[:], r) }

@@ -16,12 +16,7 @@ const (
 var flowDirNames = [NumFlowDirs]string{"to_guest", "from_guest"}
 
 // String returns the metric label value for the direction.
-func (d FlowDir) String() string {
-	if d < NumFlowDirs {
-		return flowDirNames[d]
-	}
-	return "unknown"
-}
+func (d FlowDir) String() string { return label(flowDirNames[:], d) }
 
 // Proto counts UDP and ICMP translation and what the link services
 // handed out. All fields are atomics, written by the pair's loop and read
@@ -77,9 +72,4 @@ const (
 var fragOutcomeNames = [NumFragOutcomes]string{"received", "reassembled", "overlap", "invalid", "timeout", "evicted", "unsupported"}
 
 // String returns the metric label value for the outcome.
-func (o FragOutcome) String() string {
-	if o < NumFragOutcomes {
-		return fragOutcomeNames[o]
-	}
-	return "unknown"
-}
+func (o FragOutcome) String() string { return label(fragOutcomeNames[:], o) }

@@ -22,12 +22,7 @@ const (
 var etherClassNames = [NumEtherClasses]string{"arp", "ipv4", "ipv6", "other"}
 
 // String returns the metric label value for the class.
-func (c EtherClass) String() string {
-	if c < NumEtherClasses {
-		return etherClassNames[c]
-	}
-	return "unknown"
-}
+func (c EtherClass) String() string { return label(etherClassNames[:], c) }
 
 // Service identifies a link service that answers guest frames itself.
 type Service uint8
@@ -46,12 +41,7 @@ const (
 var serviceNames = [NumServices]string{"arp", "dhcp", "dhcpv6", "ndp", "icmp_echo"}
 
 // String returns the metric label value for the service.
-func (s Service) String() string {
-	if s < NumServices {
-		return serviceNames[s]
-	}
-	return "unknown"
-}
+func (s Service) String() string { return label(serviceNames[:], s) }
 
 // Dir counts one direction of a queue pair. All fields are atomics so
 // metrics can read them at scrape time while the loop writes them.
@@ -112,4 +102,12 @@ func (st *Queue) UDPDrop(d FlowDir, r DropReason) {
 		st.TX.Drops[r].Add(1)
 	}
 	st.Proto.UDPDrops[d][r].Add(1)
+}
+
+// label is the metric label value names gives v, "unknown" out of range.
+func label[T ~uint8](names []string, v T) string {
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return "unknown"
 }

@@ -23,12 +23,7 @@ const (
 var tcpStateNames = [NumTCPStates]string{"free", "connecting", "syn_ack_sent", "syn_sent", "established", "closing", "resetting"}
 
 // String returns the metric label value of the state.
-func (s TCPState) String() string {
-	if s < NumTCPStates {
-		return tcpStateNames[s]
-	}
-	return "unknown"
-}
+func (s TCPState) String() string { return label(tcpStateNames[:], s) }
 
 // TCPRetransCause says why data was sent to the guest again.
 type TCPRetransCause uint8
@@ -43,16 +38,10 @@ const (
 	NumTCPRetransCauses
 )
 
+var retransCauseNames = [NumTCPRetransCauses]string{"dup_ack", "timeout"}
+
 // String returns the metric label value of the cause.
-func (c TCPRetransCause) String() string {
-	switch c {
-	case TCPRetransDupAck:
-		return "dup_ack"
-	case TCPRetransTimeout:
-		return "timeout"
-	}
-	return "unknown"
-}
+func (c TCPRetransCause) String() string { return label(retransCauseNames[:], c) }
 
 // TCP counts TCP translation events of one queue pair. All fields are
 // atomics so metrics read them at scrape time while the loop writes them.

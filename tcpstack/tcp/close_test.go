@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/stats"
 )
 
@@ -61,7 +62,7 @@ func TestTCPGuestCloseFirst(t *testing.T) {
 		t.Fatalf("peer read %q, %v (want EOF after the request)", b, err)
 	}
 	// Half-closed: the peer still answers.
-	resp := tcpPattern(5000)
+	resp := guestframe.Pattern(5000)
 	peer.Write(resp)
 	peer.CloseWrite()
 	all := h.collect("response and FIN", func(s []tcpSeg) bool { return hasFlag(s, header.TCPFlagFIN) })
@@ -296,7 +297,7 @@ func TestTCPAckAfterRewind(t *testing.T) {
 	peer := h.establish(ln, tcpMss1400ws7)
 	f := h.flow()
 	start := f.seqToGuest
-	peer.Write(tcpPattern(2800))
+	peer.Write(guestframe.Pattern(2800))
 	h.waitQueued(2800)
 	h.w.free = 2
 	h.pump(0)

@@ -9,6 +9,7 @@ import (
 
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/hostsock"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/stats"
 )
 
@@ -47,7 +48,7 @@ func TestTCPFrameAccounting(t *testing.T) {
 	f := h.flow()
 	start := f.seqToGuest
 
-	data := tcpPattern(10 * 1400)
+	data := guestframe.Pattern(10 * 1400)
 	peer.Write(data)
 	h.waitQueued(len(data))
 	h.w.free = 3
@@ -99,7 +100,7 @@ func TestTCPFlagsDoNotOvertakeData(t *testing.T) {
 	f := h.flow()
 	start := f.seqToGuest
 
-	data := tcpPattern(3 * 1400)
+	data := guestframe.Pattern(3 * 1400)
 	peer.Write(data)
 	peer.CloseWrite()
 	h.waitQueued(len(data))
@@ -155,7 +156,7 @@ func tcpTestPeek(t *testing.T, noPeekOff bool) {
 	f := h.flow()
 	start := f.seqToGuest
 
-	a, b := tcpPattern(1000), bytes.Repeat([]byte("B"), 700)
+	a, b := guestframe.Pattern(1000), bytes.Repeat([]byte("B"), 700)
 	peer.Write(a)
 	h.waitQueued(len(a))
 	ga := h.pump(0)
@@ -218,7 +219,7 @@ func TestTCPGuestDataToHost(t *testing.T) {
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()
-	data := tcpPattern(5000)
+	data := guestframe.Pattern(5000)
 	h.sendAck(data[:3000])
 	h.sendAck(data[3000:])
 	got := h.flush()
@@ -266,7 +267,7 @@ func TestTCPFallbackChunkedBuffers(t *testing.T) {
 	h.w.chunk = 333
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
-	data := tcpPattern(50000)
+	data := guestframe.Pattern(50000)
 	var got []byte
 	for off := 0; off < len(data); off += 12345 {
 		end := min(off+12345, len(data))
@@ -292,7 +293,7 @@ func TestTCPTinyBuffersFinAfterAllData(t *testing.T) {
 	h.w.chunk = 12
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
-	data := tcpPattern(100000)
+	data := guestframe.Pattern(100000)
 	if _, err := peer.Write(data); err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +332,7 @@ func TestTCPRxRefillThenNewHostData(t *testing.T) {
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.flush()
-	first := tcpPattern(2 * 1400)
+	first := guestframe.Pattern(2 * 1400)
 	peer.Write(first)
 	h.waitQueued(len(first))
 	h.w.free = 2

@@ -44,21 +44,9 @@ func (t *Table) connect(now time.Time, sg *segment, host netip.AddrPort) {
 	f.guestMAC = sg.srcMAC
 	f.guestAddr, f.remoteAddr = sg.src, sg.dst
 	f.guestPort, f.remotePort = sg.srcPort, sg.dstPort
-	f.seqInitFromGuest = sg.seq
-	f.ackBase = sg.seq // tcpi_bytes_acked counts the SYN of a connect()ed socket
-	f.seqFromGuest = sg.seq + 1
-	f.seqAckToGuest = f.seqFromGuest
-	mss := mssDefault
-	if sg.opts.HasMSS && sg.opts.MSS > 0 {
-		mss = int(sg.opts.MSS)
-	}
-	f.mssToGuest = max(min(mss, t.cfg.MTU-t.ipHdrLen(sg.key.v6)-header.TCPMinimumSize), 64)
-	if sg.opts.HasWindowScale {
-		f.wsFromGuest = min(sg.opts.WindowScale, header.TCPMaxWindowScale)
-		f.wsToGuest = wsToGuestDefault
-	}
-	f.wndFromGuest = max(uint32(sg.wnd), 1) // RFC 7323: the SYN's window is not scaled
-	f.guestSACK = sg.opts.SACKPermitted
+	f.ackBase = sg.seq             // tcpi_bytes_acked counts the SYN of a connect()ed socket
+	f.wsToGuest = wsToGuestDefault // offered; dropped if the guest's SYN has none
+	t.takeGuestSyn(f, sg)
 	f.iss = rand.Uint32()
 	f.seqToGuest = f.iss
 	f.sndMax = f.iss
@@ -83,6 +71,28 @@ func (t *Table) connect(now time.Time, sg *segment, host netip.AddrPort) {
 	}
 	t.updateEpoll(f)
 	t.noteTimer(t.deadline(f))
+}
+
+// takeGuestSyn records what the guest's SYN (or SYN-ACK) says: its initial
+// sequence number, its MSS (bounded by the guest's MTU), window scale,
+// window and SACK. A guest that does not scale gets no scaling from us
+// either (RFC 7323).
+func (t *Table) takeGuestSyn(f *conn, sg *segment) {
+	f.seqInitFromGuest = sg.seq
+	f.seqFromGuest = sg.seq + 1
+	f.seqAckToGuest = f.seqFromGuest
+	mss := mssDefault
+	if sg.opts.HasMSS && sg.opts.MSS > 0 {
+		mss = int(sg.opts.MSS)
+	}
+	f.mssToGuest = max(min(mss, t.cfg.MTU-t.ipHdrLen(f.key.v6)-header.TCPMinimumSize), 64)
+	if sg.opts.HasWindowScale {
+		f.wsFromGuest = min(sg.opts.WindowScale, header.TCPMaxWindowScale)
+	} else {
+		f.wsFromGuest, f.wsToGuest = 0, 0
+	}
+	f.wndFromGuest = max(uint32(sg.wnd), 1) // the SYN's window is not scaled
+	f.guestSACK = sg.opts.SACKPermitted
 }
 
 // connected moves f on once its host connect() completed: the SYN-ACK to

@@ -391,14 +391,6 @@ func tcpPayloadOf(ss []tcpSeg) []byte {
 	return b
 }
 
-func tcpPattern(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7 + i/251)
-	}
-	return b
-}
-
 func tcpReadN(t *testing.T, c net.Conn, n int) []byte {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -163,22 +163,8 @@ func (t *Table) guestSynAck(now time.Time, f *conn, sg *segment) bool {
 	if !sg.flags.Has(header.TCPFlagSYN|header.TCPFlagACK) || sg.ack != f.iss+1 || f.flags&flSynDue != 0 {
 		return false
 	}
-	f.seqInitFromGuest = sg.seq
 	f.ackBase = sg.seq + 1 // an accepted socket's tcpi_bytes_acked does not count the SYN
-	f.seqFromGuest = sg.seq + 1
-	f.seqAckToGuest = f.seqFromGuest
-	mss := mssDefault
-	if sg.opts.HasMSS && sg.opts.MSS > 0 {
-		mss = int(sg.opts.MSS)
-	}
-	f.mssToGuest = max(min(mss, t.cfg.MTU-t.ipHdrLen(f.key.v6)-header.TCPMinimumSize), 64)
-	if sg.opts.HasWindowScale {
-		f.wsFromGuest = min(sg.opts.WindowScale, header.TCPMaxWindowScale)
-	} else {
-		f.wsFromGuest, f.wsToGuest = 0, 0
-	}
-	f.wndFromGuest = max(uint32(sg.wnd), 1)
-	f.guestSACK = sg.opts.SACKPermitted
+	t.takeGuestSyn(f, sg)
 	t.establish(now, f)
 	f.flags |= flAckDue // the handshake's third segment
 	t.markDirty(f)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/stats"
 )
 
@@ -17,15 +18,7 @@ import (
 func TestTCPForwardInbound(t *testing.T) {
 	h := tcpNewHarness(t, Config{MTU: 1500, AckTimeout: time.Second})
 	h.tab.SetGuest(h.guestMAC, h.guest.Addr(), netip.Addr{})
-	port, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", 8080)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.Dial("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := h.dialForward(t, 8080)
 	syn := h.collect("SYN", func(s []tcpSeg) bool { return len(s) > 0 })
 	s := syn[0]
 	if s.flags != header.TCPFlagSYN || s.dst.Addr() != h.guest.Addr() || s.dst.Port() != 8080 ||
@@ -57,7 +50,7 @@ func TestTCPForwardInbound(t *testing.T) {
 		t.Fatalf("not established")
 	}
 	// Host → guest.
-	data := tcpPattern(3000)
+	data := guestframe.Pattern(3000)
 	c.Write(data)
 	got := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(data) })
 	if !bytes.Equal(tcpPayloadOf(got), data) || len(got[0].payload) != 1000 {
@@ -86,19 +79,9 @@ func TestTCPForwardInbound(t *testing.T) {
 func TestTCPForwardGuestRefuses(t *testing.T) {
 	h := tcpNewHarness(t, Config{})
 	h.tab.SetGuest(h.guestMAC, h.guest.Addr(), netip.Addr{})
-	port, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", 9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.Dial("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	syn := h.collect("SYN", func(s []tcpSeg) bool { return len(s) > 0 })
-	h.guest = netip.AddrPortFrom(h.guest.Addr(), 9)
-	h.remote = syn[0].src
-	h.inject(h.frame(header.TCPFlagRST|header.TCPFlagACK, 0, syn[0].seq+1, 0, nil, nil))
+	c := h.dialForward(t, 9)
+	syn := h.answerForwardSyn(9)
+	h.inject(h.frame(header.TCPFlagRST|header.TCPFlagACK, 0, syn.seq+1, 0, nil, nil))
 	if h.flow() != nil || h.stats.RSTReceived.Load() != 1 {
 		t.Fatalf("guest RST not handled")
 	}
@@ -112,15 +95,7 @@ func TestTCPForwardGuestRefuses(t *testing.T) {
 // refused at once.
 func TestTCPForwardGuestUnknown(t *testing.T) {
 	h := tcpNewHarness(t, Config{})
-	port, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.Dial("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	h.dialForward(t, 0)
 	deadline := time.Now().Add(5 * time.Second)
 	for h.stats.AcceptRefused.Load() == 0 && time.Now().Before(deadline) {
 		h.pump(10 * time.Millisecond)
@@ -136,19 +111,9 @@ func TestTCPForwardGuestUnknown(t *testing.T) {
 func TestTCPForwardAckOnPeerAck(t *testing.T) {
 	h := tcpNewHarness(t, Config{AckOnPeerAck: true})
 	h.tab.SetGuest(h.guestMAC, h.guest.Addr(), netip.Addr{})
-	port, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", 8080)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.Dial("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	syn := h.collect("SYN", func(s []tcpSeg) bool { return len(s) > 0 })
-	h.guest = netip.AddrPortFrom(h.guest.Addr(), 8080)
-	h.remote = syn[0].src
-	h.seq, h.ack = h.isn+1, syn[0].seq+1
+	c := h.dialForward(t, 8080)
+	syn := h.answerForwardSyn(8080)
+	h.seq, h.ack = h.isn+1, syn.seq+1
 	h.inject(h.frame(header.TCPFlagSYN|header.TCPFlagACK, h.isn, h.ack, 65535, nil, nil))
 	h.flush()
 	h.sendAck([]byte("0123456789"))
@@ -170,4 +135,28 @@ func TestTCPForwardAckOnPeerAck(t *testing.T) {
 			t.Fatalf("guest data never fully ACKed")
 		}
 	}
+}
+
+// dialForward listens on a loopback port forwarded to guestPort and
+// connects a host client to it; the client is closed with the test.
+func (h *tcpHarness) dialForward(t *testing.T, guestPort uint16) net.Conn {
+	port, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", guestPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// answerForwardSyn waits for the SYN a forwarded connection sends the
+// guest and makes the harness speak as the guest's guestPort to it.
+func (h *tcpHarness) answerForwardSyn(guestPort uint16) tcpSeg {
+	syn := h.collect("SYN", func(s []tcpSeg) bool { return len(s) > 0 })
+	h.guest = netip.AddrPortFrom(h.guest.Addr(), guestPort)
+	h.remote = syn[0].src
+	return syn[0]
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/test/testenv"
 	"vunet/virtqueue"
 )
@@ -20,7 +21,7 @@ func TestTCPGuestMSSAndMTU(t *testing.T) {
 		h := tcpNewHarness(t, Config{MTU: 1500})
 		ln := h.listen()
 		peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: uint16(tc.mss)})
-		data := tcpPattern(10 * tc.want)
+		data := guestframe.Pattern(10 * tc.want)
 		peer.Write(data)
 		got := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(data) })
 		for _, s := range got {
@@ -48,7 +49,7 @@ func TestTCPGSOFrames(t *testing.T) {
 	h.tab.SetFeatures(true, true, true)
 	ln := h.listen()
 	peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: 1460, HasWindowScale: true, WindowScale: 7})
-	data := tcpPattern(200000)
+	data := guestframe.Pattern(200000)
 	go peer.Write(data)
 	got := h.collect("data", func(s []tcpSeg) bool {
 		if len(s) > 0 {
@@ -91,7 +92,7 @@ func TestTCPChecksumAcrossIovecs(t *testing.T) {
 	h.w.chunk = 333
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
-	data := tcpPattern(4321)
+	data := guestframe.Pattern(4321)
 	peer.Write(data)
 	got := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(data) })
 	if !bytes.Equal(tcpPayloadOf(got), data) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
 	"vunet/test/testenv"
 )
 
@@ -54,7 +55,7 @@ func tcpRunUploadNoTimers(t *testing.T, n int, limit time.Duration, guestMSS uin
 	}
 	defer peer.Close()
 	f := h.flow()
-	data := tcpPattern(n)
+	data := guestframe.Pattern(n)
 	recv := make(chan []byte, 1)
 	go func() {
 		got := make([]byte, 0, n)

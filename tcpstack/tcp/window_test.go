@@ -9,6 +9,7 @@ import (
 
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/hostsock"
+	"vunet/tcpstack/internal/guestframe"
 )
 
 // TestTCPStallAndClampWorkaround: a host peer pushes 2 MiB through a small
@@ -36,7 +37,7 @@ func tcpRunStallTransfer(t *testing.T, cfg Config, peerSndBuf int) {
 		t.Fatalf("initial clamp %d", clamp0)
 	}
 
-	data := tcpPattern(2 << 20)
+	data := guestframe.Pattern(2 << 20)
 	go func() {
 		peer.SetWriteDeadline(time.Now().Add(20 * time.Second))
 		peer.Write(data)
@@ -103,7 +104,7 @@ func TestTCPGuestWindowLimitsPeek(t *testing.T) {
 	peer := h.establish(ln, header.TCPOptions{HasMSS: true, MSS: 1400})
 	f := h.flow()
 	start := f.seqToGuest
-	data := tcpPattern(10000)
+	data := guestframe.Pattern(10000)
 	peer.Write(data)
 	h.waitQueued(len(data))
 	got := h.pump(0)
@@ -138,7 +139,7 @@ func TestTCPWindowToGuestFollowsSendSide(t *testing.T) {
 	first := h.flush()
 	_ = first
 	initial := f.wndToGuest
-	chunk := tcpPattern(8192)
+	chunk := guestframe.Pattern(8192)
 	var lastWnd uint32
 	written := 0
 	for i := 0; i < 64; i++ {
@@ -179,7 +180,7 @@ func TestTCPAckFollowsPeerAck(t *testing.T) {
 	peer := h.establish(ln, tcpMss1400ws7)
 	f := h.flow()
 	h.flush()
-	chunk := tcpPattern(16384)
+	chunk := guestframe.Pattern(16384)
 	for i := 0; i < 16; i++ {
 		h.inject(h.frame(header.TCPFlagACK, f.seqFromGuest, h.ack, h.wnd, nil, chunk))
 	}
@@ -233,7 +234,7 @@ func tcpRunUpload(t *testing.T, peerRcvBuf int) {
 	}
 	peer := h.establish(ln, tcpMss1400ws7)
 	f := h.flow()
-	data := tcpPattern(2 << 20)
+	data := guestframe.Pattern(2 << 20)
 	recv := make(chan []byte, 1)
 	go func() {
 		var got []byte
@@ -305,7 +306,7 @@ func TestTCPDelayedAckCheckSendsNoDuplicates(t *testing.T) {
 	h.establish(ln, tcpMss1400ws7)
 	f := h.flow()
 	h.flush()
-	chunk := tcpPattern(16384)
+	chunk := guestframe.Pattern(16384)
 	for i := 0; i < 16; i++ {
 		h.inject(h.frame(header.TCPFlagACK, f.seqFromGuest, h.ack, h.wnd, nil, chunk))
 	}

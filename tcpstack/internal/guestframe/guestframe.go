@@ -110,3 +110,13 @@ func TCP(src, dst netip.AddrPort, f header.TCPFields, payload []byte) []byte {
 	header.TCP(l4).SetChecksum(src.Addr(), dst.Addr())
 	return Frame(OurMAC, src.Addr(), dst.Addr(), header.IPProtocolTCP, 64, l4)
 }
+
+// Pattern is n bytes of a repeating, non-trivial pattern: data whose
+// reordering, loss or duplication shows in a byte comparison.
+func Pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i/251)
+	}
+	return b
+}

@@ -42,6 +42,9 @@ type Config struct {
 	Mem    *Memory
 	Stats  *Stats // counters owned by the caller; may be nil
 	Logger *slog.Logger
+
+	// Log turns dirty-page logging on (live migration); nil: off.
+	Log *LogConfig
 }
 
 // Ring part sizes (virtio 1.x 2.7): the trailing event fields are included.
@@ -72,6 +75,7 @@ type SplitQueue struct {
 	mem      *Memory
 	stats    *Stats
 	log      *slog.Logger
+	dirty    *ringLog // dirty-page logging; nil: off (ring_log.go)
 
 	desc       []byte // descriptor table, 16*size bytes
 	availRing  []byte // avail ring entries, 2*size bytes
@@ -142,6 +146,7 @@ func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 	if q.log == nil {
 		q.log = slog.Default()
 	}
+	q.dirty = newRingLog(cfg.Log, cfg.Size, cfg.EventIdx, q.stats)
 	n := uint64(cfg.Size)
 	// The trailing event fields exist only with EVENT_IDX; do not demand
 	// memory for them otherwise.
@@ -326,6 +331,9 @@ func (q *SplitQueue) refreshAvail() bool {
 	idx := load16(q.availIdx)
 	if idx == q.lastAvail && q.eventIdx && q.kicksOn {
 		store16(q.availEvent, q.lastAvail)
+		if q.dirty != nil {
+			q.logUsedRing()
+		}
 		// Sequentially consistent store then load: a driver that added
 		// entries before seeing the new avail_event is seen here.
 		idx = load16(q.availIdx)
@@ -409,6 +417,9 @@ func (q *SplitQueue) Push(head uint16, written uint32) {
 	binary.LittleEndian.PutUint32(e[0:], uint32(head))
 	binary.LittleEndian.PutUint32(e[4:], written)
 	q.usedNext++
+	if q.dirty != nil {
+		q.logWritten(head, written)
+	}
 }
 
 // Staged returns the number of used elements pushed but not yet flushed.
@@ -426,6 +437,9 @@ func (q *SplitQueue) Flush() {
 	// Release: the elements written by Push become visible with the index.
 	store16(q.usedIdx, next)
 	q.usedPub = next
+	if q.dirty != nil {
+		q.logUsedRing()
+	}
 	q.stats.UsedPublished.Add(uint64(next - old))
 	if !q.needSignal(old, next) {
 		q.stats.NotifiesSuppressed.Add(1)
@@ -467,6 +481,9 @@ func (q *SplitQueue) DisableKicks() {
 	q.kicksOn = false
 	if !q.eventIdx {
 		store16(q.usedFlags, UsedFlagNoNotify)
+		if q.dirty != nil {
+			q.logUsedRing()
+		}
 	}
 }
 
@@ -480,6 +497,9 @@ func (q *SplitQueue) EnableKicks() (more bool) {
 		store16(q.availEvent, q.lastAvail)
 	} else {
 		store16(q.usedFlags, 0)
+	}
+	if q.dirty != nil {
+		q.logUsedRing()
 	}
 	// Sequentially consistent store then load: the full barrier the
 	// notification protocol needs against the driver's store-then-load.

@@ -14,4 +14,6 @@ type Stats struct {
 	Kicks              atomic.Uint64 // driver kicks read from the kick eventfd (coalesced count)
 	SignalErrors       atomic.Uint64 // failed writes to the call eventfd
 	ErrSignals         atomic.Uint64 // writes to the error eventfd (queue broken, memory fault)
+	DirtyLogWrites     atomic.Uint64 // writes to guest memory marked in the dirty log (migration)
+	DirtyLogMisses     atomic.Uint64 // of those, writes the front-end's log was too small to cover (wholly or partly)
 }

@@ -131,6 +131,9 @@ func collectRing(ch chan<- prometheus.Metric, st *virtqueue.Stats, q, dir string
 	counter(ch, descSuppressed, st.NotifiesSuppressed.Load(), q, dir)
 	counter(ch, descKicks, st.Kicks.Load(), q, dir)
 	counter(ch, descBadChains, st.BadChains.Load(), q, dir)
+	// Zero until the guest is first migrated: no series before.
+	sparseCounter(ch, descDirtyLog, st.DirtyLogWrites.Load(), q, dir)
+	sparseCounter(ch, descDirtyMiss, st.DirtyLogMisses.Load(), q, dir)
 }
 
 func collectPair(ch chan<- prometheus.Metric, st *stats.Queue, q string) {

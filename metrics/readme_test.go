@@ -68,6 +68,8 @@ func everySeries() Sources {
 		st[0].Proto.UDPDrops[stats.ToGuest][r].Add(1)
 	}
 	st[0].PolicyDrops[addrpolicy.TCP][addrpolicy.DstLoopback].Add(1)
+	ctl.Rings[0].DirtyLogWrites.Add(1)
+	ctl.Rings[0].DirtyLogMisses.Add(1)
 	return src
 }
 

@@ -28,7 +28,8 @@ type DeviceConfig struct {
 	Stats      *Stats              // control-plane counters; may be nil
 	// Features are the virtio features offered; 0 means DefaultFeatures.
 	// The data plane must honour every bit offered here (offloads).
-	// VHOST_F_LOG_ALL, RING_PACKED and ACCESS_PLATFORM are never offered.
+	// RING_PACKED and ACCESS_PLATFORM are never offered; VHOST_F_LOG_ALL
+	// (migration, in DefaultFeatures) is the control plane's own.
 	Features uint64
 }
 
@@ -60,6 +61,8 @@ type device struct {
 	mem   *virtqueue.Memory
 	slots []memSlot
 
+	dirtyLog *virtqueue.DirtyLog // SET_LOG_BASE; nil: none (dirty_log.go)
+
 	rings   []vring
 	running []bool // per pair
 
@@ -83,8 +86,8 @@ func newDevice(cfg DeviceConfig) *device {
 		offered = DefaultFeatures
 	}
 	// Bits the control plane cannot honour whatever the data plane does:
-	// dirty logging, packed rings, IOMMU translation.
-	offered &^= FeatureLogAll | 1<<virtqueue.FeatureRingPacked | 1<<virtqueue.FeatureAccessPlatform
+	// packed rings, IOMMU translation.
+	offered &^= 1<<virtqueue.FeatureRingPacked | 1<<virtqueue.FeatureAccessPlatform
 	// VIRTIO_NET_F_MQ passes through QEMU to the guest: without it a guest
 	// driver uses one pair whatever `queues=N` says, so it follows the pairs
 	// we serve.
@@ -271,6 +274,10 @@ func (d *device) dispatch(m *Message) ([]byte, error) {
 		return nil, d.setVringEnable(s)
 	case ReqSendRARP:
 		return nil, d.sendRARP(p)
+	case ReqSetLogBase:
+		return d.setLogBase(m)
+	case ReqSetLogFD:
+		return nil, d.setLogFD()
 	case ReqNetSetMTU:
 		return nil, d.setMTU(mustU64(p))
 	case ReqSetStatus:
@@ -302,8 +309,12 @@ func (d *device) setFeatures(f uint64) error {
 	// Queue construction (EVENT_IDX, INDIRECT) and the enable state
 	// (PROTOCOL_FEATURES) depend on the features: rebuild running pairs.
 	d.stopAll()
+	logAll := (d.features^f)&FeatureLogAll != 0
 	d.features = f
 	d.stats.Features.Store(f)
+	if logAll {
+		d.logAllChanged()
+	}
 	d.log.Info("vhost-user features negotiated", "features", fmt.Sprintf("%#x", f))
 	return d.startAll()
 }
@@ -357,6 +368,8 @@ func (d *device) close() {
 	d.unmapSlots(d.slots)
 	d.slots = nil
 	d.mem, _ = virtqueue.NewMemory(nil)
+	d.unmapLog(d.dirtyLog)
+	d.dirtyLog = nil
 	d.stats.Features.Store(0)
 	d.stats.ProtocolFeatures.Store(0)
 }

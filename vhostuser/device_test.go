@@ -83,6 +83,7 @@ func TestFeatureNegotiation(t *testing.T) {
 	}
 	want := uint64(1<<virtqueue.FeatureVersion1 | 1<<virtqueue.FeatureNetMrgRxbuf | 1<<virtqueue.FeatureRingEventIdx |
 		1<<virtqueue.FeatureRingIndirectDesc | 1<<virtqueue.FeatureNetMTU | 1<<30 |
+		1<<26 | // VHOST_F_LOG_ALL: migration
 		// checksum and TSO offloads, both directions
 		1<<0 | 1<<1 | 1<<7 | 1<<8 | 1<<11 | 1<<12)
 	if DefaultFeatures != want {
@@ -90,14 +91,14 @@ func TestFeatureNegotiation(t *testing.T) {
 	}
 	// Protocol features work before SET_FEATURES (spec note).
 	r, _, _ = h.do(ReqGetProtocolFeatures, 0, nil)
-	wantProto := uint64(1<<3 | 1<<0 | 1<<15 | 1<<4 | 1<<2 | 1<<16 | 1<<13)
+	wantProto := uint64(1<<3 | 1<<0 | 1<<15 | 1<<4 | 1<<2 | 1<<16 | 1<<13 | 1<<1)
 	if !bytes.Equal(r, u64(wantProto)) {
 		t.Fatalf("GET_PROTOCOL_FEATURES = %x, want %#x", r, wantProto)
 	}
 	// A subset is fine; an unoffered bit is refused and changes nothing.
 	h.ok(ReqSetFeatures, u64(1<<virtqueue.FeatureVersion1|FeatureProtocolFeatures))
-	if _, _, err := h.do(ReqSetFeatures, 0, u64(1<<virtqueue.FeatureVersion1|FeatureLogAll)); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("LOG_ALL accepted: %v", err)
+	if _, _, err := h.do(ReqSetFeatures, 0, u64(1<<virtqueue.FeatureVersion1|1<<virtqueue.FeatureRingPacked)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("RING_PACKED accepted: %v", err)
 	}
 	if h.d.features != 1<<virtqueue.FeatureVersion1|FeatureProtocolFeatures || h.stats.Features.Load() != h.d.features {
 		t.Fatalf("features %#x stats %#x", h.d.features, h.stats.Features.Load())
@@ -439,7 +440,7 @@ func TestUnknownRequest(t *testing.T) {
 	}
 	// With NEED_REPLY, even without REPLY_ACK: a failure reply, so the
 	// front-end does not wait forever.
-	if r, send, err := h.do(ReqSetLogBase, FlagNeedReply, make([]byte, 16)); err != nil || !send || !bytes.Equal(r, u64(1)) {
+	if r, send, err := h.do(ReqSetVringEndian, FlagNeedReply, make([]byte, 8)); err != nil || !send || !bytes.Equal(r, u64(1)) {
 		t.Fatalf("unsupported with NEED_REPLY: %x %v %v", r, send, err)
 	}
 	if h.stats.ErrorCount(ErrReasonUnsupported) != 2 || h.stats.MessageCount(Request(99)) != 1 || h.stats.MessageCount(ReqNone) != 1 {
@@ -756,9 +757,10 @@ func TestUnsupportedRequestExpectingReply(t *testing.T) {
 
 func TestOfferedFeaturesMasked(t *testing.T) {
 	d := newDevice(DeviceConfig{DataPlane: newFakeDP(), Logger: testLogger(t),
-		Features: DefaultFeatures | FeatureLogAll | 1<<virtqueue.FeatureRingPacked | 1<<virtqueue.FeatureNetCsum})
+		Features: DefaultFeatures&^FeatureLogAll | 1<<virtqueue.FeatureRingPacked | 1<<virtqueue.FeatureNetCsum})
 	defer d.close()
-	if d.offered != DefaultFeatures|1<<virtqueue.FeatureNetCsum {
+	// LOG_ALL is offered as configured (DefaultFeatures has it).
+	if d.offered != DefaultFeatures&^FeatureLogAll|1<<virtqueue.FeatureNetCsum {
 		t.Fatalf("offered %#x", d.offered)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"unsafe"
 
 	"vunet/virtqueue"
 )
@@ -14,6 +15,11 @@ import (
 const fuzzMemSize = 256 << 10
 
 var fuzzMem = make([]byte, fuzzMemSize)
+
+// fuzzLog is the dirty log the fuzzed device has from the start (as if
+// SET_LOG_BASE had come: the fuzzer sends no fds), covering 128 pages, less
+// than the guest memory, so hostile log addresses land inside and outside.
+var fuzzLog = make([]uint64, 2)
 
 func fuzzSeeds() [][]byte {
 	msg := func(req Request, flags uint32, payload []byte) []byte {
@@ -40,6 +46,17 @@ func fuzzSeeds() [][]byte {
 	running = append(running, msg(ReqRemMemReg, FlagNeedReply, memReg(g.spec))...)
 	running = append(running, msg(ReqSetMemTable, 0, table())...)
 	running = append(running, msg(ReqResetDevice, 0, nil)...)
+	// A migration: LOG_ALL, the rings' used rings logged (one beyond the
+	// log), the log refused for want of its fd, LOG_ALL off.
+	migrating := append([]byte(nil), setup...)
+	for i := 0; i < 2; i++ {
+		a := g.ringAddr(i)
+		a.Flags, a.Log = VringFlagLog, a.Used-testUA+uint64(i)<<30
+		migrating = append(migrating, msg(ReqSetVringAddr, FlagNeedReply, addr(a))...)
+	}
+	migrating = append(migrating, msg(ReqSetLogBase, 0, LogDesc{Size: 64}.Encode(nil))...)
+	migrating = append(migrating, msg(ReqSetLogFD, 0, nil)...)
+	migrating = append(migrating, msg(ReqSetFeatures, FlagNeedReply, u64(DefaultFeatures&^FeatureLogAll))...)
 	misc := msg(ReqNetSetMTU, FlagNeedReply, u64(1500))
 	misc = append(misc, msg(ReqSendRARP, 0, []byte{2, 0, 0, 0, 0, 1, 0, 0})...)
 	misc = append(misc, msg(ReqSetStatus, 0, u64(0xf))...)
@@ -48,7 +65,7 @@ func fuzzSeeds() [][]byte {
 	misc = append(misc, msg(ReqGetQueueNum, 0, nil)...)
 	misc = append(misc, msg(ReqGetMaxMemSlots, 0, nil)...)
 	return [][]byte{
-		setup, running, misc,
+		setup, running, misc, migrating,
 		msg(ReqSetMemTable, 0, table(MemRegion{Size: 4096})),
 		msg(ReqAddMemReg, 0, memReg(MemRegion{Size: 4096})),
 		bytes.Repeat([]byte{0xff}, 32),
@@ -78,6 +95,10 @@ func FuzzDecodeMessage(f *testing.F) {
 			t.Fatal(err)
 		}
 		d.slots = []memSlot{{region: reg, refs: 1}}
+		clear(fuzzLog)
+		if d.dirtyLog, err = virtqueue.NewDirtyLog(unsafe.Slice((*byte)(unsafe.Pointer(&fuzzLog[0])), 8*len(fuzzLog))); err != nil {
+			t.Fatal(err)
+		}
 		if d.mem, err = virtqueue.NewMemory([]*virtqueue.Region{reg}); err != nil {
 			t.Fatal(err)
 		}

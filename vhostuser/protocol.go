@@ -163,7 +163,7 @@ var (
 // Vhost-user feature bits (masks) that are not virtio device features; the
 // virtio bits are virtqueue's Feature* bit numbers.
 const (
-	FeatureLogAll           = 1 << 26 // VHOST_F_LOG_ALL: dirty logging for migration (not offered)
+	FeatureLogAll           = 1 << 26 // VHOST_F_LOG_ALL: dirty-page logging for live migration (dirty_log.go)
 	FeatureProtocolFeatures = 1 << 30 // VHOST_USER_F_PROTOCOL_FEATURES
 )
 
@@ -171,7 +171,7 @@ const (
 // says otherwise. PROTOCOL_FEATURES is mandatory for QEMU (FIELD-NOTES).
 const DefaultFeatures uint64 = 1<<virtqueue.FeatureVersion1 | 1<<virtqueue.FeatureNetMrgRxbuf |
 	1<<virtqueue.FeatureRingEventIdx | 1<<virtqueue.FeatureRingIndirectDesc |
-	1<<virtqueue.FeatureNetMTU | FeatureProtocolFeatures | OffloadFeatures
+	1<<virtqueue.FeatureNetMTU | FeatureProtocolFeatures | FeatureLogAll | OffloadFeatures
 
 // OffloadFeatures are the checksum and TSO offloads. They pass through QEMU
 // to the guest: with them a guest hands over (and takes) 64 KiB TCP segments
@@ -207,11 +207,11 @@ const (
 
 // OfferedProtocolFeatures is the protocol feature set the device offers.
 const OfferedProtocolFeatures uint64 = ProtocolReplyAck | ProtocolMQ | ProtocolConfigureMemSlots |
-	ProtocolNetMTU | ProtocolRARP | ProtocolStatus | ProtocolResetDevice
+	ProtocolNetMTU | ProtocolRARP | ProtocolStatus | ProtocolResetDevice | ProtocolLogSHMFD
 
 // VringFlagLog is VHOST_VRING_F_LOG in SET_VRING_ADDR's flags: log
-// writes to the used ring for migration. It belongs with VHOST_F_LOG_ALL,
-// which is never offered.
+// writes to the used ring, at the address's log field, while
+// VHOST_F_LOG_ALL is negotiated (live migration).
 const VringFlagLog = 1 << 0
 
 // Vring file payload (SET_VRING_KICK/CALL/ERR) bits.
@@ -375,6 +375,8 @@ const (
 	payloadVringAddr                     // vring address description
 	payloadMemTable                      // memory regions description
 	payloadMemReg                        // single memory region description
+	payloadLog                           // log description and the log's fd
+	payloadFD                            // no payload, one fd
 )
 
 // payloadKindOf returns the payload layout of a request the device handles.
@@ -394,6 +396,10 @@ func payloadKindOf(r Request) payloadKind {
 		return payloadMemTable
 	case ReqAddMemReg, ReqRemMemReg:
 		return payloadMemReg
+	case ReqSetLogBase:
+		return payloadLog
+	case ReqSetLogFD:
+		return payloadFD
 	}
 	return payloadAny
 }
@@ -403,7 +409,7 @@ func payloadKindOf(r Request) payloadKind {
 func hasOwnReply(r Request) bool {
 	switch r {
 	case ReqGetFeatures, ReqGetProtocolFeatures, ReqGetVringBase, ReqGetQueueNum,
-		ReqGetMaxMemSlots, ReqGetStatus:
+		ReqGetMaxMemSlots, ReqGetStatus, ReqSetLogBase:
 		return true
 	}
 	return false
@@ -497,6 +503,16 @@ func ValidateMessage(h Header, payload []byte, nfds int) error {
 			// The spec lets REM_MEM_REG carry one stray fd, which is closed.
 			wantFDs = nfds
 		}
+	case payloadLog:
+		if len(payload) != sizeLog {
+			return fmt.Errorf("%v: %d bytes: %w", h.Request, len(payload), ErrMalformed)
+		}
+		wantFDs = 1
+	case payloadFD:
+		if len(payload) != 0 {
+			return fmt.Errorf("%v: unexpected %d-byte payload: %w", h.Request, len(payload), ErrMalformed)
+		}
+		wantFDs = 1
 	case payloadAny:
 		return nil
 	}

@@ -64,7 +64,8 @@ func qemuStart(t *testing.T, fe *frontend, g *guestMem) {
 	if v := fe.ack(ReqNetSetMTU, u64(1500)); v != 0 {
 		t.Fatalf("NET_SET_MTU ack %d", v)
 	}
-	fe.send(ReqSetFeatures, 0, u64(DefaultFeatures))
+	// QEMU acks what the guest took and adds LOG_ALL only to migrate.
+	fe.send(ReqSetFeatures, 0, u64(DefaultFeatures&^FeatureLogAll))
 	fe.send(ReqSetStatus, 0, u64(0x7))
 	if v := fe.ack(ReqAddMemReg, memReg(g.spec), g.dupFD(t)); v != 0 {
 		t.Fatalf("ADD_MEM_REG ack %d", v)

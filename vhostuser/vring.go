@@ -16,6 +16,7 @@ type vring struct {
 	addr      virtqueue.Addresses
 	addrSet   bool
 	addrFlags uint32
+	logAddr   uint64 // used ring's guest-physical address for dirty logging
 	base      uint16 // next avail index: SET_VRING_BASE, or saved when the queue stopped
 	kick      int    // -1: none (also when polling)
 	call      int
@@ -161,6 +162,7 @@ func (d *device) newQueue(i int) (*virtqueue.SplitQueue, error) {
 		Mem:       d.mem,
 		Stats:     &d.stats.Rings[i],
 		Logger:    d.log,
+		Log:       d.ringLogConfig(i),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build vring %d: %w: %w", i, errDataPlane, err)
@@ -222,16 +224,16 @@ func (d *device) setVringAddr(a VringAddr) error {
 	if err := d.checkRingAddr(i, addr, d.rings[i].num); err != nil {
 		return err
 	}
-	// QEMU sets the log flag only while migrating with dirty logging, which
-	// it blocks without VHOST_F_LOG_ALL; refusing the ring would take the
-	// network down for a front-end that sets it anyway, so say it once.
-	if a.Flags&VringFlagLog != 0 && !d.warnedVringLog {
+	// QEMU sets the log flag only together with VHOST_F_LOG_ALL (a
+	// migration); refusing the ring would take the network down for a
+	// front-end that sets it anyway, so say it once.
+	if a.Flags&VringFlagLog != 0 && d.features&FeatureLogAll == 0 && !d.warnedVringLog {
 		d.warnedVringLog = true
 		d.log.Warn("vhost-user SET_VRING_ADDR asks for dirty logging (VHOST_VRING_F_LOG) "+
-			"but VHOST_F_LOG_ALL is not offered: ignored, writes to guest memory are not logged", "vring", i)
+			"but VHOST_F_LOG_ALL is not negotiated: the used ring is logged only once it is", "vring", i)
 	}
 	return d.withPair(i, func(r *vring) {
-		r.addr, r.addrSet, r.addrFlags = addr, true, a.Flags
+		r.addr, r.addrSet, r.addrFlags, r.logAddr = addr, true, a.Flags, a.Log
 	})
 }
 
@@ -375,6 +377,8 @@ func (d *device) resetDevice() {
 	}
 	d.status = 0
 	d.features, d.protocol = 0, 0
+	d.unmapLog(d.dirtyLog)
+	d.dirtyLog = nil
 	d.stats.Features.Store(0)
 	d.stats.ProtocolFeatures.Store(0)
 	d.endSession()

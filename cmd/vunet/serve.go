@@ -399,7 +399,7 @@ func featureNames(f uint64) string {
 		virtqueue.FeatureNetMrgRxbuf: "mrg_rxbuf", virtqueue.FeatureNetStatus: "status",
 		virtqueue.FeatureNetMQ: "mq", virtqueue.FeatureRingIndirectDesc: "indirect_desc",
 		virtqueue.FeatureRingEventIdx: "event_idx", virtqueue.FeatureVersion1: "version_1",
-		30: "protocol_features",
+		30: "protocol_features", 26: "log_all",
 	}
 	var out []string
 	for bit := 0; bit < 64; bit++ {

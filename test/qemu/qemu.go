@@ -53,6 +53,11 @@ type VMConfig struct {
 	// Reconnect sets the client chardev's reconnect interval in seconds, so
 	// QEMU redials a back-end that went away (ignored with Server).
 	Reconnect int
+	// Incoming starts QEMU as a migration destination (-incoming URI, e.g.
+	// "unix:/path"): it waits, paused, for the source's state instead of
+	// booting (see VM.Migrate). Everything else must match the source's
+	// configuration.
+	Incoming string
 }
 
 // VM is a running QEMU, killed by t.Cleanup.
@@ -121,6 +126,9 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 		"-numa", "node,memdev=mem",
 	}
 	args = append(args, nic...)
+	if cfg.Incoming != "" {
+		args = append(args, "-incoming", cfg.Incoming)
+	}
 	return append(args,
 		"-kernel", kernel, "-initrd", initrd, "-append", appendLine,
 		"-display", "none", "-monitor", "none", "-nodefaults", "-no-user-config",

@@ -311,6 +311,13 @@ func (l *loop) attachTCP() {
 	l.tcp.SetFeatures(l.guestCsum,
 		virtqueue.HasFeature(f, virtqueue.FeatureNetGuestTSO4),
 		virtqueue.HasFeature(f, virtqueue.FeatureNetGuestTSO6))
+	// Without TSO every guest frame carries one segment: windows stay
+	// within what the TX ring holds (tcp/ring_budget.go).
+	ring := 0
+	if !virtqueue.HasFeature(f, virtqueue.FeatureNetHostTSO4) && !virtqueue.HasFeature(f, virtqueue.FeatureNetHostTSO6) {
+		ring = int(l.qp.TX.Size())
+	}
+	l.tcp.SetTXRing(ring)
 	l.mtu = l.s.MTU()
 	l.tcp.SetMTU(l.mtu)
 }

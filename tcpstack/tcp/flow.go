@@ -87,6 +87,7 @@ type conn struct {
 	dupAckSent       bool
 	dupAcksDue       uint8
 	guestSACK        bool
+	senderPeriod     int64 // senderPeriod in which it last wrote guest data (ring_budget.go)
 
 	epollEvents uint32 // events currently registered
 	inEpoll     bool

@@ -280,6 +280,9 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 			}
 			f.seqFromGuest += uint32(n)
 			t.stats.BytesFromGuest.Add(uint64(n))
+			if n > 0 {
+				t.noteSender(now, f)
+			}
 			if n < l-int(off) {
 				// The socket is full: the guest retransmits the rest; we
 				// tell it when space frees up (EPOLLOUT → window update).

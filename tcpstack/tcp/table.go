@@ -43,6 +43,11 @@ type Table struct {
 	// Offloads the guest negotiated (set from virtio features).
 	guestCsum, tso4, tso6 bool
 
+	// The guest's TX ring size in descriptors, for the window budget (0:
+	// none; ring_budget.go), and the connections sharing it.
+	txRing  int
+	senders senderCount
+
 	nextTimer time.Time // earliest deadline of any flow, zero: none
 
 	// Forwarded ports and the guest they forward to.

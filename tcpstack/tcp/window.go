@@ -138,7 +138,7 @@ func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 		sndMSS = int(t.info.Snd_mss)
 	}
 	space, full := t.sendSpace(now, f, queued, sndMSS)
-	wnd := min(uint32(space), uint32(0xffff)<<f.wsToGuest, maxWindow)
+	wnd := min(uint32(space), uint32(0xffff)<<f.wsToGuest, t.ringBudget(now, f))
 	if handshake || peerAcks {
 		// Mirror the peer's window where ACKs follow the peer (and in the
 		// handshake, before anything was written). Where ACKs follow our

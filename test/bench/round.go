@@ -106,13 +106,17 @@ func (r *runner) mtuRound(ctx context.Context, mtu int, first, last bool) (err e
 
 // iperf runs one iperf3 test on t and records its row.
 func (r *runner) iperf(ctx context.Context, t *target, test, label, dir string, spec iperfSpec) {
+	r.add(r.measureIperf(ctx, t, test, label, dir, spec))
+}
+
+// measureIperf runs one iperf3 test on t and returns its row.
+func (r *runner) measureIperf(ctx context.Context, t *target, test, label, dir string, spec iperfSpec) Result {
 	row := Result{Test: test, Label: label, Backend: t.backend, Direction: dir, MTU: t.mtu,
 		Streams: spec.streams, Unit: "Gbit/s", HigherIsBetter: true}
 	res, err := runIperf(ctx, t, spec)
 	if err != nil {
 		row.Error = err.Error()
-		r.add(row)
-		return
+		return row
 	}
 	row.Value, row.Bytes = res.gbits, res.bytes
 	if t.cpuPID() > 0 && res.bytes > 0 {
@@ -130,7 +134,7 @@ func (r *runner) iperf(ctx context.Context, t *target, test, label, dir string, 
 		notes = append(notes, "CPU: the rig itself (this process)")
 	}
 	row.Note = strings.Join(notes, "; ")
-	r.add(row)
+	return row
 }
 
 // latencyAndRate runs the ping-pong and connection-rate tests on every

@@ -13,8 +13,9 @@ import (
 // testpmdSection runs TCP both ways with DPDK's testpmd as the front-end
 // (its virtio-user port bridged to a TAP in the guest namespace): a second,
 // independent front-end with no EVENT_IDX, no offloads, MTU 1500, and a
-// busy-polling core that drops what the back-end's TX ring cannot take. One
-// rig per back-end serves every run; testpmd's drop counter for the
+// busy-polling core that drops what the back-end's TX ring cannot take.
+// The back-ends take turns — two testpmds would spin on the same core —
+// each with one rig for all its runs; testpmd's drop counter for the
 // virtio-user port (frames the TX ring had no room for) goes in a note.
 func (r *runner) testpmdSection(ctx context.Context) {
 	if _, err := rig.TestpmdBinary(); err != nil {
@@ -26,12 +27,21 @@ func (r *runner) testpmdSection(ctx context.Context) {
 	if r.s.peer != "" {
 		backends = append(backends, struct{ name, tmpl string }{r.s.peerName, r.s.peer})
 	}
-	var ts []*target
-	defer func() {
-		for _, t := range ts {
-			r.closeTestpmd(t)
+	type run struct {
+		label, dir string
+		spec       iperfSpec
+	}
+	var runs []run
+	for _, dir := range []struct {
+		name, arrow string
+		reverse     bool
+	}{{"guest_to_host", "guest→host", false}, {"host_to_guest", "host→guest", true}} {
+		for _, streams := range []int{1, 4} {
+			runs = append(runs, run{fmt.Sprintf("testpmd: TCP %s P%d MTU 1500", dir.arrow, streams), dir.name,
+				iperfSpec{seconds: r.s.seconds, streams: streams, reverse: dir.reverse}})
 		}
-	}()
+	}
+	rows := make([][]Result, len(runs)) // per run, one row per back-end
 	for _, b := range backends {
 		// testpmd sends no NET_SET_MTU: the back-end is told on its
 		// command line (vunet and passt both take --mtu).
@@ -41,27 +51,32 @@ func (r *runner) testpmdSection(ctx context.Context) {
 			r.note("testpmd: %v; its rows are missing", err)
 			continue
 		}
-		ts = append(ts, t)
-		if err := t.startHost("iperf3", "iperf3", "-s", "-p", strconv.Itoa(iperfPort)); err != nil {
-			r.note("testpmd %s: %v", b.name, err)
-			continue
+		err = t.startHost("iperf3", "iperf3", "-s", "-p", strconv.Itoa(iperfPort))
+		if err == nil {
+			err = t.waitListen(ctx, iperfPort)
 		}
-		if err := t.waitListen(ctx, iperfPort); err != nil {
-			r.note("testpmd %s: %v", b.name, err)
-		}
-	}
-	for _, dir := range []struct {
-		name, arrow string
-		reverse     bool
-	}{{"guest_to_host", "guest→host", false}, {"host_to_guest", "host→guest", true}} {
-		for _, streams := range []int{1, 4} {
-			label := fmt.Sprintf("testpmd: TCP %s P%d MTU 1500", dir.arrow, streams)
-			for _, t := range ts {
-				r.iperf(ctx, t, "testpmd_tcp_throughput", label, dir.name,
-					iperfSpec{seconds: r.s.seconds, streams: streams, reverse: dir.reverse})
+		for i, ru := range runs {
+			row := Result{Test: "testpmd_tcp_throughput", Label: ru.label, Backend: b.name, Direction: ru.dir,
+				MTU: 1500, Streams: ru.spec.streams, Unit: "Gbit/s", HigherIsBetter: true, Error: errString(err)}
+			if err == nil {
+				row = r.measureIperf(ctx, t, "testpmd_tcp_throughput", ru.label, ru.dir, ru.spec)
 			}
+			rows[i] = append(rows[i], row)
+		}
+		r.closeTestpmd(t)
+	}
+	for _, rs := range rows {
+		for _, row := range rs {
+			r.add(row)
 		}
 	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // closeTestpmd stops testpmd first, to read its final counters, then tears

@@ -116,6 +116,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(ch, descConnected, float64(s.Connected.Load()))
 		counter(ch, descSessions, s.Sessions.Load())
+		gauge(ch, descGuestMem, float64(s.GuestMemory.Load()))
 		eachBit(s.Features.Load(), func(b int) { gauge(ch, descFeature, 1, strconv.Itoa(b)) })
 		eachBit(s.ProtocolFeatures.Load(), func(b int) { gauge(ch, descProtoFeat, 1, strconv.Itoa(b)) })
 	}

@@ -74,6 +74,8 @@ func TestCollectorReadsCounters(t *testing.T) {
 	tcp1.ConnsByState[4].Add(9) // established
 	ctl.Messages[vhostuser.ReqGetFeatures].Add(3)
 	ctl.Connected.Store(1)
+	ctl.GuestMemory.Store(512 << 20)
+	ctl.Errors[vhostuser.ErrReasonMemoryLimit].Add(2)
 	ctl.Features.Store(1<<32 | 1<<15)
 	ctl.Rings[3].BadChains.Add(7) // pair 1, TX: from the guest
 	ctl.Rings[0].Notifies.Add(5)  // pair 0, RX: to the guest
@@ -103,6 +105,8 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_vhost_user_messages_total{request="` + vhostuser.ReqGetFeatures.String() + `"}`:                             "3",
 		`vunet_vhost_user_frontend_connected`:                                                  "1",
 		`vunet_vhost_user_errors_total{reason="malformed"}`:                                    "0",
+		`vunet_vhost_user_guest_memory_bytes`:                                                  "5.36870912e+08",
+		`vunet_vhost_user_errors_total{reason="memory_limit"}`:                                 "2",
 		`vunet_vhost_user_feature_negotiated{bit="32"}`:                                        "1",
 		`vunet_vhost_user_feature_negotiated{bit="15"}`:                                        "1",
 		`vunet_queue_bad_chains_total{direction="from_guest",queue="1"}`:                       "7",

@@ -114,6 +114,7 @@ var (
 	descErrors    = counterFam("vhost_user_errors_total", "vhost-user protocol errors, by reason.", "reason")
 	descConnected = gaugeFam("vhost_user_frontend_connected", "1 while a vhost-user front-end is connected.")
 	descSessions  = counterFam("vhost_user_sessions_total", "vhost-user front-end sessions started.")
+	descGuestMem  = gaugeFam("vhost_user_guest_memory_bytes", "Guest memory mapped for the current front-end session (capped by --max-guest-memory).")
 	descFeature   = gaugeFam("vhost_user_feature_negotiated", "Virtio feature bits acknowledged by the front-end in the current session (1 per set bit).", "bit")
 	descProtoFeat = gaugeFam("vhost_user_protocol_feature_negotiated", "vhost-user protocol feature bits acknowledged in the current session (1 per set bit).", "bit")
 )

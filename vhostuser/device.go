@@ -20,6 +20,12 @@ const MaxRings = 2 * MaxQueuePairs
 // ADD_MEM_REG may install.
 const MaxMemSlots = 32
 
+// DefaultMaxMemory is the default cap on the guest memory a session may
+// map (DeviceConfig.MaxMemory): 1 TiB, far above what a guest served by a
+// user-space network back-end has, far below the 128 TiB of address space
+// an x86-64 process has.
+const DefaultMaxMemory = 1 << 40
+
 // DeviceConfig configures the device every front-end session gets.
 type DeviceConfig struct {
 	QueuePairs int                 // offered (GET_QUEUE_NUM, MQ); 0 means 1; at most MaxQueuePairs
@@ -31,6 +37,12 @@ type DeviceConfig struct {
 	// RING_PACKED and ACCESS_PLATFORM are never offered; VHOST_F_LOG_ALL
 	// (migration, in DefaultFeatures) is the control plane's own.
 	Features uint64
+	// MaxMemory caps the total size of the guest memory regions mapped at
+	// once (distinct regions of the memory table); 0 means
+	// DefaultMaxMemory. Mappings reserve address space without committing
+	// memory, so a front-end could otherwise exhaust the address space
+	// with sparse files and make the next Go heap growth fatal.
+	MaxMemory uint64
 }
 
 // Device errors, matched with errors.Is. Errors from the codec wrap
@@ -39,6 +51,7 @@ var (
 	ErrInvalid     = errors.New("invalid request")
 	ErrUnsupported = errors.New("unsupported request")
 	errMemory      = errors.New("memory table")
+	errMemoryLimit = errors.New("guest memory limit")
 	errDataPlane   = errors.New("data plane")
 )
 
@@ -51,6 +64,7 @@ type device struct {
 	stats   *Stats
 	pairs   int
 	offered uint64
+	maxMem  uint64
 
 	features uint64 // acknowledged by SET_FEATURES
 	protocol uint64 // acknowledged by SET_PROTOCOL_FEATURES
@@ -104,6 +118,10 @@ func newDevice(cfg DeviceConfig) *device {
 	if stats == nil {
 		stats = &Stats{}
 	}
+	maxMem := cfg.MaxMemory
+	if maxMem == 0 {
+		maxMem = DefaultMaxMemory
+	}
 	mem, _ := virtqueue.NewMemory(nil)
 	d := &device{
 		dp:      cfg.DataPlane,
@@ -111,6 +129,7 @@ func newDevice(cfg DeviceConfig) *device {
 		stats:   stats,
 		pairs:   pairs,
 		offered: offered,
+		maxMem:  maxMem,
 		mem:     mem,
 		rings:   make([]vring, 2*pairs),
 		running: make([]bool, pairs),
@@ -207,6 +226,8 @@ func classify(err error) ErrorReason {
 		return ErrReasonMalformed
 	case errors.Is(err, ErrUnsupported):
 		return ErrReasonUnsupported
+	case errors.Is(err, errMemoryLimit):
+		return ErrReasonMemoryLimit
 	case errors.Is(err, errMemory):
 		return ErrReasonMemory
 	case errors.Is(err, errDataPlane):
@@ -367,6 +388,7 @@ func (d *device) close() {
 	}
 	d.unmapSlots(d.slots)
 	d.slots = nil
+	d.stats.GuestMemory.Store(0)
 	d.mem, _ = virtqueue.NewMemory(nil)
 	d.unmapLog(d.dirtyLog)
 	d.dirtyLog = nil

@@ -34,6 +34,34 @@ func regionsOf(slots []memSlot) []*virtqueue.Region {
 	return rs
 }
 
+// mappedSize is the total size of the regions in slots.
+func mappedSize(slots []memSlot) uint64 {
+	var n uint64
+	for i := range slots {
+		n += slots[i].region.Spec().Size
+	}
+	return n
+}
+
+// checkMemoryLimit refuses a memory table of total bytes (already mapped
+// plus asked for) past the device's cap. Sizes are summed by the caller
+// with overflow saturating at the maximum, so a wrap cannot pass.
+func (d *device) checkMemoryLimit(total uint64) error {
+	if total <= d.maxMem {
+		return nil
+	}
+	return fmt.Errorf("%d bytes of guest memory would be mapped, more than the limit of %d (--max-guest-memory): %w",
+		total, d.maxMem, errMemoryLimit)
+}
+
+// addSize adds b to a, saturating at the maximum uint64.
+func addSize(a, b uint64) uint64 {
+	if a > ^uint64(0)-b {
+		return ^uint64(0)
+	}
+	return a + b
+}
+
 func (d *device) unmapSlots(slots []memSlot) {
 	for i := range slots {
 		if err := slots[i].region.Unmap(); err != nil {
@@ -52,6 +80,7 @@ func (d *device) unmapSlots(slots []memSlot) {
 func (d *device) swapMemory(mem *virtqueue.Memory, slots []memSlot, unmap []memSlot) {
 	d.stopAll()
 	d.mem, d.slots = mem, slots
+	d.stats.GuestMemory.Store(mappedSize(slots))
 	// Deferred: building a queue on the new table can fault (a front-end
 	// shrinking the file), which unwinds through here to process; the old
 	// regions, no longer in d.slots, would leak.
@@ -94,6 +123,15 @@ func (d *device) setMemTable(m *Message) error {
 	if err != nil {
 		return err
 	}
+	// Checked before anything is mapped; the old table is unmapped once
+	// the new one is in place, so only the new one counts.
+	var total uint64
+	for _, r := range regions {
+		total = addSize(total, r.Size)
+	}
+	if err := d.checkMemoryLimit(total); err != nil {
+		return fmt.Errorf("mem table: %w", err)
+	}
 	slots := make([]memSlot, 0, len(regions))
 	for i, r := range regions {
 		reg, err := mapRegion(m.FDs[i], r)
@@ -132,6 +170,9 @@ func (d *device) addMemReg(m *Message) error {
 	}
 	if len(d.slots) >= MaxMemSlots {
 		return fmt.Errorf("add mem region: all %d slots used: %w", MaxMemSlots, ErrInvalid)
+	}
+	if err := d.checkMemoryLimit(addSize(mappedSize(d.slots), r.Size)); err != nil {
+		return fmt.Errorf("add mem region at guest %#x: %w", r.GuestAddr, err)
 	}
 	reg, err := mapRegion(m.FDs[0], r)
 	if err != nil {

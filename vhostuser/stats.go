@@ -18,11 +18,13 @@ const (
 	ErrReasonDataPlane                      // queue construction or StartPair failure
 	ErrReasonIO                             // socket read/write failure
 	ErrReasonRejected                       // extra concurrent front-end turned away
+	ErrReasonMemoryLimit                    // memory region refused: the total would pass DeviceConfig.MaxMemory
 	NumErrorReasons
 )
 
 var errorReasonNames = [NumErrorReasons]string{
 	"malformed", "invalid", "unsupported", "memory", "data_plane", "io", "rejected",
+	"memory_limit",
 }
 
 // String returns the reason's metric label.
@@ -45,6 +47,9 @@ type Stats struct {
 	Connected atomic.Int64
 	// Sessions counts front-end sessions started.
 	Sessions atomic.Uint64
+	// GuestMemory is the size in bytes of the guest memory mapped for the
+	// current session (distinct regions; 0 when disconnected).
+	GuestMemory atomic.Uint64
 	// Features and ProtocolFeatures are the values last acknowledged by the
 	// front-end in the current session (0 when disconnected).
 	Features         atomic.Uint64

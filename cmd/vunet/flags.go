@@ -72,6 +72,7 @@ type options struct {
 	icmpTimeout           time.Duration
 	tcpIdleTimeout        time.Duration
 	tcpSndBuf, tcpRcvBuf  int
+	maxGuestMemory        sizeValue
 
 	// Observability.
 	metrics   string
@@ -184,6 +185,7 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 	dur(&o.tcpIdleTimeout, "reset TCP connections idle for `DURATION` (default 2h)", "tcp-idle-timeout")
 	integer(&o.tcpSndBuf, "pin SO_SNDBUF of host TCP sockets to `BYTES` (default: kernel auto-tuning)", "tcp-sndbuf")
 	integer(&o.tcpRcvBuf, "pin SO_RCVBUF of host TCP sockets to `BYTES` (default: kernel auto-tuning)", "tcp-rcvbuf")
+	add(&o.maxGuestMemory, "refuse guest memory tables larger than `SIZE` in total, e.g. 512G, 2T (default 1T)", "max-guest-memory")
 
 	group = "Observability"
 	str(&o.metrics, "serve Prometheus metrics on `ADDR` (host:port) at /metrics; off by default", "metrics")

@@ -69,6 +69,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		DataPlane:  stack,
 		Logger:     logger,
 		Stats:      &vhostuser.Stats{},
+		MaxMemory:  uint64(o.maxGuestMemory),
 	}
 	if o.metrics != "" {
 		ln, err := metrics.Listen(o.metrics)

@@ -1,6 +1,7 @@
 package virtqueue_test
 
 import (
+	"encoding/binary"
 	"log/slog"
 	"testing"
 
@@ -93,12 +94,13 @@ func readEventfd(t testing.TB, fd int) uint64 {
 	if err != nil || n != 8 {
 		t.Fatalf("read eventfd: %d, %v", n, err)
 	}
-	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24
+	return binary.LittleEndian.Uint64(b[:])
 }
 
 func writeEventfd(t testing.TB, fd int, v uint64) {
 	t.Helper()
-	b := [8]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], v)
 	if _, err := unix.Write(fd, b[:]); err != nil {
 		t.Fatal(err)
 	}

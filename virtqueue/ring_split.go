@@ -101,7 +101,7 @@ type SplitQueue struct {
 	suppressed uint64 // bad-chain log lines not written since lastBadLog
 	lastSigLog time.Time
 
-	buf [8]byte // eventfd I/O, kept here so it does not escape per call
+	efd eventfdIO // kick/call/err I/O state, kept here so it does not escape per call
 }
 
 // NewSplitQueue builds the device side of a split virtqueue over cfg.Mem:
@@ -185,10 +185,9 @@ func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 		q.log.Debug("vring resumes with chains outstanding",
 			"vring", q.index, "last_avail", q.lastAvail, "used_idx", q.usedPub)
 	}
-	// A blocking fd would hang the event loop in DrainKick, or in Signal
-	// when the front-end hands us a full pipe or a saturated eventfd as
-	// call fd. The flag is on the shared open file description; QEMU
-	// creates its eventfds non-blocking anyway.
+	// The flag is on the shared open file description, which the
+	// front-end can clear again: I/O on these fds does not rely on it
+	// (eventfd_io.go), but the fallbacks there are safer with it.
 	for _, fd := range []struct {
 		name string
 		fd   int
@@ -200,6 +199,7 @@ func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 			return nil, fmt.Errorf("vring %d: %s fd %d non-blocking: %w", cfg.Index, fd.name, fd.fd, err)
 		}
 	}
+	setupAIO(q.log)
 	if cfg.EventIdx {
 		// The driver ignores used.flags with EVENT_IDX; clear a NO_NOTIFY
 		// left by a back-end that ran without it anyway.
@@ -508,74 +508,42 @@ func (q *SplitQueue) EnableKicks() (more bool) {
 
 // DrainKick reads the kick eventfd's counter without blocking, so that a
 // level-triggered poller stops reporting it. An empty counter is not an
-// error; no kick fd is not an error either.
+// error; no kick fd is not an error either. It never blocks, whatever the
+// front-end did to the fd's flags (eventfd_io.go).
 func (q *SplitQueue) DrainKick() error {
 	if q.kick < 0 {
 		return nil
 	}
-	for {
-		n, err := unix.Read(q.kick, q.buf[:])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			return nil
-		case err != nil:
-			return fmt.Errorf("vring %d: read kick fd: %w", q.index, err)
-		case n == 8:
-			q.stats.Kicks.Add(binary.LittleEndian.Uint64(q.buf[:]))
-		}
-		return nil
+	n, err := q.efd.read(q.kick)
+	if err != nil {
+		return fmt.Errorf("vring %d: kick fd: %w", q.index, err)
 	}
+	q.stats.Kicks.Add(n)
+	return nil
 }
 
-// SignalErr writes 1 to the error eventfd (Config.Err), telling the
+// SignalErr adds 1 to the error eventfd (Config.Err), telling the
 // front-end that this vring failed; QEMU logs it. The queue calls it itself
 // when it breaks; the caller calls it for failures the queue cannot see (a
-// fault on guest memory). No error fd is not an error.
+// fault on guest memory). No error fd is not an error. It never blocks.
 func (q *SplitQueue) SignalErr() error {
 	if q.errFD < 0 {
 		return nil
 	}
 	q.stats.ErrSignals.Add(1)
-	return writeEventfd(q.errFD, &q.buf)
+	return q.efd.signal(q.errFD)
 }
 
-// writeEventfd adds 1 to an eventfd; a full counter (EAGAIN) means the
-// reader has not looked yet, which is as good.
-func writeEventfd(fd int, buf *[8]byte) error {
-	binary.LittleEndian.PutUint64(buf[:], 1)
-	for {
-		_, err := unix.Write(fd, buf[:])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == nil, err == unix.EAGAIN:
-			return nil
-		default:
-			return fmt.Errorf("write fd %d: %w", fd, err)
-		}
-	}
-}
-
-// Signal writes 1 to the call eventfd, unconditionally (Flush decides when
+// Signal adds 1 to the call eventfd, unconditionally (Flush decides when
 // it is needed; after a reconnect a spurious call unsticks a waiting
-// driver). No call fd is not an error. A full counter (EAGAIN) means an
-// interrupt is pending anyway.
+// driver). No call fd is not an error. A full counter means an interrupt is
+// pending anyway. It never blocks (eventfd_io.go).
 func (q *SplitQueue) Signal() error {
 	if q.call < 0 {
 		return nil
 	}
-	binary.LittleEndian.PutUint64(q.buf[:], 1)
-	for {
-		_, err := unix.Write(q.call, q.buf[:])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == nil, err == unix.EAGAIN:
-			return nil
-		default:
-			return fmt.Errorf("vring %d: write call fd: %w", q.index, err)
-		}
+	if err := q.efd.signal(q.call); err != nil {
+		return fmt.Errorf("vring %d: call fd: %w", q.index, err)
 	}
+	return nil
 }

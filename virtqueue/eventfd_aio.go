@@ -1,0 +1,126 @@
+//go:build linux && (amd64 || arm64)
+
+package virtqueue
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Linux AIO ABI (include/uapi/linux/aio_abi.h), little-endian layout.
+const (
+	iocbCmdPoll   = 5
+	iocbFlagResfd = 1 << 0
+	aioRingEvents = 1024 // requested; the kernel rounds up
+)
+
+type iocb struct {
+	data      uint64
+	key       uint32
+	rwFlags   int32
+	opcode    uint16
+	reqprio   int16
+	fildes    uint32
+	buf       uint64
+	nbytes    uint64
+	offset    int64
+	reserved2 uint64
+	flags     uint32
+	resfd     uint32
+}
+
+type ioEvent struct {
+	data, obj uint64
+	res, res2 int64
+}
+
+// aioRequest is one queue's reusable poll request and the one-element
+// pointer array io_submit takes. Both are in the queue's (heap) memory,
+// which the kernel reads during io_submit only.
+type aioRequest struct {
+	cb  iocb
+	cbp [1]uintptr
+}
+
+// signal submits a poll of fd for POLLIN|POLLOUT with fd as its resfd: the
+// request completes inside io_submit and the completion adds 1 to fd's
+// counter (saturating). EAGAIN (no free slot: completions not reaped)
+// reaps and retries.
+func (r *aioRequest) signal(ctx uintptr, fd int) error {
+	r.cb = iocb{
+		opcode: iocbCmdPoll,
+		fildes: uint32(fd),
+		buf:    uint64(unix.POLLIN | unix.POLLOUT),
+		flags:  iocbFlagResfd,
+		resfd:  uint32(fd),
+	}
+	var err error
+	for try := 0; try < 3; try++ {
+		// Set right before the call: nothing between here and the
+		// system call can move r.
+		r.cbp[0] = uintptr(unsafe.Pointer(&r.cb))
+		n, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, ctx, 1, uintptr(unsafe.Pointer(&r.cbp[0])))
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			aioReap(ctx)
+			err = e
+			continue
+		case e != 0:
+			return e
+		case n != 1:
+			return fmt.Errorf("io_submit took %d of 1 requests", n)
+		}
+		return nil
+	}
+	return err
+}
+
+// aioReap discards the completion events in the ring, which frees their
+// request slots. Several threads may reap at once; io_getevents takes the
+// context's lock.
+func aioReap(ctx uintptr) {
+	var evs [64]ioEvent
+	var zero unix.Timespec
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, ctx, 0, uintptr(len(evs)),
+			uintptr(unsafe.Pointer(&evs[0])), uintptr(unsafe.Pointer(&zero)), 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 || int(n) < len(evs) {
+			return
+		}
+	}
+}
+
+// aioSetup makes the context and checks that this kernel polls eventfds
+// through AIO (IOCB_CMD_POLL, Linux 4.18) and signals a resfd, on an eventfd
+// of its own.
+func aioSetup() (uintptr, error) {
+	var ctx uintptr
+	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, aioRingEvents, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
+		return 0, fmt.Errorf("io_setup: %w", e)
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
+		return 0, fmt.Errorf("eventfd: %w", err)
+	}
+	defer unix.Close(fd)
+	r := new(aioRequest)
+	if err := r.signal(ctx, fd); err != nil {
+		unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
+		return 0, fmt.Errorf("io_submit poll with resfd: %w", err)
+	}
+	var b [8]byte
+	if n, err := unix.Read(fd, b[:]); err != nil || n != 8 || b != [8]byte{1} {
+		unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
+		return 0, fmt.Errorf("AIO completion did not signal its eventfd (%d bytes %x, %v)", n, b, err)
+	}
+	aioReap(ctx)
+	return ctx, nil
+}

@@ -31,10 +31,15 @@ func Connect(ctx context.Context, path string, dev DeviceConfig) error {
 	if dev.DataPlane == nil {
 		return errors.New("vhost-user connect: DeviceConfig.DataPlane is nil")
 	}
+	if dev.stuck == nil {
+		dev.stuck = newStuckPairs()
+	}
 	log := dev.Logger
 	if log == nil {
 		log = slog.Default()
 	}
+	log = limitLogger(log) // one limiter for every session
+	dev.Logger = log
 	delay := minReconnectDelay
 	failures := 0
 	var d net.Dialer
@@ -45,7 +50,7 @@ func Connect(ctx context.Context, path string, dev DeviceConfig) error {
 			failures = 0
 			log.Info("vhost-user connected to front-end", "socket", path)
 			start := time.Now()
-			handled, serr := serveSession(ctx, c.(*net.UnixConn), dev)
+			handled, serr := serveSession(ctx, c.(*net.UnixConn), dev, nil)
 			if serr != nil {
 				log.Warn("vhost-user session ended with error; reconnecting", "err", serr, "retry_in", delay)
 			}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,6 +36,9 @@ func (m *Message) takeFD(i int) int {
 	return fd
 }
 
+// errIdle wraps a read error that came before any byte of a message.
+var errIdle = errors.New("waiting for a message")
+
 // Conn frames vhost-user messages on a connected UNIX stream socket:
 // requests with SCM_RIGHTS descriptors in, replies out. It is used by one
 // goroutine at a time.
@@ -44,6 +49,14 @@ type Conn struct {
 	oob []byte
 	fds []int
 	out []byte
+
+	// idleDeadline bounds the wait for a message's first byte (zero:
+	// none); msgTimeout bounds the rest of a message once it began (zero:
+	// none). See SetTimeouts.
+	idleDeadline time.Time
+	msgTimeout   time.Duration
+	deadline     time.Time // the read deadline last set
+	interrupted  atomic.Bool
 }
 
 // NewConn wraps a connected socket. Closing the Conn closes uc.
@@ -67,6 +80,38 @@ func NewConn(uc *net.UnixConn) (*Conn, error) {
 // Close closes the socket.
 func (c *Conn) Close() error { return c.uc.Close() }
 
+// SetTimeouts bounds the reads of the following messages: idle is the
+// deadline for the first byte of the next message (zero time: wait
+// forever, as between the messages of a running session), message the time
+// the rest of a message may take once its first byte arrived (zero: no
+// limit). A read past either fails with an error that wraps
+// os.ErrDeadlineExceeded.
+func (c *Conn) SetTimeouts(idle time.Time, message time.Duration) {
+	c.idleDeadline, c.msgTimeout = idle, message
+}
+
+// Interrupt makes a blocked or later ReadMessage fail at once. It may be
+// called from any goroutine; it does not close the socket (which would
+// race the descriptor with a reader).
+func (c *Conn) Interrupt() {
+	c.interrupted.Store(true)
+	c.uc.SetReadDeadline(time.Unix(1, 0))
+}
+
+// setDeadline sets the socket's read deadline unless it is already t, and
+// never undoes an Interrupt.
+func (c *Conn) setDeadline(t time.Time) {
+	if t.Equal(c.deadline) {
+		return
+	}
+	c.deadline = t
+	c.uc.SetReadDeadline(t)
+	if c.interrupted.Load() {
+		c.deadline = time.Unix(1, 0)
+		c.uc.SetReadDeadline(c.deadline)
+	}
+}
+
 // ReadMessage reads one complete request into m. It returns io.EOF when the
 // front-end closed the socket between messages. Any other error means the
 // stream can no longer be framed and the connection must be closed; no
@@ -76,11 +121,15 @@ func (c *Conn) Close() error { return c.uc.Close() }
 func (c *Conn) ReadMessage(m *Message) error {
 	c.fds = c.fds[:0]
 	m.FDs = nil
+	c.setDeadline(c.idleDeadline)
 	n, err := c.readFull(c.buf[:HeaderSize])
 	if err != nil {
 		c.closeReceived()
 		if n == 0 && errors.Is(err, io.EOF) {
 			return io.EOF
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: %w", errIdle, err)
 		}
 		return fmt.Errorf("read header: %w", err)
 	}
@@ -109,11 +158,15 @@ func (c *Conn) closeReceived() {
 }
 
 // readFull reads exactly len(p) bytes, collecting SCM_RIGHTS descriptors
-// from every segment. It returns the number of bytes read.
+// from every segment. It returns the number of bytes read. The first bytes
+// of a message start its message timeout.
 func (c *Conn) readFull(p []byte) (int, error) {
 	got := 0
 	for got < len(p) {
 		n, err := c.recv(p[got:])
+		if got == 0 && n > 0 && c.msgTimeout > 0 && c.deadline.Equal(c.idleDeadline) {
+			c.setDeadline(time.Now().Add(c.msgTimeout))
+		}
 		got += n
 		if err != nil {
 			return got, err

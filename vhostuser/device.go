@@ -26,6 +26,14 @@ const MaxMemSlots = 32
 // an x86-64 process has.
 const DefaultMaxMemory = 1 << 40
 
+// Session timeouts (DeviceConfig). QEMU sends its first message as soon
+// as it connects (libvirt's hot-plug adds the netdev right after the
+// chardev) and writes each message whole.
+const (
+	DefaultFirstMessageTimeout = 10 * time.Second
+	DefaultMessageTimeout      = 5 * time.Second
+)
+
 // DeviceConfig configures the device every front-end session gets.
 type DeviceConfig struct {
 	QueuePairs int                 // offered (GET_QUEUE_NUM, MQ); 0 means 1; at most MaxQueuePairs
@@ -43,6 +51,18 @@ type DeviceConfig struct {
 	// memory, so a front-end could otherwise exhaust the address space
 	// with sparse files and make the next Go heap growth fatal.
 	MaxMemory uint64
+	// StopTimeout bounds each StopPair; 0 means DefaultStopTimeout. A pair
+	// that takes longer is abandoned (stop_deadline.go).
+	StopTimeout time.Duration
+	// FirstMessageTimeout bounds the wait for a new connection's first
+	// message (0: DefaultFirstMessageTimeout), so a connection that says
+	// nothing cannot hold the one front-end slot. MessageTimeout bounds
+	// the rest of a message once its first byte arrived (0:
+	// DefaultMessageTimeout). Between messages a session may idle forever.
+	FirstMessageTimeout, MessageTimeout time.Duration
+
+	// stuck is shared by the sessions of one Serve/Connect/ServeConn.
+	stuck *stuckPairs
 }
 
 // Device errors, matched with errors.Is. Errors from the codec wrap
@@ -65,6 +85,10 @@ type device struct {
 	pairs   int
 	offered uint64
 	maxMem  uint64
+
+	stopTimeout time.Duration
+	stuck       *stuckPairs // pairs abandoned by this or earlier sessions
+	gone        *abandoned  // what this session abandoned; nil: nothing
 
 	features uint64 // acknowledged by SET_FEATURES
 	protocol uint64 // acknowledged by SET_PROTOCOL_FEATURES
@@ -114,6 +138,7 @@ func newDevice(cfg DeviceConfig) *device {
 	if log == nil {
 		log = slog.Default()
 	}
+	log = limitLogger(log) // as is when Serve or Connect limited it for all sessions
 	stats := cfg.Stats
 	if stats == nil {
 		stats = &Stats{}
@@ -122,18 +147,28 @@ func newDevice(cfg DeviceConfig) *device {
 	if maxMem == 0 {
 		maxMem = DefaultMaxMemory
 	}
+	stopTimeout := cfg.StopTimeout
+	if stopTimeout <= 0 {
+		stopTimeout = DefaultStopTimeout
+	}
+	stuck := cfg.stuck
+	if stuck == nil {
+		stuck = newStuckPairs()
+	}
 	mem, _ := virtqueue.NewMemory(nil)
 	d := &device{
-		dp:      cfg.DataPlane,
-		log:     log,
-		stats:   stats,
-		pairs:   pairs,
-		offered: offered,
-		maxMem:  maxMem,
-		mem:     mem,
-		rings:   make([]vring, 2*pairs),
-		running: make([]bool, pairs),
-		out:     make([]byte, 0, 64),
+		stopTimeout: stopTimeout,
+		stuck:       stuck,
+		dp:          cfg.DataPlane,
+		log:         log,
+		stats:       stats,
+		pairs:       pairs,
+		offered:     offered,
+		maxMem:      maxMem,
+		mem:         mem,
+		rings:       make([]vring, 2*pairs),
+		running:     make([]bool, pairs),
+		out:         make([]byte, 0, 64),
 	}
 	for i := range d.rings {
 		d.rings[i].reset()
@@ -173,6 +208,11 @@ func (d *device) process(m *Message) (reply []byte, send bool, err error) {
 	err = ValidateMessage(h, m.Payload, len(m.FDs))
 	if err == nil {
 		reply, err = d.dispatch(m)
+	}
+	if d.gone != nil {
+		// A pair was abandoned while handling this message: the
+		// session cannot go on with rings it no longer owns.
+		return nil, false, fmt.Errorf("%v: %w", h.Request, errStopTimeout)
 	}
 	switch {
 	case err == nil && hasOwnReply(h.Request):
@@ -232,6 +272,8 @@ func classify(err error) ErrorReason {
 		return ErrReasonMemory
 	case errors.Is(err, errDataPlane):
 		return ErrReasonDataPlane
+	case errors.Is(err, errStopTimeout):
+		return ErrReasonStopTimeout
 	}
 	return ErrReasonInvalid
 }
@@ -382,6 +424,12 @@ func (d *device) sendRARP(p []byte) error {
 func (d *device) close() {
 	d.stopAll()
 	d.endSession()
+	defer func() {
+		if d.gone != nil {
+			d.stuck.keep(d.gone, d)
+			d.gone = nil
+		}
+	}()
 	for i := range d.rings {
 		d.rings[i].closeFDs()
 		d.rings[i].reset()
@@ -399,6 +447,10 @@ func (d *device) close() {
 // endSession tells the data plane that the guest's state is gone; the pairs
 // are stopped by then.
 func (d *device) endSession() {
+	if d.gone != nil || d.stuck.stuck(-1) {
+		d.log.Warn("data plane session not ended: an abandoned queue pair may still use its state")
+		return
+	}
 	if e, ok := d.dp.(virtqueue.SessionEnder); ok {
 		e.EndSession()
 	}

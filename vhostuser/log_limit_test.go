@@ -1,6 +1,7 @@
 package vhostuser
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +54,7 @@ func TestWarningsRateLimited(t *testing.T) {
 				var limit logLimiter
 				for i := 0; i < n; i++ {
 					a, b := socketPair(t)
-					rejectPeer(b, logs.logger(), h.stats, &limit)
+					rejectPeer(b, logs.logger(), h.stats, &limit, "a front-end is already connected")
 					a.Close()
 				}
 			},
@@ -97,3 +98,56 @@ func TestLogLimiter(t *testing.T) {
 
 func timeZero() time.Time      { return time.Unix(1000, 0) }
 func msec(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// TestLineLimiter: each message passes in a burst, then at the refill
+// rate, and the next line that passes says how many were held back; other
+// messages have their own budget.
+func TestLineLimiter(t *testing.T) {
+	l := &lineLimiter{buckets: map[string]*lineBucket{}}
+	t0 := timeZero()
+	for i := 0; i < lineBurst; i++ {
+		if ok, _ := l.allow("a", t0); !ok {
+			t.Fatalf("line %d of the burst held back", i)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		if ok, _ := l.allow("a", t0.Add(msec(10*i))); ok {
+			t.Fatalf("line %d past the burst passed", i)
+		}
+	}
+	if ok, _ := l.allow("b", t0); !ok {
+		t.Fatal("another message shares the budget")
+	}
+	if ok, sup := l.allow("a", t0.Add(msec(1000))); !ok || sup != 5 {
+		t.Fatalf("after a second: ok %v suppressed %d, want true 5", ok, sup)
+	}
+	// The state stays bounded whatever the messages.
+	for i := 0; i < 10*maxLineKinds; i++ {
+		l.allow(string(rune('A'+i%26))+strconv.Itoa(i), t0)
+	}
+	if len(l.buckets) > maxLineKinds {
+		t.Fatalf("%d buckets", len(l.buckets))
+	}
+}
+
+// TestLimitedHandler: the handler passes records through with their
+// attributes and loggers derived with With share the budget.
+func TestLimitedHandler(t *testing.T) {
+	var logs logBuffer
+	log := limitLogger(logs.logger())
+	if limitLogger(log) != log {
+		t.Fatal("a limited logger was wrapped again")
+	}
+	derived := log.With("pair", 3)
+	for i := 0; i < 1000; i++ {
+		log.Info("queue pair started", "i", i)
+		derived.Info("queue pair started", "i", i)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "queue pair started"); n != lineBurst {
+		t.Fatalf("%d lines for 2000 records, want %d:\n%s", n, lineBurst, out)
+	}
+	if !strings.Contains(out, "pair=3") {
+		t.Fatalf("derived logger's attributes lost:\n%s", out)
+	}
+}

@@ -62,7 +62,13 @@ func addSize(a, b uint64) uint64 {
 	return a + b
 }
 
+// unmapSlots unmaps the regions in slots, or keeps them mapped once a pair
+// was abandoned (its loop may still touch any of them).
 func (d *device) unmapSlots(slots []memSlot) {
+	if d.gone != nil {
+		d.gone.slots = append(d.gone.slots, slots...)
+		return
+	}
 	for i := range slots {
 		if err := slots[i].region.Unmap(); err != nil {
 			d.log.Warn("unmap guest memory", "err", err)

@@ -29,6 +29,9 @@ type ServerConfig struct {
 	// leaves its file alone (no stale-file check, chmod or removal; Mode
 	// is unused). Serve closes it when it returns.
 	Listener *net.UnixListener
+	// TeardownWait bounds how long a front-end that connects while the
+	// previous session is ending waits for it (0: DefaultTeardownWait).
+	TeardownWait time.Duration
 }
 
 // ErrSocketInUse is returned by Serve when another process is listening on
@@ -37,19 +40,24 @@ var ErrSocketInUse = errors.New("socket in use by a live listener")
 
 // Serve listens on cfg.Path and serves front-ends one at a time: a second
 // connection while one is active is closed at once and logged with its
-// SO_PEERCRED credentials. Each session starts from a fresh device and is
-// fully cleaned up (rings stopped, memory unmapped, descriptors closed)
-// before the next one. A stale socket file (nobody listening) is replaced;
-// a live one is an error (ErrSocketInUse). The socket file is removed when
-// Serve returns. With cfg.Listener, Serve serves that socket instead and
-// leaves its file to whoever made it. Serve returns nil when ctx is done or, with OneOff, when
-// the first front-end has left.
+// SO_PEERCRED credentials, unless the active session is ending, in which
+// case it waits for the teardown (see frontendSlot). Each session starts
+// from a fresh device and is fully cleaned up (rings stopped, memory
+// unmapped, descriptors closed) before the next one. A stale socket file
+// (nobody listening) is replaced; a live one is an error (ErrSocketInUse).
+// The socket file is removed when Serve returns. With cfg.Listener, Serve
+// serves that socket instead and leaves its file to whoever made it. Serve
+// returns nil when ctx is done or, with OneOff, when the first front-end
+// has left.
 func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 	if cfg.Path == "" {
 		return errors.New("vhost-user serve: empty socket path")
 	}
 	if dev.DataPlane == nil {
 		return errors.New("vhost-user serve: DeviceConfig.DataPlane is nil")
+	}
+	if dev.stuck == nil {
+		dev.stuck = newStuckPairs()
 	}
 	mode := cfg.Mode.Perm()
 	if mode == 0 {
@@ -59,6 +67,10 @@ func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	// One line limiter for every session: a front-end that reconnects
+	// again and again does not get a fresh burst each time.
+	log = limitLogger(log)
+	dev.Logger = log
 	l := cfg.Listener
 	if l != nil {
 		defer l.Close()
@@ -92,10 +104,8 @@ func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
 
-	var busy atomic.Bool
-	var rejectLimit logLimiter
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	slot := &frontendSlot{ctx: ctx, cfg: cfg, dev: dev, log: log, listener: l}
+	defer slot.wg.Wait()
 	for {
 		c, err := l.AcceptUnix()
 		if err != nil {
@@ -111,24 +121,132 @@ func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 			}
 			continue
 		}
-		if !busy.CompareAndSwap(false, true) {
-			rejectPeer(c, log, dev.Stats, &rejectLimit)
-			continue
-		}
-		pid, uid, gid := peerCred(c)
-		log.Info("vhost-user front-end connected", "pid", pid, "uid", uid, "gid", gid)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := serveSession(ctx, c, dev); err != nil {
-				log.Warn("vhost-user session ended with error; waiting for the next front-end", "err", err)
-			}
-			busy.Store(false)
-			if cfg.OneOff {
-				l.Close()
-			}
-		}()
+		slot.offer(c)
 	}
+}
+
+// DefaultTeardownWait bounds how long a new front-end waits for the
+// previous session's teardown (ServerConfig.TeardownWait).
+const DefaultTeardownWait = 10 * time.Second
+
+// frontendSlot is Serve's one front-end at a time. A connection that
+// arrives while a session runs is turned away, unless that session is
+// ending (its front-end hung up; the rings are being stopped and the
+// memory unmapped): QEMU restarted at once reconnects in that window, and
+// is then held, unanswered, until the teardown is over (bounded by
+// TeardownWait). One connection waits at most; others are turned away.
+type frontendSlot struct {
+	ctx      context.Context
+	cfg      ServerConfig
+	dev      DeviceConfig
+	log      *slog.Logger
+	listener *net.UnixListener
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	active  *liveSession // nil: free
+	waiting bool
+	reject  logLimiter // used by the accept goroutine only
+}
+
+// liveSession is the state of the front-end being served.
+type liveSession struct {
+	conn   *net.UnixConn
+	ending atomic.Bool   // set by serveSession once it stopped reading
+	done   chan struct{} // closed when the teardown is over
+}
+
+// offer serves, queues or turns away a new connection.
+func (s *frontendSlot) offer(c *net.UnixConn) {
+	s.mu.Lock()
+	switch {
+	case s.active == nil:
+		a := s.beginLocked(c)
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go s.run(a)
+	case !s.waiting && !s.cfg.OneOff && (s.active.ending.Load() || peerHungUp(s.active.conn)):
+		s.waiting = true
+		prev := s.active
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go s.await(prev, c)
+	default:
+		s.mu.Unlock()
+		rejectPeer(c, s.log, s.dev.Stats, &s.reject, "a front-end is already connected")
+	}
+}
+
+func (s *frontendSlot) beginLocked(c *net.UnixConn) *liveSession {
+	a := &liveSession{conn: c, done: make(chan struct{})}
+	s.active = a
+	pid, uid, gid := peerCred(c)
+	s.log.Info("vhost-user front-end connected", "pid", pid, "uid", uid, "gid", gid)
+	return a
+}
+
+// await holds c until prev's teardown is over, then serves it.
+func (s *frontendSlot) await(prev *liveSession, c *net.UnixConn) {
+	defer s.wg.Done()
+	wait := s.cfg.TeardownWait
+	if wait <= 0 {
+		wait = DefaultTeardownWait
+	}
+	start := time.Now()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-prev.done:
+	case <-t.C:
+	case <-s.ctx.Done():
+	}
+	s.mu.Lock()
+	s.waiting = false
+	if s.active != nil || s.ctx.Err() != nil {
+		s.mu.Unlock()
+		var lim logLimiter // its own line: this is rare and worth seeing
+		rejectPeer(c, s.log, s.dev.Stats, &lim, "the previous front-end's session did not end in time")
+		return
+	}
+	a := s.beginLocked(c)
+	s.mu.Unlock()
+	s.log.Info("vhost-user front-end waited for the previous session's teardown", "waited", time.Since(start).Round(time.Millisecond))
+	s.wg.Add(1)
+	s.run(a)
+}
+
+// run serves one session and frees the slot.
+func (s *frontendSlot) run(a *liveSession) {
+	defer s.wg.Done()
+	if _, err := serveSession(s.ctx, a.conn, s.dev, &a.ending); err != nil {
+		s.log.Warn("vhost-user session ended with error; waiting for the next front-end", "err", err)
+	}
+	s.mu.Lock()
+	s.active = nil
+	close(a.done)
+	s.mu.Unlock()
+	if s.cfg.OneOff {
+		s.listener.Close()
+	}
+}
+
+// peerHungUp reports whether c's peer closed its end (a session that has
+// not noticed yet is about to end).
+func peerHungUp(c *net.UnixConn) bool {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return true
+	}
+	hup := false
+	if cerr := raw.Control(func(fd uintptr) {
+		p := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		if n, err := unix.Poll(p[:], 0); err == nil && n > 0 {
+			hup = p[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+		}
+	}); cerr != nil {
+		return true
+	}
+	return hup
 }
 
 // listenUnix listens on a new socket file at path whose permissions are
@@ -167,11 +285,11 @@ func listenUnix(path string, mode os.FileMode) (*net.UnixListener, error) {
 // rejectPeer turns away a connection that arrived while a front-end is
 // being served (vhost-user is one front-end per back-end socket).
 // The warning is rate-limited: anyone who can connect can repeat it.
-func rejectPeer(c *net.UnixConn, log *slog.Logger, stats *Stats, limit *logLimiter) {
+func rejectPeer(c *net.UnixConn, log *slog.Logger, stats *Stats, limit *logLimiter, why string) {
 	stats.countError(ErrReasonRejected)
 	if ok, suppressed := limit.allow(time.Now()); ok {
 		pid, uid, gid := peerCred(c)
-		log.Warn("vhost-user connection rejected: a front-end is already connected",
+		log.Warn("vhost-user connection rejected: "+why,
 			"pid", pid, "uid", uid, "gid", gid, "suppressed", suppressed)
 	}
 	c.Close()

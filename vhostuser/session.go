@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,12 +18,14 @@ import (
 // stopped, memory unmapped, descriptors closed) before returning. A clean
 // end (front-end hung up, ctx cancelled) returns nil.
 func ServeConn(ctx context.Context, conn *net.UnixConn, dev DeviceConfig) error {
-	_, err := serveSession(ctx, conn, dev)
+	_, err := serveSession(ctx, conn, dev, nil)
 	return err
 }
 
 // serveSession runs one session and reports how many messages it handled.
-func serveSession(ctx context.Context, conn *net.UnixConn, cfg DeviceConfig) (handled int, err error) {
+// ending, if not nil, is set once the session stopped reading and starts
+// its teardown.
+func serveSession(ctx context.Context, conn *net.UnixConn, cfg DeviceConfig, ending *atomic.Bool) (handled int, err error) {
 	if cfg.DataPlane == nil {
 		conn.Close()
 		return 0, errors.New("vhost-user session: DeviceConfig.DataPlane is nil")
@@ -32,6 +36,14 @@ func serveSession(ctx context.Context, conn *net.UnixConn, cfg DeviceConfig) (ha
 		return 0, err
 	}
 	defer c.Close()
+	first, msgTimeout := cfg.FirstMessageTimeout, cfg.MessageTimeout
+	if first <= 0 {
+		first = DefaultFirstMessageTimeout
+	}
+	if msgTimeout <= 0 {
+		msgTimeout = DefaultMessageTimeout
+	}
+	c.SetTimeouts(time.Now().Add(first), msgTimeout)
 	// Faults on guest memory touched by this goroutine become panics that
 	// device.process turns into a closed connection (see there).
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -40,11 +52,12 @@ func serveSession(ctx context.Context, conn *net.UnixConn, cfg DeviceConfig) (ha
 	d.stats.Sessions.Add(1)
 	d.stats.Connected.Store(1)
 	defer d.stats.Connected.Store(0)
+	if ending != nil {
+		defer ending.Store(true) // first of the deferred: before the teardown
+	}
 
-	// A past deadline interrupts a blocked read at once without racing
-	// the descriptor (Close would): the loop sees the deadline error, then
-	// notices ctx.
-	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Unix(1, 0)) })
+	// The loop sees the interrupted read fail, then notices ctx.
+	stop := context.AfterFunc(ctx, c.Interrupt)
 	defer stop()
 
 	var m Message
@@ -57,6 +70,14 @@ func serveSession(ctx context.Context, conn *net.UnixConn, cfg DeviceConfig) (ha
 			case errors.Is(err, io.EOF):
 				d.log.Info("vhost-user front-end disconnected", "messages", handled)
 				return handled, nil
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				d.stats.countError(ErrReasonTimeout)
+				what := fmt.Sprintf("message not completed within %v", msgTimeout)
+				if errors.Is(err, errIdle) {
+					what = fmt.Sprintf("no message within %v of connecting", first)
+				}
+				d.log.Warn("vhost-user session closed: "+what, "messages", handled)
+				return handled, fmt.Errorf("vhost-user session: %s: %w", what, err)
 			}
 			reason := classify(err)
 			if reason == ErrReasonInvalid {
@@ -65,6 +86,9 @@ func serveSession(ctx context.Context, conn *net.UnixConn, cfg DeviceConfig) (ha
 			d.stats.countError(reason)
 			d.log.Error("vhost-user session closed: bad message", "err", err, "messages", handled)
 			return handled, fmt.Errorf("vhost-user session: %w", err)
+		}
+		if handled == 0 {
+			c.SetTimeouts(time.Time{}, msgTimeout)
 		}
 		handled++
 		reply, send, perr := d.process(&m)

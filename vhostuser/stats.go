@@ -19,12 +19,14 @@ const (
 	ErrReasonIO                             // socket read/write failure
 	ErrReasonRejected                       // extra concurrent front-end turned away
 	ErrReasonMemoryLimit                    // memory region refused: the total would pass DeviceConfig.MaxMemory
+	ErrReasonStopTimeout                    // a queue pair did not stop within DeviceConfig.StopTimeout and was abandoned
+	ErrReasonTimeout                        // connection closed: no first message, or a message not completed, in time
 	NumErrorReasons
 )
 
 var errorReasonNames = [NumErrorReasons]string{
 	"malformed", "invalid", "unsupported", "memory", "data_plane", "io", "rejected",
-	"memory_limit",
+	"memory_limit", "stop_timeout", "timeout",
 }
 
 // String returns the reason's metric label.

@@ -62,8 +62,11 @@ func (d *device) stopPair(p int) bool {
 	if !d.running[p] {
 		return false
 	}
-	d.dp.StopPair(p)
+	stopped := d.stopPairTimed(p)
 	d.running[p] = false
+	if !stopped {
+		return true // abandoned: the rings are the loop's (stop_deadline.go)
+	}
 	for i := 2 * p; i <= 2*p+1; i++ {
 		r := &d.rings[i]
 		if r.q != nil {
@@ -100,6 +103,9 @@ func (d *device) startPair(p int) error {
 	if d.running[p] {
 		return nil
 	}
+	if d.gone != nil {
+		return nil // a pair was abandoned: the session is ending
+	}
 	rx, tx := &d.rings[2*p], &d.rings[2*p+1]
 	if !rx.ready() || !tx.ready() {
 		return nil
@@ -108,6 +114,13 @@ func (d *device) startPair(p int) error {
 		d.warnNoMemory()
 		d.stats.countError(ErrReasonMemory)
 		return fmt.Errorf("start pair %d: no guest memory regions: %w", p, errMemory)
+	}
+	if d.stuck.stuck(p) {
+		// Not this front-end's fault: the message stands, the pair stays
+		// stopped (its other pairs run), loudly.
+		d.stats.countError(ErrReasonDataPlane)
+		d.warn("queue pair not started: an earlier session abandoned it and its data plane has not stopped yet", "pair", p)
+		return nil
 	}
 	rxq, err := d.newQueue(2 * p)
 	if err != nil {
@@ -306,6 +319,10 @@ func (d *device) setVringFile(m *Message) error {
 	}
 	fd := -1
 	if v&VringNoFDFlag == 0 {
+		// Refused before anything changes; process closes the fd.
+		if err := checkEventfd(m.FDs[0]); err != nil {
+			return fmt.Errorf("%v vring %d: %w", m.Header.Request, i, err)
+		}
 		fd = m.takeFD(0)
 	}
 	// Every fd is replaced with the pair stopped: the running queue holds

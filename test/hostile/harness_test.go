@@ -104,14 +104,24 @@ func testLogger() *slog.Logger {
 // startServerWith serves with the given data plane.
 func startServerWith(t *testing.T, dp virtqueue.DataPlane) *server {
 	t.Helper()
+	return startServerConfig(t, dp, nil)
+}
+
+// startServerConfig serves with the given data plane; tune, if not nil,
+// adjusts the configurations first (the defaults set Path, QueuePairs,
+// DataPlane, Logger and Stats).
+func startServerConfig(t *testing.T, dp virtqueue.DataPlane, tune func(*vhostuser.ServerConfig, *vhostuser.DeviceConfig)) *server {
+	t.Helper()
 	dir := t.TempDir()
 	s := &server{path: filepath.Join(dir, "vu.sock"), stats: &vhostuser.Stats{}, errc: make(chan error, 1)}
-	log := testLogger()
+	scfg := vhostuser.ServerConfig{Path: s.path}
+	dcfg := vhostuser.DeviceConfig{QueuePairs: queuePairs, DataPlane: dp, Logger: testLogger(), Stats: s.stats}
+	if tune != nil {
+		tune(&scfg, &dcfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		s.errc <- vhostuser.Serve(ctx, vhostuser.ServerConfig{Path: s.path}, vhostuser.DeviceConfig{
-			QueuePairs: queuePairs, DataPlane: dp, Logger: log, Stats: s.stats,
-		})
+		s.errc <- vhostuser.Serve(ctx, scfg, dcfg)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -1,0 +1,156 @@
+package vhostuser
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// hangingDP is a fakeDP whose StopPair hangs, while hang is set, until
+// release is closed: a data plane stuck in something the front-end
+// controls (a page fault on a FUSE-backed memory file, say).
+type hangingDP struct {
+	*fakeDP
+	mu      sync.Mutex
+	hang    bool
+	release chan struct{}
+	stopped chan int // StopPair returns, after a hang
+}
+
+func (h *hangingDP) StopPair(index int) {
+	h.mu.Lock()
+	hang := h.hang
+	h.mu.Unlock()
+	if hang {
+		<-h.release
+		defer func() { h.stopped <- index }()
+	}
+	h.fakeDP.StopPair(index)
+}
+
+func (h *hangingDP) setHang(on bool) {
+	h.mu.Lock()
+	h.hang = on
+	h.mu.Unlock()
+}
+
+func (h *hangingDP) startCount() int {
+	h.fakeDP.mu.Lock()
+	defer h.fakeDP.mu.Unlock()
+	return len(h.fakeDP.starts)
+}
+
+// guestMappings counts this process's mappings of the test guest memfd.
+func guestMappings(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "vunet-test-guest")
+}
+
+// TestStopDeadline: a StopPair that does not return within StopTimeout
+// abandons the pair: the front-end is disconnected, stop_timeout counted,
+// and the guest memory stays mapped and the pair's descriptors open while
+// the data plane may still use them. The next front-end is served, but the
+// stuck pair is not started again (nor the data plane's session ended)
+// until StopPair returns; then memory and descriptors are released and
+// the pair starts again.
+func TestStopDeadline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vu.sock")
+	g := newGuestMem(t, testGPA, testUA, testSize)
+	dp := &hangingDP{fakeDP: newFakeDP(), release: make(chan struct{}), stopped: make(chan int, 1)}
+	st := &Stats{}
+	startServe(t, ServerConfig{Path: path}, DeviceConfig{DataPlane: dp, Logger: testLogger(t), Stats: st, StopTimeout: 200 * time.Millisecond})
+	mapsBefore, fdsBefore := guestMappings(t), openFDs(t)
+
+	fe := dial(t, path)
+	qemuStart(t, fe, g)
+	if _, ok := dp.pair(0); !ok {
+		t.Fatal("pair 0 not running")
+	}
+	fdsRunning := openFDs(t)
+	dp.setHang(true)
+	start := time.Now()
+	fe.send(ReqGetVringBase, 0, state(0, 0))
+	fe.expectClosed()
+	fe.c.Close()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("front-end disconnected after %v, deadline 200ms", d)
+	}
+	waitFor(t, func() bool { return st.Connected.Load() == 0 })
+	if n := st.ErrorCount(ErrReasonStopTimeout); n != 1 {
+		t.Fatalf("stop_timeout errors %d, want 1", n)
+	}
+	if n := guestMappings(t); n != mapsBefore+1 {
+		t.Fatalf("guest memory mappings %d, want %d: unmapped under a pair that may still touch it", n, mapsBefore+1)
+	}
+	// The socket is closed; the pair's kick, call and error fds (2 rings)
+	// are kept open, and the rings' err fds from set-up too.
+	if n := openFDs(t); n < fdsRunning-2 {
+		t.Fatalf("fds %d after abandonment, %d while running: the pair's descriptors were closed", n, fdsRunning)
+	}
+	if ev := dp.takeEvents(); strings.Contains(ev, "end") {
+		t.Fatalf("data plane session ended under a stuck pair: %q", ev)
+	}
+
+	// A new front-end is served; pair 0 stays stopped while stuck.
+	dp.setHang(false)
+	fe2 := dial(t, path)
+	dataPlaneErrs, starts := st.ErrorCount(ErrReasonDataPlane), dp.startCount()
+	qemuStartStuck(t, fe2, g)
+	if dp.startCount() != starts {
+		t.Fatal("stuck pair started again")
+	}
+	if st.ErrorCount(ErrReasonDataPlane) == dataPlaneErrs {
+		t.Fatal("refused start of the stuck pair not counted")
+	}
+	fe2.c.Close()
+	waitFor(t, func() bool { return st.Connected.Load() == 0 })
+
+	// StopPair returns at last: everything is released.
+	close(dp.release)
+	if p := <-dp.stopped; p != 0 {
+		t.Fatalf("stopped pair %d", p)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for guestMappings(t) != mapsBefore || openFDs(t) > fdsBefore {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the stop returned: %d guest mappings (want %d), %d fds (want %d)",
+				guestMappings(t), mapsBefore, openFDs(t), fdsBefore)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fe3 := dial(t, path)
+	qemuStart(t, fe3, g)
+	if _, ok := dp.pair(0); !ok {
+		t.Fatal("pair 0 not started after the stuck stop returned")
+	}
+}
+
+// qemuStartStuck sets pair 0 up as qemuStart does; every message is
+// accepted though the pair cannot start.
+func qemuStartStuck(t *testing.T, fe *frontend, g *guestMem) {
+	t.Helper()
+	fe.callU64(ReqGetFeatures)
+	fe.send(ReqSetProtocolFeatures, 0, u64(OfferedProtocolFeatures))
+	fe.send(ReqSetFeatures, 0, u64(DefaultFeatures))
+	if v := fe.ack(ReqAddMemReg, memReg(g.spec), g.dupFD(t)); v != 0 {
+		t.Fatalf("ADD_MEM_REG ack %d", v)
+	}
+	for i := 0; i < 2; i++ {
+		fe.send(ReqSetVringNum, 0, state(uint32(i), testRingSize))
+		fe.send(ReqSetVringBase, 0, state(uint32(i), 0))
+		fe.send(ReqSetVringAddr, 0, addr(g.ringAddr(i)))
+		fe.send(ReqSetVringKick, 0, u64(uint64(i)), eventfd(t))
+		fe.send(ReqSetVringCall, 0, u64(uint64(i)), eventfd(t))
+	}
+	fe.send(ReqSetVringEnable, 0, state(0, 1))
+	if v := fe.ack(ReqSetVringEnable, state(1, 1)); v != 0 {
+		t.Fatalf("enable ack %d", v)
+	}
+}

@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	fe "vunet/test/frontend"
 	"vunet/tcpstack"
+	fe "vunet/test/frontend"
 	"vunet/vhostuser"
 )
 

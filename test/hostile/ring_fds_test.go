@@ -140,6 +140,7 @@ func TestFullBlockingEventfdsCannotHang(t *testing.T) {
 				s := startServerWith(t, pl.make(t))
 				f := s.connect(t, fe.Options{})
 				exchange(t, f)
+				defer closeCaseFDs()
 				call, errRX, errTX := fullBlockingEventfd(t), fullBlockingEventfd(t), fullBlockingEventfd(t)
 				for _, m := range []struct {
 					req  fe.Request
@@ -150,6 +151,26 @@ func TestFullBlockingEventfdsCannotHang(t *testing.T) {
 						t.Fatalf("%v ring %d with a full blocking eventfd: %v", m.req, m.ring, o)
 					}
 				}
+				// The server sets O_NONBLOCK on the shared file when it
+				// builds a queue; the front-end clears it again, and
+				// keeps clearing it.
+				stopClearing := make(chan struct{})
+				cleared := make(chan struct{})
+				go func() {
+					defer close(cleared)
+					for {
+						for _, fd := range []int{call, errRX, errTX} {
+							unix.SetNonblock(fd, false)
+						}
+						select {
+						case <-stopClearing:
+							return
+						case <-time.After(time.Millisecond):
+						}
+					}
+				}()
+				defer func() { close(stopClearing); <-cleared }()
+				time.Sleep(5 * time.Millisecond)
 				// Interrupts on the full call fd: the reply arrives in
 				// the used ring (polled: the call fd is ours to fill).
 				p := f.Pair0()
@@ -192,7 +213,6 @@ func TestFullBlockingEventfdsCannotHang(t *testing.T) {
 					t.Logf("close: %v", err)
 				}
 				s.healthy(t)
-				closeCaseFDs()
 			})
 		})
 	}

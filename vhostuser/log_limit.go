@@ -37,7 +37,7 @@ func (l *logLimiter) allow(now time.Time) (ok bool, suppressed uint64) {
 // that lets each message (by its text) through in bursts of lineBurst,
 // then lineRate per second, and adds how many were held back to the next
 // line that passes. A normal start-up logs every line; 10,000 toggles log
-// a few dozen.
+// a few dozen. Debug lines are not limited: debug output is asked for.
 const (
 	lineBurst = 20
 	lineRate  = 1.0 // per second
@@ -102,6 +102,11 @@ func (h *limitedHandler) Enabled(ctx context.Context, level slog.Level) bool {
 }
 
 func (h *limitedHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelInfo {
+		// Debug output is asked for, and the start-up sequence at
+		// debug level is worth every line.
+		return h.inner.Handle(ctx, r)
+	}
 	now := r.Time
 	if now.IsZero() {
 		now = time.Now()

@@ -293,6 +293,9 @@ func openStack(o *options, sc *stackConfig) (*tcpstack.Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := fitFDLimit(o, sc, processRlimit{}); err != nil {
+		return nil, err
+	}
 	stack, res, err := tcpstack.Open(sc.cfg)
 	if err != nil {
 		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {

@@ -160,7 +160,7 @@ type liveSession struct {
 func (s *frontendSlot) offer(c *net.UnixConn) {
 	s.mu.Lock()
 	switch {
-	case s.active == nil:
+	case s.active == nil && !s.waiting: // a waiting connection goes first
 		a := s.beginLocked(c)
 		s.mu.Unlock()
 		s.wg.Add(1)

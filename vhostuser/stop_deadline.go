@@ -57,7 +57,15 @@ func (d *device) stopPairTimed(p int) bool {
 		d.dp.StopPair(p)
 		close(done)
 	}()
-	t := time.NewTimer(d.stopTimeout / 2)
+	timeout := d.stopTimeout
+	if d.gone != nil {
+		// A pair of this session is stuck already, likely the others
+		// for the same reason: do not wait the whole deadline for each
+		// (abandoning a pair that would have stopped only delays the
+		// release of what it holds).
+		timeout /= 10
+	}
+	t := time.NewTimer(timeout / 2)
 	defer t.Stop()
 	select {
 	case <-done:
@@ -71,7 +79,7 @@ func (d *device) stopPairTimed(p int) bool {
 			}
 		}
 	}
-	t.Reset(d.stopTimeout - d.stopTimeout/2)
+	t.Reset(timeout - timeout/2)
 	select {
 	case <-done:
 		d.log.Warn("queue pair stopped only after its eventfds were drained", "pair", p)

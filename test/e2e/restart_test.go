@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -145,6 +147,41 @@ func TestQEMUDaemonConnects(t *testing.T) {
 // dead guest's connection towards the host must end eventually.
 func TestQEMUFrontendRestart(t *testing.T) {
 	qemu.NeedQEMU(t)
+	frontendRestart(t, false)
+}
+
+// TestQEMUFrontendRestartUnderLoad is TestQEMUFrontendRestart with every
+// CPU kept busy by other processes, as in a loaded `make test` run: the
+// dead guest's session is torn down slowly, and the new QEMU connects
+// during the teardown. It must wait for it, not be turned away (39
+// refusals were counted in one such run).
+func TestQEMUFrontendRestartUnderLoad(t *testing.T) {
+	qemu.NeedQEMU(t)
+	busyCPUs(t, runtime.NumCPU())
+	frontendRestart(t, true)
+}
+
+// busyCPUs runs n busy-looping processes until the test ends.
+func busyCPUs(t *testing.T, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("CPU load: %v", err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
+	}
+	t.Logf("%d busy-looping processes on %d CPUs", n, runtime.NumCPU())
+}
+
+// frontendRestart is the body of the front-end restart tests. With at
+// once, the new QEMU starts right after the old one was killed, while its
+// session may still be torn down; otherwise once the old guest's
+// connections are reset.
+func frontendRestart(t *testing.T, atOnce bool) {
 	ns := qemu.NewNetNS(t)
 	srv := qemu.StartTrafficServer(t, ns)
 	d := netDaemon(t, ns)
@@ -168,28 +205,35 @@ func TestQEMUFrontendRestart(t *testing.T) {
 	vm1.Kill()
 	killed := time.Now()
 	t.Logf("QEMU killed after %d MB of the download", srv.DownSent()>>20)
+	startVM2 := func() *qemu.VM {
+		return qemu.StartVM(t, qemu.VMConfig{
+			Dir: mkdir(t, filepath.Join(dir, "vm2")), Socket: d.Socket,
+			Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.XferCheck("down"), guest.XferCheck("up")},
+			Params: map[string]string{
+				guest.XferParam("down"): guest.XferSpec(guest.XferDown, srv.Target(guest.TargetGW4), 20<<20),
+				guest.XferParam("up"):   guest.XferSpec(guest.XferUp, srv.Target(guest.TargetGW4), 20<<20),
+				guest.ParamTimeout:      "60s",
+			},
+		})
+	}
+	var vm2 *qemu.VM
+	if atOnce {
+		vm2 = startVM2()
+	}
 	if !d.Passt {
 		if _, err := d.Log.Wait(10*time.Second, "front-end gone", qemu.MsgIs("vhost-user front-end disconnected")); err != nil {
 			t.Error(err)
 		}
 	}
 	checkAborted(t, d, srv, killed)
-
-	vm2 := qemu.StartVM(t, qemu.VMConfig{
-		Dir: mkdir(t, filepath.Join(dir, "vm2")), Socket: d.Socket,
-		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.XferCheck("down"), guest.XferCheck("up")},
-		Params: map[string]string{
-			guest.XferParam("down"): guest.XferSpec(guest.XferDown, srv.Target(guest.TargetGW4), 20<<20),
-			guest.XferParam("up"):   guest.XferSpec(guest.XferUp, srv.Target(guest.TargetGW4), 20<<20),
-			guest.ParamTimeout:      "60s",
-		},
-	})
+	if !atOnce {
+		vm2 = startVM2()
+	}
 	vm2.RequireResult(t, guest.CheckDHCP, 60*time.Second)
 	srv.CheckXfer(t, vm2.RequireResult(t, guest.XferCheck("down"), 60*time.Second), guest.XferDown, 20<<20)
 	srv.CheckXfer(t, vm2.RequireResult(t, guest.XferCheck("up"), 60*time.Second), guest.XferUp, 20<<20)
 	vm2.Finish(t)
 	checkNoRingErrors(t, d)
-
 }
 
 // abortWithin bounds how long the host peer of a killed guest's connection

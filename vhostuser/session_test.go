@@ -70,6 +70,17 @@ func qemuStart(t *testing.T, fe *frontend, g *guestMem) {
 	if v := fe.ack(ReqAddMemReg, memReg(g.spec), g.dupFD(t)); v != 0 {
 		t.Fatalf("ADD_MEM_REG ack %d", v)
 	}
+	qemuRings(t, fe, g)
+	fe.send(ReqSetStatus, 0, u64(0xf))
+	if s := fe.callU64(ReqGetStatus); s != 0xf {
+		t.Fatalf("status %#x", s)
+	}
+}
+
+// qemuRings sets pair 0's rings up and enables them, as QEMU does once
+// the memory is there.
+func qemuRings(t *testing.T, fe *frontend, g *guestMem) {
+	t.Helper()
 	for i := 0; i < 2; i++ {
 		fe.send(ReqSetVringNum, 0, state(uint32(i), testRingSize))
 		fe.send(ReqSetVringBase, 0, state(uint32(i), 0))
@@ -81,10 +92,6 @@ func qemuStart(t *testing.T, fe *frontend, g *guestMem) {
 		if v := fe.ack(ReqSetVringEnable, state(uint32(i), 1)); v != 0 {
 			t.Fatalf("enable ack %d", v)
 		}
-	}
-	fe.send(ReqSetStatus, 0, u64(0xf))
-	if s := fe.callU64(ReqGetStatus); s != 0xf {
-		t.Fatalf("status %#x", s)
 	}
 }
 

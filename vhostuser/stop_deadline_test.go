@@ -1,12 +1,15 @@
 package vhostuser
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // hangingDP is a fakeDP whose StopPair hangs, while hang is set, until
@@ -142,15 +145,61 @@ func qemuStartStuck(t *testing.T, fe *frontend, g *guestMem) {
 	if v := fe.ack(ReqAddMemReg, memReg(g.spec), g.dupFD(t)); v != 0 {
 		t.Fatalf("ADD_MEM_REG ack %d", v)
 	}
-	for i := 0; i < 2; i++ {
-		fe.send(ReqSetVringNum, 0, state(uint32(i), testRingSize))
-		fe.send(ReqSetVringBase, 0, state(uint32(i), 0))
-		fe.send(ReqSetVringAddr, 0, addr(g.ringAddr(i)))
-		fe.send(ReqSetVringKick, 0, u64(uint64(i)), eventfd(t))
-		fe.send(ReqSetVringCall, 0, u64(uint64(i)), eventfd(t))
+	qemuRings(t, fe, g)
+}
+
+// writerDP's StopPair writes 1 to an eventfd first, as a data plane's
+// loop flushing its last interrupt would: with the counter full and
+// O_NONBLOCK cleared that write blocks until someone reads the counter.
+type writerDP struct {
+	*fakeDP
+	fd int
+}
+
+func (w *writerDP) StopPair(index int) {
+	var one [8]byte
+	one[0] = 1
+	unix.Write(w.fd, one[:])
+	w.fakeDP.StopPair(index)
+}
+
+// TestStopDrainsBlockedWriter: halfway to the deadline the pair's call
+// eventfds are drained, which wakes a writer blocked on a full counter; the
+// pair then stops in time and nothing is abandoned.
+func TestStopDrainsBlockedWriter(t *testing.T) {
+	g := newGuestMem(t, testGPA, testUA, testSize)
+	call, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
 	}
-	fe.send(ReqSetVringEnable, 0, state(0, 1))
-	if v := fe.ack(ReqSetVringEnable, state(1, 1)); v != 0 {
-		t.Fatalf("enable ack %d", v)
+	defer unix.Close(call)
+	dp := &writerDP{fakeDP: newFakeDP(), fd: call}
+	st := &Stats{}
+	var logs logBuffer
+	fe, done := session(t, DeviceConfig{DataPlane: dp, Logger: logs.logger(), Stats: st, StopTimeout: 2 * time.Second})
+	qemuStart(t, fe, g)
+	fe.send(ReqSetVringCall, FlagNeedReply, u64(0), dupFD(t, call))
+	fe.reply(ReqSetVringCall)
+	readEventfd(t, call) // the signal a fresh call fd gets (non-blocking: the queue set it)
+	var full [8]byte
+	binary.LittleEndian.PutUint64(full[:], 0xfffffffffffffffe)
+	if _, err := unix.Write(call, full[:]); err != nil {
+		t.Fatal(err)
+	}
+	unix.SetNonblock(call, false)
+	start := time.Now()
+	if r := fe.call(ReqGetVringBase, 0, state(0, 0)); len(r) != 8 {
+		t.Fatalf("GET_VRING_BASE reply %x", r)
+	}
+	t.Logf("stopped after %v", time.Since(start).Round(time.Millisecond))
+	if n := st.ErrorCount(ErrReasonStopTimeout); n != 0 {
+		t.Fatalf("pair abandoned (%d) though draining woke its writer", n)
+	}
+	if !strings.Contains(logs.String(), "stopped only after its eventfds were drained") {
+		t.Fatalf("log:\n%s", logs.String())
+	}
+	fe.c.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 const (
 	iocbCmdPoll   = 5
 	iocbFlagResfd = 1 << 0
-	aioRingEvents = 1024 // requested; the kernel rounds up
+	aioRingEvents = 128 // requested (counted against fs.aio-max-nr); the kernel rounds up
 )
 
 type iocb struct {
@@ -83,7 +83,7 @@ func (r *aioRequest) signal(ctx uintptr, fd int) error {
 // request slots. Several threads may reap at once; io_getevents takes the
 // context's lock.
 func aioReap(ctx uintptr) {
-	var evs [64]ioEvent
+	var evs [128]ioEvent
 	var zero unix.Timespec
 	for {
 		n, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, ctx, 0, uintptr(len(evs)),

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack"
+	"vunet/tcpstack/tcp"
 )
 
 type fakeRlimit struct {
@@ -62,7 +63,7 @@ func TestFitFDLimit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := &options{queues: tc.queues, maxFlows: tc.maxFlows, maxTCPFlows: tc.tcp}
-			sc := &stackConfig{cfg: tcpstack.Config{MaxFlows: tc.maxFlows, TCP: tcpstack.TCPConfig{MaxFlows: tc.tcp}}}
+			sc := &stackConfig{cfg: tcpstack.Config{MaxFlows: tc.maxFlows, TCP: tcp.Config{MaxFlows: tc.tcp}}}
 			sc.cfg.TCPForwards = make([]tcpstack.Forward, tc.forwards)
 			rl := &fakeRlimit{lim: unix.Rlimit{Cur: tc.cur, Max: tc.max}, setErr: tc.setErr}
 			err := fitFDLimit(o, sc, rl)

@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"vunet/test/qemu"
+	rig "vunet/test/rig/lib"
 )
 
 // TestpmdHint is the install hint for a missing dpdk-testpmd.
-const TestpmdHint = "apt-get install dpdk-dev (provides dpdk-testpmd)"
+const TestpmdHint = rig.TestpmdHint
 
 // Testpmd is a running dpdk-testpmd bridging virtio-user (port 0) and a TAP
 // device (port 1), stopped by t.Cleanup.

@@ -14,6 +14,7 @@ import (
 
 	"vunet/test/guest"
 	"vunet/test/qemu"
+	rig "vunet/test/rig/lib"
 	"vunet/test/testenv"
 )
 
@@ -150,7 +151,7 @@ func exchangeFrames(t *testing.T, bin, tap string, memMiB int) {
 	if err := tp.Stop(10 * time.Second); err != nil {
 		t.Errorf("testpmd stop: %v", err)
 	}
-	stats := ParseForwardStats(tp.Output())
+	stats := rig.ParseTestpmdStats(tp.Output())
 	t.Logf("testpmd ports: virtio-user %+v, tap %+v", stats[0], stats[1])
 	toVunet := uint64(rounds + 1 + probes) // frames surely delivered: warm-up loss is possible
 	if s := stats[1]; s.RXPackets < toVunet {

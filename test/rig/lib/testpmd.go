@@ -64,7 +64,7 @@ func (r *Rig) startTestpmd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	restore, err := ensureHugepages(testpmdHugepages)
+	restore, err := EnsureHugepages(testpmdHugepages)
 	if err != nil {
 		return err
 	}
@@ -195,10 +195,10 @@ func (r *Rig) StopTestpmd() (map[int]TestpmdPortStats, error) {
 	return ParseTestpmdStats(string(b)), err
 }
 
-// ensureHugepages makes at least pages free 2 MiB hugepages available and a
-// hugetlbfs mounted; restore puts back the page count and unmounts what it
-// mounted.
-func ensureHugepages(pages int) (restore func(), err error) {
+// EnsureHugepages makes at least pages free 2 MiB hugepages available and a
+// hugetlbfs mounted (root); restore puts back the page count and unmounts
+// what it mounted.
+func EnsureHugepages(pages int) (restore func(), err error) {
 	const nr = "/proc/sys/vm/nr_hugepages"
 	var undo []func()
 	restore = func() {

@@ -1,4 +1,4 @@
-package dpdk
+package rig
 
 import "testing"
 
@@ -23,9 +23,9 @@ Waiting for lcores to finish...
   ++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++
 `
 
-func TestParseForwardStats(t *testing.T) {
-	got := ParseForwardStats(sampleStop)
-	want := map[int]PortStats{
+func TestParseTestpmdStats(t *testing.T) {
+	got := ParseTestpmdStats(sampleStop)
+	want := map[int]TestpmdPortStats{
 		0: {RXPackets: 1, TXPackets: 6},
 		1: {RXPackets: 6, RXDropped: 2, TXPackets: 1, TXDropped: 3},
 	}
@@ -37,7 +37,7 @@ func TestParseForwardStats(t *testing.T) {
 			t.Errorf("port %d: got %+v, want %+v", p, got[p], w)
 		}
 	}
-	if s := ParseForwardStats("garbage\nForward statistics for port 9\nRX-packets: x"); s[9] != (PortStats{}) {
+	if s := ParseTestpmdStats("garbage\nForward statistics for port 9\nRX-packets: x"); s[9] != (TestpmdPortStats{}) {
 		t.Errorf("damaged block parsed as %+v", s[9])
 	}
 }

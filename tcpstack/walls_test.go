@@ -21,6 +21,7 @@ func TestPackageWalls(t *testing.T) {
 		"addrpolicy":          {},
 		"header":              {},
 		"hostsock":            {},
+		"handover":            {},
 		"stats":               {"tcpstack/addrpolicy"},
 		"linksvc":             {"tcpstack/header"},
 		"guestring":           {"tcpstack/header", "tcpstack/stats", "virtqueue"},

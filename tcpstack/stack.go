@@ -37,6 +37,8 @@ type Stack struct {
 	mu    sync.Mutex
 	loops map[int]*loop
 	pairs map[int]*pairState
+
+	mig migration // live migration on one host (migration.go)
 }
 
 // pairState is what a queue pair keeps across loop restarts (the control
@@ -88,6 +90,7 @@ var (
 	_ virtqueue.Announcer    = (*Stack)(nil)
 	_ virtqueue.SessionEnder = (*Stack)(nil)
 	_ virtqueue.MTUSetter    = (*Stack)(nil)
+	_ virtqueue.Migrator     = (*Stack)(nil)
 )
 
 // ErrPairRunning is returned by StartPair for a pair that is already running.
@@ -102,12 +105,15 @@ func (s *Stack) StartPair(qp virtqueue.QueuePair) error {
 	if qp.Index < 0 {
 		return fmt.Errorf("start pair %d: negative index", qp.Index)
 	}
+	s.resumeHere()
+	s.awaitArrival()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.loops[qp.Index]; ok {
 		return fmt.Errorf("start pair %d: %w", qp.Index, ErrPairRunning)
 	}
 	ps := s.pairStateLocked(qp.Index)
+	s.importPending(qp.Index, ps)
 	st := ps.st
 	l, err := newLoop(s, qp, ps)
 	if err != nil {
@@ -194,6 +200,7 @@ func (s *Stack) stopAllPairs() {
 
 // Close stops every running pair and closes every flow's host socket.
 func (s *Stack) Close() {
+	s.closeMigration()
 	s.stopAllPairs()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -209,6 +216,8 @@ func (s *Stack) Close() {
 // resets the device: the guest side of those flows no longer exists, and a
 // peer that waited for its own timeout would hang for minutes.
 func (s *Stack) EndSession() {
+	s.awaitCommit()
+	s.dropPending()
 	s.stopAllPairs()
 	s.mu.Lock()
 	defer s.mu.Unlock()

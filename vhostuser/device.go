@@ -100,6 +100,9 @@ type device struct {
 	slots []memSlot
 
 	dirtyLog *virtqueue.DirtyLog // SET_LOG_BASE; nil: none (dirty_log.go)
+	// migrationStopped: the data plane was told that every ring stopped
+	// during a migration (migration.go); a pair start clears it.
+	migrationStopped bool
 
 	rings   []vring
 	running []bool // per pair

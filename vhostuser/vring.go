@@ -154,6 +154,7 @@ func (d *device) startPair(p int) error {
 	}
 	rx.q, tx.q = rxq, txq
 	d.running[p] = true
+	d.migrationStopped = false
 	d.log.Info("queue pair started", "pair", p, "rx_size", rx.num, "tx_size", tx.num,
 		"rx_enabled", qp.RXEnabled, "tx_enabled", qp.TXEnabled,
 		"rx_base", rx.base, "tx_base", tx.base)
@@ -303,6 +304,7 @@ func (d *device) getVringBase(s VringState) (uint16, error) {
 		r.kick = -1
 	}
 	d.log.Debug("vring stopped", "vring", i, "base", r.base)
+	d.noteRingStopped()
 	return r.base, nil
 }
 

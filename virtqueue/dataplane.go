@@ -41,6 +41,15 @@ type SessionEnder interface {
 	EndSession()
 }
 
+// Migrator is an optional DataPlane interface: MigrationStopped is called
+// when the front-end has stopped every ring while it live-migrates the
+// guest (VHOST_F_LOG_ALL negotiated): the guest's state is about to run
+// elsewhere, unless the migration fails and the rings start here again. A
+// network back-end hands its flows to the destination's back-end then.
+type Migrator interface {
+	MigrationStopped()
+}
+
 // MTUSetter is an optional DataPlane interface: NET_SET_MTU passes QEMU's
 // host_mtu to the back-end.
 type MTUSetter interface {

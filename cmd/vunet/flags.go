@@ -83,6 +83,9 @@ type options struct {
 	trace     bool // --trace was the last level option (same level as --debug)
 	pcap      string
 
+	// Live migration on one host.
+	migrateTo, migrateFrom string
+
 	// Information.
 	printQEMUArgs     bool
 	printCapabilities bool
@@ -101,7 +104,7 @@ type option struct {
 }
 
 // groups is the --help order.
-var groups = []string{"Socket", "Guest addressing", "Forwarding", "Limits", "Observability", "Information", passtOnlyGroup}
+var groups = []string{"Socket", "Guest addressing", "Forwarding", "Limits", "Live migration", "Observability", "Information", passtOnlyGroup}
 
 // passtOnlyGroup lists passt options accepted with a start-up warning.
 const passtOnlyGroup = "Accepted for passt compatibility, not supported (a start-up warning names each)"
@@ -186,6 +189,10 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 	integer(&o.tcpSndBuf, "pin SO_SNDBUF of host TCP sockets to `BYTES` (default: kernel auto-tuning)", "tcp-sndbuf")
 	integer(&o.tcpRcvBuf, "pin SO_RCVBUF of host TCP sockets to `BYTES` (default: kernel auto-tuning)", "tcp-rcvbuf")
 	add(&o.maxGuestMemory, "refuse guest memory tables larger than `SIZE` in total, e.g. 512G, 2T (default 1T)", "max-guest-memory")
+
+	group = "Live migration"
+	str(&o.migrateTo, "source of a live migration on this host: accept the destination vunet on the UNIX socket `PATH`; when QEMU migrates the guest its open connections and flows go there", "migrate-to")
+	str(&o.migrateFrom, "destination of a live migration on this host: connect at start-up to the source vunet's --migrate-to socket `PATH` and take over the guest's connections and flows when the guest arrives", "migrate-from")
 
 	group = "Observability"
 	str(&o.metrics, "serve Prometheus metrics on `ADDR` (host:port) at /metrics; off by default", "metrics")

@@ -63,6 +63,9 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		return err
 	}
 	defer stack.Close()
+	if err := setUpMigration(ctx, o, stack, logger); err != nil {
+		return err
+	}
 
 	dev := vhostuser.DeviceConfig{
 		QueuePairs: o.queues,

@@ -30,7 +30,8 @@ const connStateVersion = 1
 // connWire is a connection's state on the wire, little-endian
 // (encoding/binary): the conn fields that mean something in another
 // process. Times are ages before the export (ns), or noTime; descriptors,
-// slots, generations and output-list links are the receiving table's own.
+// slots, generations, output-list links and the ring budget's sender
+// period are the receiving table's own.
 type connWire struct {
 	Version    uint8
 	State      uint8

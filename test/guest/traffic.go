@@ -43,6 +43,16 @@ const (
 	CheckRR = "rr"
 	// CheckGone waits for eth0 to disappear (hot-unplug).
 	CheckGone = "gone"
+	// CheckTCPHold is a live migration's workload, three things at once
+	// for a while (vunet.tcphold="target,duration,bytes"): one ECHO
+	// connection held open that echoes a byte every TCPLoopInterval
+	// (echoes, hold_max_gap_ms: the longest time between two echoes,
+	// hold_error), a DOWN transfer of bytes paced to last the whole
+	// duration (down_bytes, down_sha256, down_error), and a new ECHO
+	// connection every TCPLoopInterval (new_ok, new_tries,
+	// new_max_gap_ms). OK when the held connection never failed, the
+	// download completed and some new connection worked.
+	CheckTCPHold = "tcphold"
 	// CheckDHCPv6 sends a Rapid Commit SOLICIT and reports the REPLY's
 	// address (addr), resolvers (dns) and server; run it after the ipv6
 	// check, when the link-local address is usable.
@@ -56,6 +66,7 @@ const (
 	ParamTCPLoop  = "vunet.tcploop"
 	ParamTCPServe = "vunet.tcpserve"
 	ParamRR       = "vunet.rr"
+	ParamTCPHold  = "vunet.tcphold"
 )
 
 // RRWarmup is how many round trips the rr check makes before it starts

@@ -32,6 +32,10 @@ type TrafficServer struct {
 	echoConns []time.Time // accept time of each ECHO connection
 	echoOpen  int
 	echoMax   int // most ECHO connections open at once
+	echoGap   struct {
+		gap    time.Duration // longest time between two reads on one connection
+		echoes int           // reads on that connection
+	}
 	udpEchoed int
 
 	downSent atomic.Int64 // bytes written by DOWN transfers so far
@@ -155,9 +159,12 @@ func (s *TrafficServer) serve(c net.Conn) {
 		s.echoOpen++
 		s.echoMax = max(s.echoMax, s.echoOpen)
 		s.mu.Unlock()
-		_, _ = io.Copy(c, br)
+		gap, n := echoTimed(c, br)
 		s.mu.Lock()
 		s.echoOpen--
+		if gap > s.echoGap.gap && n >= longEcho {
+			s.echoGap.gap, s.echoGap.echoes = gap, n
+		}
 		s.mu.Unlock()
 	case guest.ReqDown:
 		if len(f) != 3 {

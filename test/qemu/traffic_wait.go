@@ -1,7 +1,9 @@
 package qemu
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -37,4 +39,42 @@ func (s *TrafficServer) WaitEchoConnAfter(t0 time.Time, timeout time.Duration) (
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// longEcho is how many reads make an ECHO connection a held one, whose
+// silences LongestEchoGap reports (the tcploop check's connections echo
+// once).
+const longEcho = 10
+
+// echoTimed echoes everything until EOF and returns the longest time
+// between two reads and how many reads there were.
+func echoTimed(c net.Conn, br *bufio.Reader) (gap time.Duration, reads int) {
+	buf := make([]byte, 64<<10)
+	var last time.Time
+	for {
+		n, err := br.Read(buf)
+		if n > 0 {
+			now := time.Now()
+			if !last.IsZero() {
+				gap = max(gap, now.Sub(last))
+			}
+			last = now
+			reads++
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return gap, reads
+			}
+		}
+		if err != nil {
+			return gap, reads
+		}
+	}
+}
+
+// LongestEchoGap returns, on the host's clock, the longest silence of the
+// held ECHO connections that have ended (at least longEcho reads): the
+// time between two consecutive bytes the server read on one of them.
+func (s *TrafficServer) LongestEchoGap() (gap time.Duration, echoes int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.echoGap.gap, s.echoGap.echoes
 }

@@ -116,6 +116,8 @@ func (a *agent) runCheck(ctx context.Context, name string) guest.Result {
 		return a.checkTCPMany(ctx)
 	case guest.CheckTCPLoop:
 		return a.checkTCPLoop(ctx)
+	case guest.CheckTCPHold:
+		return a.checkTCPHold(ctx)
 	case guest.CheckTCPServe:
 		return a.checkTCPServe(ctx)
 	case guest.CheckRR:

@@ -60,6 +60,12 @@ func (l *loop) processTX() (more bool) {
 			return false
 		}
 		if full {
+			// More frames wait: acknowledge what this batch wrote before
+			// taking them, so a sender held by its window (one that can
+			// fill the ring, see tcp/ring_budget.go) refills the ring
+			// while we work instead of after the whole iteration.
+			l.tcpOutput()
+			l.rx.Publish()
 			continue
 		}
 		if !q.EnableKicks() {

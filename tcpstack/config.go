@@ -43,9 +43,11 @@ type Config struct {
 	// the routing table picks one.
 	Outbound4, Outbound6 netip.Addr
 	// TCPForwards and UDPForwards are host ports forwarded to the guest
-	// (passt's -t and -u); Open opens them, New ignores them.
-	TCPForwards []TCPForward
-	UDPForwards []UDPForward
+	// (passt's -t and -u); Open opens them, New ignores them. Replies
+	// to a UDP forward leave from the same host port, through a socket
+	// bound to it and connected to the peer (a flow), so the peer sees
+	// the address it sent to.
+	TCPForwards, UDPForwards []Forward
 	// Capture, when set, gets a copy of every frame from and to the guest
 	// (see guestring.FrameCapture); nil costs nothing.
 	Capture guestring.FrameCapture

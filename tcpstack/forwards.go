@@ -28,14 +28,6 @@ type Forward struct {
 	Optional bool
 }
 
-// TCPForward is one forwarded host TCP port.
-type TCPForward = Forward
-
-// UDPForward is one forwarded host UDP port. Replies from the guest leave
-// from the same host port, through a socket bound to it and connected to
-// the peer (a flow), so the peer sees the address it sent to.
-type UDPForward = Forward
-
 // ForwardResult says what Open bound.
 type ForwardResult struct {
 	// TCPPorts and UDPPorts are the ports bound, one per forward of the

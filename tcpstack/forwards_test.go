@@ -42,7 +42,7 @@ func TestUDPForward(t *testing.T) {
 			cfg.Addr.IPv4 = linksvc.IPv4Config{Addr: testGuest4, PrefixLen: 24, Gateway: testGw4}
 			cfg.Addr.IPv6 = linksvc.IPv6Config{Addr: testGuest6, PrefixLen: 64, GatewayLL: testGw6}
 			cfg.Addr.GuestMAC = testGuestMAC
-			cfg.UDPForwards = []UDPForward{{HostAddr: tc.host, GuestPort: tc.guestPort}}
+			cfg.UDPForwards = []Forward{{HostAddr: tc.host, GuestPort: tc.guestPort}}
 			s, res, err := Open(cfg)
 			if err != nil {
 				t.Fatalf("open forward: %v", err)
@@ -137,8 +137,8 @@ func TestOpenForwardsOptional(t *testing.T) {
 	}{{"strict", false, true}, {"optional", true, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg
-			c.UDPForwards = []UDPForward{{HostAddr: lo}, {HostAddr: lo, HostPort: tport, Optional: tc.optional}}
-			c.TCPForwards = []TCPForward{{HostAddr: lo, GuestPort: 22}}
+			c.UDPForwards = []Forward{{HostAddr: lo}, {HostAddr: lo, HostPort: tport, Optional: tc.optional}}
+			c.TCPForwards = []Forward{{HostAddr: lo, GuestPort: 22}}
 			s, res, err := Open(c)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err %v, want error %v", err, tc.wantErr)
@@ -161,7 +161,7 @@ func TestOpenForwardsOptional(t *testing.T) {
 func TestOpenTCPForwards(t *testing.T) {
 	cfg := Config{Addr: linksvc.AddrConfig{IPv4: linksvc.IPv4Config{Addr: netip.MustParseAddr("10.0.2.15"), PrefixLen: 24,
 		Gateway: netip.MustParseAddr("10.0.2.2")}}}
-	cfg.TCPForwards = []TCPForward{
+	cfg.TCPForwards = []Forward{
 		{HostAddr: netip.MustParseAddr("127.0.0.1"), GuestPort: 22},
 		{HostAddr: netip.MustParseAddr("127.0.0.1"), GuestPort: 80},
 	}
@@ -184,7 +184,7 @@ func TestOpenTCPForwards(t *testing.T) {
 	c.Close()
 
 	// A port already taken fails the whole Open, which keeps nothing.
-	cfg.TCPForwards = []TCPForward{
+	cfg.TCPForwards = []Forward{
 		{HostAddr: netip.MustParseAddr("127.0.0.1"), GuestPort: 443},
 		{HostAddr: netip.MustParseAddr("127.0.0.1"), HostPort: ports[0]},
 	}

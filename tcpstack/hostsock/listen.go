@@ -106,7 +106,7 @@ func boundPort(fd int) (unix.Sockaddr, uint16, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("forward getsockname: %w", err)
 	}
-	return sa, AddrPortOf(sa).Port(), nil
+	return sa, addrPortOf(sa).Port(), nil
 }
 
 // Accept takes one pending connection of a listener, non-blocking, and
@@ -116,12 +116,12 @@ func Accept(fd int) (int, netip.AddrPort, error) {
 	if err != nil {
 		return -1, netip.AddrPort{}, err
 	}
-	return cfd, AddrPortOf(sa), nil
+	return cfd, addrPortOf(sa), nil
 }
 
-// AddrPortOf converts an AF_INET or AF_INET6 socket address (IPv4-mapped
+// addrPortOf converts an AF_INET or AF_INET6 socket address (IPv4-mapped
 // addresses unmapped); the zero AddrPort for anything else.
-func AddrPortOf(sa unix.Sockaddr) netip.AddrPort {
+func addrPortOf(sa unix.Sockaddr) netip.AddrPort {
 	switch a := sa.(type) {
 	case *unix.SockaddrInet4:
 		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))

@@ -27,7 +27,9 @@
 // The root imports all of them and nothing imports the root. tcp and dgram
 // import guestring, hostsock, header, stats, addrpolicy and virtqueue, never
 // each other nor linksvc; linksvc imports only header; guestring imports
-// stats, header and virtqueue; the rest import nothing of vunet's.
+// stats, header and virtqueue; stats imports addrpolicy (the policy gate
+// asks the policy and counts its refusals by reason); the rest import
+// nothing of vunet's.
 //
 // # The loop
 //

@@ -201,6 +201,7 @@ func collectTCP(ch chan<- prometheus.Metric, st *stats.TCP, q string) {
 	counter(ch, descTCPConnFail, st.ConnectFailures.Load(), q)
 	counter(ch, descTCPTableFull, st.TableFull.Load(), q)
 	counter(ch, descTCPAccepted, st.Accepted.Load(), q)
+	counter(ch, descTCPBackoffs, st.AcceptBackoffs.Load(), q)
 	counter(ch, descTCPStalls, st.Stalls.Load(), q)
 	counter(ch, descTCPClamps, st.ClampApplications.Load(), q)
 	for c := stats.TCPRetransCause(0); c < stats.NumTCPRetransCauses; c++ {

@@ -102,6 +102,7 @@ var (
 	descTCPConnFail  = counterFam("tcp_connect_failures_total", "Host connect() attempts refused, unreachable or timed out.", "queue")
 	descTCPTableFull = counterFam("tcp_table_full_total", "Guest SYNs refused because the connection table was full.", "queue")
 	descTCPAccepted  = counterFam("tcp_accepted_total", "Connections accepted on forwarded host ports.", "queue")
+	descTCPBackoffs  = counterFam("tcp_accept_backoffs_total", "Accepts on forwarded host ports that failed for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) and paused the listener until a connection closed or a back-off timer fired.", "queue")
 	descTCPStalls    = counterFam("tcp_stalls_total", "Transitions into STALLED (guest window exhausted or all socket data in flight).", "queue")
 	descTCPClamps    = counterFam("tcp_window_clamp_workarounds_total", "TCP_WINDOW_CLAMP applications that reopen a host socket's window after a stall.", "queue")
 	descTCPRetrans   = counterFam("tcp_retransmissions_total", "Rewinds of the sequence sent to the guest, by cause.", "queue", "cause")

@@ -57,6 +57,10 @@ type TCP struct {
 	// Accepted counts connections accepted on forwarded host ports;
 	// AcceptRefused those closed at once (no slot, guest unknown).
 	Accepted, AcceptRefused atomic.Uint64
+	// AcceptBackoffs counts accepts on forwarded ports that failed for want
+	// of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) and paused
+	// the listener.
+	AcceptBackoffs atomic.Uint64
 	// Stalls counts transitions into STALLED (guest window exhausted or all
 	// socket data in flight).
 	Stalls atomic.Uint64

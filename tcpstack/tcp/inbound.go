@@ -22,6 +22,10 @@ type listener struct {
 	fd        int
 	v6        bool
 	guestPort uint16
+	// masked: accept ran out of descriptors or memory, and the listener is
+	// out of the epoll set's interest until acceptRetry or a closing
+	// connection (accept_backoff.go).
+	masked bool
 }
 
 // acceptBatch bounds accepts per event so a flood cannot starve the loop;
@@ -103,8 +107,12 @@ func (t *Table) accept(now time.Time, i int) {
 	for n := 0; n < acceptBatch; n++ {
 		fd, peer, err := hostsock.Accept(l.fd)
 		if err != nil {
+			if acceptExhausted(err) {
+				t.backOffAccept(now, i, err)
+			}
 			return // EAGAIN, or an error the next event retries
 		}
+		t.acceptDelay = 0
 		if !t.inbound(now, fd, peer, l.guestPort) {
 			t.stats.AcceptRefused.Add(1)
 			hostsock.CloseWithReset(fd)

@@ -51,7 +51,12 @@ type Table struct {
 	nextTimer time.Time // earliest deadline of any flow, zero: none
 
 	// Forwarded ports and the guest they forward to.
-	listeners        []listener
+	listeners []listener
+	// acceptRetry is when masked listeners are retried (zero: none is
+	// masked), acceptDelay the back-off that set it (accept_backoff.go).
+	acceptRetry      time.Time
+	acceptDelay      time.Duration
+	acceptLog        stats.Limiter
 	guestMAC         [6]byte
 	guestV4, guestV6 netip.Addr
 
@@ -146,7 +151,11 @@ func (t *Table) Attach(p *hostsock.Epoll) {
 		}
 		f.inEpoll = p.Add(f.fd, f.epollEvents, t.token(f)) == nil
 	}
-	for i, l := range t.listeners {
+	// A new loop retries masked listeners at once.
+	t.acceptRetry = time.Time{}
+	for i := range t.listeners {
+		l := &t.listeners[i]
+		l.masked = false
 		if err := p.Add(l.fd, unix.EPOLLIN, t.listenerToken(i)); err != nil {
 			t.log.Warn("tcp forward: epoll add failed", "err", err)
 		}
@@ -267,6 +276,9 @@ func (t *Table) closeSocket(f *conn, reset bool) {
 		unix.Close(f.fd)
 	}
 	f.fd = -1
+	if !t.acceptRetry.IsZero() {
+		t.unmaskListeners() // a descriptor came free
+	}
 }
 
 // resetFlow closes the host socket with RST and schedules an RST to the

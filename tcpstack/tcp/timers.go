@@ -58,6 +58,13 @@ func earliest(a, b time.Time) time.Time {
 // explicit timestamps kept per connection, so it can be tested with any
 // clock.
 func (t *Table) Timers(now time.Time) (next time.Time) {
+	if !t.acceptRetry.IsZero() {
+		if t.acceptRetry.After(now) {
+			next = t.acceptRetry
+		} else {
+			t.unmaskListeners()
+		}
+	}
 	// Backwards: release swaps the last active slot into the freed place,
 	// which has already been visited.
 	for i := len(t.active) - 1; i >= 0; i-- {

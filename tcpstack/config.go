@@ -26,8 +26,11 @@ type Config struct {
 	// reaches nothing on the host's loopback except through the DNS
 	// forward (Addr.DNSForward4/6). See package addrpolicy.
 	NoMapGateway bool
-	// MaxFlows bounds the UDP and ICMP echo flows of one queue pair
-	// (default 1024); a datagram that needs a new flow beyond it is dropped.
+	// MaxFlows bounds the UDP and ICMP echo flows the guest opens on one
+	// queue pair (default 1024); a datagram that needs a new flow beyond it
+	// closes the least recently used one. The peers of forwarded UDP ports
+	// have a quota of their own beside it, a quarter of MaxFlows, and push
+	// out only each other (dgram.Config.MaxInboundFlows).
 	MaxFlows int
 	// UDPTimeout closes a UDP flow idle for that long (default 180s).
 	UDPTimeout time.Duration

@@ -8,7 +8,8 @@ import (
 
 // Descriptors the daemon may hold at once: one host socket per flow (the
 // flow tables are per queue pair: --max-flows UDP/ICMP and --max-tcp-flows
-// TCP each), one per forwarded port and family, a few per queue pair (its
+// TCP each, plus a quarter of --max-flows for the peers of forwarded UDP
+// ports on pair 0), one per forwarded port and family, a few per queue pair (its
 // event loop's epoll, wake eventfd and timer, its rings' kick, call and
 // error eventfds) and a fixed overhead (standard streams, the runtime's
 // poller, the vhost-user listener and connection, log, pcap and pid files,
@@ -62,6 +63,12 @@ func fitFDLimit(o *options, sc *stackConfig, rl rlimiter) error {
 		tcp = defaultMaxTCPFlows
 	}
 	fixed := uint64(len(sc.cfg.TCPForwards)+len(sc.cfg.UDPForwards)) + fdOverhead + uint64(o.queues)*fdPerPair
+	if len(sc.cfg.UDPForwards) > 0 {
+		// The reply sockets of forwarded UDP ports' peers: a quota of their
+		// own on pair 0, a quarter of the pair's UDP/ICMP flows
+		// (dgram.Config.MaxInboundFlows).
+		fixed += uint64(max(udp/4, 1))
+	}
 	need := fixed + uint64(o.queues)*uint64(udp+tcp)
 	if lim.Cur >= need {
 		return nil

@@ -40,6 +40,7 @@ func TestFitFDLimit(t *testing.T) {
 		queues         int
 		maxFlows, tcp  int // flags (0: default)
 		forwards       int
+		udpForwards    int
 		cur, max       uint64
 		setErr         error
 		wantErr        string
@@ -53,6 +54,8 @@ func TestFitFDLimit(t *testing.T) {
 		{name: "forwards count", queues: 1, forwards: 100, cur: defaultNeed, max: defaultNeed, wantCur: defaultNeed,
 			wantUDP: (defaultNeed - 100 - fdOverhead - fdPerPair) / 5, wantT: defaultNeed - 100 - fdOverhead - fdPerPair - (defaultNeed-100-fdOverhead-fdPerPair)/5,
 			wantWarning: "flow limits lowered"},
+		{name: "UDP forwards count their peers' flows", queues: 1, udpForwards: 2, cur: 1024, max: 1 << 20,
+			wantCur: defaultNeed + 2 + 1024/4},
 		{name: "defaults lowered under a low hard limit", queues: 2, cur: 1024, max: 4096, wantCur: 4096,
 			wantUDP: (4096 - fdOverhead - 2*fdPerPair) / 2 / 5, wantT: (4096-fdOverhead-2*fdPerPair)/2 - (4096-fdOverhead-2*fdPerPair)/2/5,
 			wantWarning: "raise the limit"},
@@ -65,6 +68,7 @@ func TestFitFDLimit(t *testing.T) {
 			o := &options{queues: tc.queues, maxFlows: tc.maxFlows, maxTCPFlows: tc.tcp}
 			sc := &stackConfig{cfg: tcpstack.Config{MaxFlows: tc.maxFlows, TCP: tcp.Config{MaxFlows: tc.tcp}}}
 			sc.cfg.TCPForwards = make([]tcpstack.Forward, tc.forwards)
+			sc.cfg.UDPForwards = make([]tcpstack.Forward, tc.udpForwards)
 			rl := &fakeRlimit{lim: unix.Rlimit{Cur: tc.cur, Max: tc.max}, setErr: tc.setErr}
 			err := fitFDLimit(o, sc, rl)
 			if tc.wantErr != "" {

@@ -56,7 +56,10 @@ type flow struct {
 	gen      uint32 // bumped on every reuse of the slot; part of the epoll token
 	inUse    bool
 	queued   bool // in the ready list (may outlive the flow: skipped then)
+	class    flowClass
 	lastUsed time.Time
+	// prev and next link the flow into its class's LRU list (lru.go).
+	prev, next int32
 }
 
 // flowBudget bounds the datagrams one flow delivers per turn, so one busy

@@ -176,16 +176,15 @@ func (ft *Table) forwardKey(lis *udpListener, peer netip.AddrPort) (flowKey, boo
 // from the forwarded port.
 func (ft *Table) forwardFlow(lis *udpListener, key *flowKey, peer netip.AddrPort) {
 	if i, ok := ft.byKey[*key]; ok {
-		ft.flows[i].lastUsed = ft.now
+		ft.touch(i)
 		return
 	}
 	if ft.cfg.NoHostSockets {
 		return
 	}
-	if len(ft.free) == 0 {
-		ft.evictOldest()
-		ft.st.FlowsEvicted.Add(1)
-	}
+	// Peers pick their source ports at will: their flows have a quota of
+	// their own and push out only each other, never the guest's (lru.go).
+	ft.makeRoom(classInbound)
 	fd, err := hostsock.DialUDPFrom(lis.local, peer, lis.iface)
 	if err != nil {
 		// The guest's replies then leave from another port; counted.
@@ -193,5 +192,5 @@ func (ft *Table) forwardFlow(lis *udpListener, key *flowKey, peer netip.AddrPort
 		ft.warn("cannot open reply socket for forwarded UDP peer", "peer", peer, "err", err)
 		return
 	}
-	ft.adopt(key, fd)
+	ft.adoptAs(key, fd, classInbound)
 }

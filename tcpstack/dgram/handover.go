@@ -110,7 +110,7 @@ func (ft *Table) Import(now time.Time, state []byte, fd int) error {
 	if err := checkDgramSocket(fd, key.kind); err != nil {
 		return err
 	}
-	if ft.ep != nil || len(ft.free) == 0 {
+	if ft.ep != nil || len(ft.free) == 0 || ft.lru[classGuest].n >= ft.quota(classGuest) {
 		return fmt.Errorf("table attached or full: %w", ErrImportTaken)
 	}
 	if _, busy := ft.byKey[key]; busy {
@@ -122,6 +122,8 @@ func (ft *Table) Import(now time.Time, state []byte, fd int) error {
 		return fmt.Errorf("adopt: %w", ErrImportTaken)
 	}
 	a := min(max(w.LastUsed, 0), int64(math.MaxInt64/2))
+	// Its place in the LRU list is the most recent: close enough for the
+	// rare hand-over, whatever its age says.
 	ft.flows[i].lastUsed = now.Add(-time.Duration(a))
 	return nil
 }

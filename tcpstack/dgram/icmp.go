@@ -104,7 +104,7 @@ func (ft *Table) readICMP(w guestring.Sink, i int32) flowRead {
 			ft.st.RX.Drops[stats.DropNoFit].Add(1)
 			continue
 		}
-		f.lastUsed = ft.now
+		ft.touch(i)
 		payload := pay
 		var idb [2]byte
 		binary.BigEndian.PutUint16(idb[:], f.key.guestPort)

@@ -18,9 +18,14 @@ import (
 
 // Config configures a Table.
 type Config struct {
-	// MaxFlows bounds the table's flows; a datagram that needs a new flow
-	// beyond it makes the least recently used one go.
+	// MaxFlows bounds the flows the guest opens; a datagram that needs a
+	// new flow beyond it makes the least recently used of them go.
 	MaxFlows int
+	// MaxInboundFlows bounds the flows opened for peers of forwarded UDP
+	// ports, apart from the guest's own (default MaxFlows/4, at least 1):
+	// a peer's first datagram beyond it makes the least recently used of
+	// those go, never one of the guest's (lru.go).
+	MaxInboundFlows int
 	// UDPTimeout and ICMPTimeout close flows idle for that long.
 	UDPTimeout, ICMPTimeout time.Duration
 	// Policy is what flows may reach and where they go.
@@ -60,6 +65,7 @@ type Table struct {
 	free  []int32
 	byKey map[flowKey]int32
 	live  int
+	lru   [numClasses]lruList
 
 	// ready is a FIFO of slots whose sockets reported readability (epoll is
 	// edge-triggered): they are read until EAGAIN or until the guest's RX
@@ -90,19 +96,29 @@ func New(cfg Config, st *stats.Queue) *Table {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxInboundFlows <= 0 {
+		cfg.MaxInboundFlows = max(cfg.MaxFlows/4, 1)
+	}
+	// Each class has its quota of slots: a class at its quota always
+	// finds a free slot once it evicted its own oldest.
+	slots := cfg.MaxFlows + cfg.MaxInboundFlows
 	ft := &Table{
 		cfg:    cfg,
 		st:     st,
 		log:    cfg.Logger,
-		flows:  make([]flow, cfg.MaxFlows),
-		free:   make([]int32, 0, cfg.MaxFlows),
-		byKey:  make(map[flowKey]int32, cfg.MaxFlows),
-		readyQ: make([]int32, cfg.MaxFlows),
+		flows:  make([]flow, slots),
+		free:   make([]int32, 0, slots),
+		byKey:  make(map[flowKey]int32, slots),
+		readyQ: make([]int32, slots),
 		policy: stats.PolicyGate{Policy: cfg.Policy, Stats: st, Log: cfg.Logger},
 	}
-	for i := cfg.MaxFlows - 1; i >= 0; i-- {
+	for i := slots - 1; i >= 0; i-- {
 		ft.free = append(ft.free, int32(i))
 		ft.flows[i].fd = -1
+		ft.flows[i].prev, ft.flows[i].next = -1, -1
+	}
+	for c := range ft.lru {
+		ft.lru[c].init()
 	}
 	ft.discardIO[0] = ft.discard[:]
 	return ft
@@ -150,7 +166,7 @@ func (ft *Table) Detach() { ft.ep = nil }
 // returned as why.
 func (ft *Table) lookup(key *flowKey) (i int32, why stats.DropReason, ok bool) {
 	if i, ok := ft.byKey[*key]; ok {
-		ft.flows[i].lastUsed = ft.now
+		ft.touch(i)
 		return i, 0, true
 	}
 	proto := addrpolicy.UDP
@@ -165,11 +181,9 @@ func (ft *Table) lookup(key *flowKey) (i int32, why stats.DropReason, ok bool) {
 		ft.st.TX.Drops[stats.DropNoFlow].Add(1)
 		return 0, stats.DropNoFlow, false
 	}
-	if len(ft.free) == 0 {
-		// Full: the least recently used flow makes room, so a guest that
+	if ft.makeRoom(classGuest) {
+		// Full: the least recently used flow made room, so a guest that
 		// touched many destinations is not locked out for a whole timeout.
-		ft.evictOldest()
-		ft.st.FlowsEvicted.Add(1)
 		ft.warn("flow table full, oldest flow closed", "max", ft.cfg.MaxFlows)
 	}
 	var fd int
@@ -193,14 +207,25 @@ func (ft *Table) lookup(key *flowKey) (i int32, why stats.DropReason, ok bool) {
 	return i, 0, true
 }
 
-// adopt makes fd, an open host socket, the flow for key. The table must
-// have a free slot. On failure fd is closed.
-func (ft *Table) adopt(key *flowKey, fd int) (int32, bool) {
+// adopt makes fd, an open host socket, the guest's flow for key (see
+// adoptAs).
+func (ft *Table) adopt(key *flowKey, fd int) (int32, bool) { return ft.adoptAs(key, fd, classGuest) }
+
+// adoptAs makes fd, an open host socket, the flow for key in class c. The
+// table must have a free slot. On failure fd is closed.
+func (ft *Table) adoptAs(key *flowKey, fd int, c flowClass) (int32, bool) {
 	i := ft.free[len(ft.free)-1]
 	ft.free = ft.free[:len(ft.free)-1]
 	f := &ft.flows[i]
-	f.key, f.fd, f.inUse, f.lastUsed = *key, fd, true, ft.now
+	f.key, f.fd, f.inUse, f.lastUsed, f.class = *key, fd, true, ft.now, c
 	f.gen++
+	// Counted before the registration, so that closeFlow undoes exactly
+	// this when it fails.
+	ft.lruAppend(i)
+	ft.byKey[*key] = i
+	ft.live++
+	ft.st.FlowsOpened.Add(1)
+	ft.kindGauge(key.kind).Add(1)
 	if ft.ep != nil {
 		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, ft.token(i)); err != nil {
 			ft.warn("register flow socket", "err", err)
@@ -208,10 +233,6 @@ func (ft *Table) adopt(key *flowKey, fd int) (int32, bool) {
 			return 0, false
 		}
 	}
-	ft.byKey[*key] = i
-	ft.live++
-	ft.st.FlowsOpened.Add(1)
-	ft.kindGauge(key.kind).Add(1)
 	if ft.nextSweep.IsZero() {
 		ft.nextSweep = ft.now.Add(ft.sweepInterval())
 	}
@@ -226,6 +247,7 @@ func (ft *Table) closeFlow(i int32) {
 	unix.Close(f.fd) // also leaves the epoll set
 	f.fd = -1
 	f.inUse = false
+	ft.lruRemove(i)
 	if j, ok := ft.byKey[f.key]; ok && j == i {
 		delete(ft.byKey, f.key)
 	}
@@ -241,21 +263,6 @@ func (ft *Table) kindGauge(k flowKind) *atomic.Int64 {
 		return &ft.st.Proto.ICMPFlows
 	}
 	return &ft.st.Proto.UDPFlows
-}
-
-// evictOldest closes the flow used least recently. Only called when the
-// table is full, on flow creation: a linear scan is fine there.
-func (ft *Table) evictOldest() {
-	oldest := int32(-1)
-	for i := range ft.flows {
-		f := &ft.flows[i]
-		if f.inUse && (oldest < 0 || f.lastUsed.Before(ft.flows[oldest].lastUsed)) {
-			oldest = int32(i)
-		}
-	}
-	if oldest >= 0 {
-		ft.closeFlow(oldest)
-	}
 }
 
 // CloseFlows closes every flow; forwarded ports stay (the guest is gone, the

@@ -124,7 +124,7 @@ func (ft *Table) readUDP(w guestring.Sink, i int32) flowRead {
 			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 			continue
 		}
-		f.lastUsed = ft.now
+		ft.touch(i)
 		ft.commitDatagram(w, hdr, &f.key, pay, n)
 	}
 	return flowBudgetUsed
@@ -185,14 +185,18 @@ func (ft *Table) discardOne(fd int) datagramReservation {
 	return datagramRetry
 }
 
-// discardAll reads and drops everything queued on fd (RX ring disabled).
+// discardAll reads and drops what is queued on fd (RX ring disabled), at
+// most flowBudget datagrams a turn like any delivery: a peer that keeps
+// sending faster than we discard must not hold the loop in here, away from
+// its other flows and from the stop it is asked for.
 func (ft *Table) discardAll(fd int) flowRead {
-	for {
+	for range flowBudget {
 		if _, _, err := ft.io.Recv(fd, ft.discardIO[:], 0); err != nil {
 			return flowDrained
 		}
 		ft.st.RX.Drops[stats.DropRingDisabled].Add(1)
 	}
+	return flowBudgetUsed
 }
 
 // commitDatagram builds the headers of a datagram of n payload bytes

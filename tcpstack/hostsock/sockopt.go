@@ -84,21 +84,47 @@ func CloseWithReset(fd int) {
 	unix.Close(fd)
 }
 
-var peekOffset struct {
+// peekOffset holds the SO_PEEK_OFF probe per address family ([0] AF_INET,
+// [1] AF_INET6).
+var peekOffset [2]struct {
 	once sync.Once
 	ok   bool
 }
 
-// PeekOffsetSupported probes once whether TCP sockets take SO_PEEK_OFF
-// (Linux 6.9 and later).
-func PeekOffsetSupported() bool {
-	peekOffset.once.Do(func() {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+// PeekOffsetSupported probes once per address family whether TCP sockets
+// of that family (AF_INET6 when v6) take SO_PEEK_OFF. The answer differs
+// between families on some kernels: TCP over IPv4 gained it in Linux 6.10
+// (05ea491641d3, "tcp: add support for SO_PEEK_OFF socket option"), TCP
+// over IPv6 only with a later fix (2024, "tcp: add SO_PEEK_OFF socket
+// option tov6"), so a kernel in between takes it on AF_INET sockets and
+// refuses it (EOPNOTSUPP) on AF_INET6 ones. passt probes both families
+// for the same reason.
+func PeekOffsetSupported(v6 bool) bool {
+	i := 0
+	if v6 {
+		i = 1
+	}
+	p := &peekOffset[i]
+	p.once.Do(func() {
+		fd, err := unix.Socket(family(v6), unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
 		if err != nil {
 			return
 		}
-		peekOffset.ok = SetInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0) == nil
+		p.ok = SetPeekOffset(fd, 0) == nil
 		unix.Close(fd)
 	})
-	return peekOffset.ok
+	return p.ok
+}
+
+// SetPeekOffset sets SO_PEEK_OFF on a stream socket: MSG_PEEK reads from
+// off bytes past the head of the receive queue, and the kernel moves it
+// on with every peek and back with every read.
+func SetPeekOffset(fd, off int) error {
+	return SetInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, off)
+}
+
+// SocketIsIPv6 reports whether fd is an AF_INET6 socket (SO_DOMAIN).
+func SocketIsIPv6(fd int) bool {
+	d, err := GetInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	return err == nil && d == unix.AF_INET6
 }

@@ -142,18 +142,21 @@ func TestTCPFlagsDoNotOvertakeData(t *testing.T) {
 // tcpTestPeek drives MSG_PEEK reads, MSG_TRUNC consumption on guest ACKs and
 // rewinds on duplicate ACKs, with or without SO_PEEK_OFF.
 func tcpTestPeek(t *testing.T, noPeekOff bool) {
-	if !noPeekOff && !hostsock.PeekOffsetSupported() {
-		// Not a missing package but the kernel's age (before 6.9): that
+	if !noPeekOff && !hostsock.PeekOffsetSupported(false) {
+		// Not a missing package but the kernel's age (before 6.10): that
 		// kernel runs the fallback, which TestTCPPeekDiscardFallback tests.
 		t.Skip("kernel without SO_PEEK_OFF for TCP")
 	}
 	h := tcpNewHarness(t, Config{MTU: 1500, NoPeekOffset: noPeekOff})
-	if h.tab.peekOff == noPeekOff {
+	if h.tab.peekOff[0] == noPeekOff {
 		t.Fatalf("peekOff = %v", h.tab.peekOff)
 	}
 	ln := h.listen()
 	peer := h.establish(ln, tcpMss1400ws7)
 	f := h.flow()
+	if f.peekOff == noPeekOff {
+		t.Fatalf("connection peekOff = %v", f.peekOff)
+	}
 	start := f.seqToGuest
 
 	a, b := guestframe.Pattern(1000), bytes.Repeat([]byte("B"), 700)

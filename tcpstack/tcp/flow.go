@@ -91,7 +91,8 @@ type conn struct {
 
 	epollEvents uint32 // events currently registered
 	inEpoll     bool
-	clamp       int // last TCP_WINDOW_CLAMP applied (0: never)
+	peekOff     bool // the socket is read at SO_PEEK_OFF, not past the discard buffer
+	clamp       int  // last TCP_WINDOW_CLAMP applied (0: never)
 
 	created      time.Time
 	lastActivity time.Time     // any segment from the guest or socket event

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 )
 
@@ -201,6 +202,10 @@ func (t *Table) Import(now time.Time, state []byte, fd int) error {
 		lastAckProg: since(now, w.LastAckProg), ackDueAt: since(now, w.AckDueAt),
 		ackCheckIvl: time.Duration(min(max(w.AckCheckIvl, 0), int64(maxAge))),
 	}
+	// The exporter's choice of peek offset lives on in the socket (-1:
+	// not set, the discard-buffer fallback).
+	off, err := hostsock.GetInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF)
+	f.peekOff = err == nil && off >= 0
 	if !f.inEpoll {
 		// Registered now or by the next Attach, with what its state asks.
 		f.epollEvents = 0

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/internal/guestframe"
 	"vunet/tcpstack/stats"
 )
@@ -154,6 +155,13 @@ func TestHandOverCoversEveryField(t *testing.T) {
 	dst := New(Config{}, nil, nil)
 	s, d := tcpSocketPair(t)
 	defer unix.Close(d)
+	// Whether a connection reads at SO_PEEK_OFF lives in its socket, as
+	// the source table left it there.
+	if f.peekOff = hostsock.PeekOffsetSupported(false); f.peekOff {
+		if err := hostsock.SetPeekOffset(s, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	slot := src.alloc(f.key)
 	f.slot, f.gen, f.nextOut, f.fd = slot.slot, slot.gen, -1, s
 	f.state = stats.TCPFree

@@ -5,10 +5,7 @@ import (
 	"net/netip"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"vunet/tcpstack/header"
-	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 )
 
@@ -109,13 +106,7 @@ func (t *Table) establish(now time.Time, f *conn) {
 	t.setState(f, stats.TCPEstablished)
 	f.seqAckFromGuest = f.iss + 1
 	f.lastAckProg = now
-	if t.peekOff {
-		if err := hostsock.SetInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); err != nil {
-			t.log.Debug("tcp SO_PEEK_OFF failed", "err", err)
-			t.resetFlow(f, now)
-			return
-		}
-	}
+	t.usePeekOffset(f)
 	t.updateEpoll(f)
 	// The host peer may have sent data already (it spoke first): read it.
 	t.markDirty(f)

@@ -39,8 +39,8 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 		}
 		fill := int(wnd - already)
 		t.bufs = t.bufs[:0]
-		if !t.peekOff && already > 0 {
-			t.bufs = append(t.bufs, t.discard[:already])
+		if !f.peekOff && already > 0 {
+			t.bufs = append(t.bufs, t.discardBuf()[:already])
 		}
 		nfr, reserved, blocked := 0, 0, false
 		for fill > 0 && nfr < len(t.frm) && len(t.bufs) < hostsock.MaxIovecs {
@@ -93,7 +93,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 		switch err {
 		case nil:
 			got = r
-			if !t.peekOff {
+			if !f.peekOff {
 				got -= int(already)
 			}
 			// r == 0 is EOF at the peek offset. Without SO_PEEK_OFF, a read

@@ -37,8 +37,13 @@ type Table struct {
 
 	outHead, outTail int32 // flows with output due, FIFO through conn.nextOut
 
-	peekOff bool   // SO_PEEK_OFF usable
-	discard []byte // fallback: already-sent bytes are peeked into this
+	// peekOff says per host-socket family ([0] AF_INET, [1] AF_INET6)
+	// whether SO_PEEK_OFF is used (probed: a kernel may have it for one
+	// family only); setPeekOff sets it (tests replace it to play such a
+	// kernel). Without it, already-sent bytes are peeked into discard.
+	peekOff    [2]bool
+	setPeekOff func(fd, off int) error
+	discard    []byte
 
 	// Offloads the guest negotiated (set from virtio features).
 	guestCsum, tso4, tso6 bool
@@ -108,10 +113,14 @@ func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 		active:  make([]int32, 0, cfg.MaxFlows),
 		outHead: -1,
 		outTail: -1,
-		peekOff: !cfg.NoPeekOffset && hostsock.PeekOffsetSupported(),
-		bufs:    make([][]byte, 0, hostsock.MaxIovecs),
-		dial:    dialer(cfg.Source),
-		policy:  stats.PolicyGate{Policy: cfg.Policy, Stats: qs, Log: cfg.Logger},
+		peekOff: [2]bool{
+			!cfg.NoPeekOffset && hostsock.PeekOffsetSupported(false),
+			!cfg.NoPeekOffset && hostsock.PeekOffsetSupported(true),
+		},
+		setPeekOff: hostsock.SetPeekOffset,
+		bufs:       make([][]byte, 0, hostsock.MaxIovecs),
+		dial:       dialer(cfg.Source),
+		policy:     stats.PolicyGate{Policy: cfg.Policy, Stats: qs, Log: cfg.Logger},
 	}
 	for i := cfg.MaxFlows - 1; i >= 0; i-- {
 		t.flows[i].slot = int32(i)
@@ -119,10 +128,39 @@ func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 		t.flows[i].nextOut = -1
 		t.free = append(t.free, int32(i))
 	}
-	if !t.peekOff {
+	if !t.peekOff[0] || !t.peekOff[1] {
 		t.discard = make([]byte, maxWindow)
 	}
 	return t
+}
+
+// usePeekOffset starts f's socket reading at SO_PEEK_OFF when its family
+// has it (f.peekOff), and otherwise leaves f on the discard-buffer
+// fallback: a family whose probe failed, or a socket that refuses it all
+// the same, costs a copy per peek, never the connection.
+func (t *Table) usePeekOffset(f *conn) {
+	f.peekOff = false
+	fam := 0
+	if hostsock.SocketIsIPv6(f.fd) {
+		fam = 1
+	}
+	if !t.peekOff[fam] {
+		return
+	}
+	if err := t.setPeekOff(f.fd, 0); err != nil {
+		t.log.Debug("tcp SO_PEEK_OFF refused: discard-buffer fallback for this connection", "err", err)
+		return
+	}
+	f.peekOff = true
+}
+
+// discardBuf returns the fallback's discard buffer, allocated on first
+// use where every family had SO_PEEK_OFF.
+func (t *Table) discardBuf() []byte {
+	if t.discard == nil {
+		t.discard = make([]byte, maxWindow)
+	}
+	return t.discard
 }
 
 // SetFeatures records the guest's offload features (virtio-net feature

@@ -66,8 +66,8 @@ func (t *Table) rewind(f *conn, cause stats.TCPRetransCause) {
 	}
 	f.seqToGuest = f.seqAckFromGuest
 	f.dupAcks = 0
-	if t.peekOff && f.fd >= 0 {
-		if err := hostsock.SetInt(f.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); err != nil {
+	if f.peekOff && f.fd >= 0 {
+		if err := t.setPeekOff(f.fd, 0); err != nil {
 			t.log.Debug("tcp SO_PEEK_OFF reset failed", "err", err)
 		}
 	}

@@ -32,10 +32,9 @@ type TrafficServer struct {
 	echoConns []time.Time // accept time of each ECHO connection
 	echoOpen  int
 	echoMax   int // most ECHO connections open at once
-	echoGap   struct {
-		gap    time.Duration // longest time between two reads on one connection
-		echoes int           // reads on that connection
-	}
+	// heldEchoes are the read times of each ended ECHO connection that
+	// read at least longEcho times (a held one).
+	heldEchoes [][]time.Time
 	udpEchoed int
 
 	downSent atomic.Int64 // bytes written by DOWN transfers so far
@@ -159,11 +158,11 @@ func (s *TrafficServer) serve(c net.Conn) {
 		s.echoOpen++
 		s.echoMax = max(s.echoMax, s.echoOpen)
 		s.mu.Unlock()
-		gap, n := echoTimed(c, br)
+		reads := echoTimed(c, br)
 		s.mu.Lock()
 		s.echoOpen--
-		if gap > s.echoGap.gap && n >= longEcho {
-			s.echoGap.gap, s.echoGap.echoes = gap, n
+		if len(reads) >= longEcho {
+			s.heldEchoes = append(s.heldEchoes, reads)
 		}
 		s.mu.Unlock()
 	case guest.ReqDown:

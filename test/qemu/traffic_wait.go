@@ -42,39 +42,53 @@ func (s *TrafficServer) WaitEchoConnAfter(t0 time.Time, timeout time.Duration) (
 }
 
 // longEcho is how many reads make an ECHO connection a held one, whose
-// silences LongestEchoGap reports (the tcploop check's connections echo
+// silences HeldEchoGaps reports (the tcploop check's connections echo
 // once).
 const longEcho = 10
 
-// echoTimed echoes everything until EOF and returns the longest time
-// between two reads and how many reads there were.
-func echoTimed(c net.Conn, br *bufio.Reader) (gap time.Duration, reads int) {
+// echoTimed echoes everything until EOF and returns when each read was.
+func echoTimed(c net.Conn, br *bufio.Reader) (reads []time.Time) {
 	buf := make([]byte, 64<<10)
-	var last time.Time
 	for {
 		n, err := br.Read(buf)
 		if n > 0 {
-			now := time.Now()
-			if !last.IsZero() {
-				gap = max(gap, now.Sub(last))
-			}
-			last = now
-			reads++
+			reads = append(reads, time.Now())
 			if _, werr := c.Write(buf[:n]); werr != nil {
-				return gap, reads
+				return reads
 			}
 		}
 		if err != nil {
-			return gap, reads
+			return reads
 		}
 	}
 }
 
-// LongestEchoGap returns, on the host's clock, the longest silence of the
-// held ECHO connections that have ended (at least longEcho reads): the
-// time between two consecutive bytes the server read on one of them.
-func (s *TrafficServer) LongestEchoGap() (gap time.Duration, echoes int) {
+// EchoGaps is what HeldEchoGaps reports, on the host's clock.
+type EchoGaps struct {
+	Echoes  int           // reads on the held connection
+	Longest time.Duration // its longest silence: time between two reads
+	Across  time.Duration // the silence that contains the instant asked about (0: none did)
+}
+
+// HeldEchoGaps reports on the held ECHO connection that has ended (the
+// one with the most reads): its longest silence, and the silence that
+// spans at: the time between the last read before it and the first after.
+func (s *TrafficServer) HeldEchoGaps(at time.Time) (g EchoGaps) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.echoGap.gap, s.echoGap.echoes
+	var reads []time.Time
+	for _, r := range s.heldEchoes {
+		if len(r) > len(reads) {
+			reads = r
+		}
+	}
+	g.Echoes = len(reads)
+	for i := 1; i < len(reads); i++ {
+		d := reads[i].Sub(reads[i-1])
+		g.Longest = max(g.Longest, d)
+		if !reads[i-1].After(at) && reads[i].After(at) {
+			g.Across = d
+		}
+	}
+	return g
 }

@@ -25,6 +25,7 @@ LDFLAGS  ?= $(if $(VERSION),-X main.version=$(VERSION)) $(if $(REVISION:+dirty=)
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/vunet
+	$(GO) build -o $(dir $(BIN))vunet-repair ./cmd/vunet-repair
 
 run: build
 	$(BIN) --socket $(SOCKET) --metrics $(METRICS) --print-qemu-args

@@ -22,12 +22,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
 
-	"golang.org/x/sys/unix"
+	"vunet/tcpstack/hostsock"
 )
 
 func main() {
@@ -41,76 +40,8 @@ func main() {
 		os.Exit(1)
 	}
 	defer c.Close()
-	if err := serve(c); err != nil {
+	if err := hostsock.ServeRepair(c); err != nil {
 		fmt.Fprintln(os.Stderr, "vunet-repair:", err)
 		os.Exit(1)
 	}
-}
-
-// maxFDs is SCM_MAX_FD, the most sockets one message carries.
-const maxFDs = 253
-
-// serve answers the daemon's requests on c until it closes the connection
-// (nil) or a request fails (the error).
-func serve(c *net.UnixConn) error {
-	oob := make([]byte, unix.CmsgSpace(4*maxFDs))
-	var b [1]byte
-	for {
-		n, oobn, flags, _, err := c.ReadMsgUnix(b[:], oob)
-		fds := rights(oob[:oobn])
-		if n == 0 && len(fds) == 0 {
-			return nil // the daemon closed the connection
-		}
-		if err == nil && flags&(unix.MSG_CTRUNC|unix.MSG_TRUNC) != 0 {
-			err = errors.New("message truncated")
-		}
-		if err == nil {
-			err = apply(fds, int8(b[0]))
-		}
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := c.Write(b[:]); err != nil {
-			return err
-		}
-	}
-}
-
-// apply sets TCP_REPAIR to v on every socket of fds, all of which must be
-// TCP sockets.
-func apply(fds []int, v int8) error {
-	if len(fds) == 0 {
-		return errors.New("request without sockets")
-	}
-	if v != unix.TCP_REPAIR_ON && v != unix.TCP_REPAIR_OFF && v != unix.TCP_REPAIR_OFF_NO_WP {
-		return fmt.Errorf("TCP_REPAIR value %d", v)
-	}
-	for _, fd := range fds {
-		typ, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
-		proto, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
-		if err1 != nil || err2 != nil || typ != unix.SOCK_STREAM || proto != unix.IPPROTO_TCP {
-			return fmt.Errorf("descriptor is not a TCP socket")
-		}
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR, int(v)); err != nil {
-			return fmt.Errorf("TCP_REPAIR %d: %w", v, err)
-		}
-	}
-	return nil
-}
-
-func rights(oob []byte) []int {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var fds []int
-	for i := range msgs {
-		if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
-			fds = append(fds, f...)
-		}
-	}
-	return fds
 }

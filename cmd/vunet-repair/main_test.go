@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/hostsock"
 	"vunet/test/testenv"
 )
 
@@ -29,7 +30,7 @@ func pair(t *testing.T) (*net.UnixConn, <-chan error) {
 	}
 	daemon, helper := conn(fds[0]), conn(fds[1])
 	done := make(chan error, 1)
-	go func() { done <- serve(helper); helper.Close() }()
+	go func() { done <- hostsock.ServeRepair(helper); helper.Close() }()
 	t.Cleanup(func() { daemon.Close() })
 	return daemon, done
 }

@@ -38,7 +38,7 @@ const tcpRepairWindowSize = 20
 
 // MaxRepairQueue bounds a queue RestoreTCP takes (a socket's buffers are
 // at most a few MiB; the state may come from another process).
-const MaxRepairQueue = 64 << 20
+const MaxRepairQueue = 16 << 20
 
 // TCPRepairState is a TCP connection as DumpTCP reads it out of a socket in
 // repair mode.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,8 +14,8 @@ import (
 	"vunet/test/testenv"
 )
 
-// startHelper runs a minimal TCP_REPAIR helper in-process (the real one,
-// cmd/vunet-repair, has its own tests) connected to h.
+// startHelper runs the helper's side in-process, connected to the
+// daemon's socket at path (cmd/vunet-repair runs the same function).
 func startHelper(t *testing.T, path string) {
 	t.Helper()
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
@@ -22,28 +23,7 @@ func startHelper(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	go func() {
-		oob := make([]byte, unix.CmsgSpace(4*RepairBatch))
-		var b [1]byte
-		for {
-			_, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
-			if err != nil {
-				return
-			}
-			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
-			for i := range msgs {
-				fds, _ := unix.ParseUnixRights(&msgs[i])
-				for _, fd := range fds {
-					if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR, int(int8(b[0]))); err != nil {
-						c.Close()
-						return
-					}
-					unix.Close(fd)
-				}
-			}
-			c.Write(b[:])
-		}
-	}()
+	go ServeRepair(c)
 }
 
 // connPair returns a connected socket (the "vunet" end, a raw descriptor)
@@ -204,4 +184,30 @@ func TestRepairHelperMissing(t *testing.T) {
 	if d := time.Since(start); d > RepairHelperWait+2*time.Second {
 		t.Errorf("took %v", d)
 	}
+}
+
+// FuzzRepairState: any bytes decode to a checked state or an error, and a
+// decoded state encodes back to the same bytes.
+func FuzzRepairState(f *testing.F) {
+	st := &TCPRepairState{Local: netip.MustParseAddrPort("10.0.0.1:1234"), Remote: netip.MustParseAddrPort("10.0.0.2:80"),
+		SendSeq: 7, RecvSeq: 9, MSS: 1460, SndWscale: 7, RcvWscale: 9, Timestamps: true, SACK: true, Wscale: true,
+		TSVal: 12345, PeekOff: 100, SendQueue: []byte("abc"), RecvQueue: []byte("defg")}
+	b, err := st.MarshalBinary()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var st TCPRepairState
+		if err := st.UnmarshalBinary(b); err != nil {
+			return
+		}
+		if len(st.SendQueue) > MaxRepairQueue || st.MSS == 0 || st.SndWscale > 14 {
+			t.Fatalf("unchecked state %+v", st)
+		}
+		re, err := st.MarshalBinary()
+		if err != nil || !bytes.Equal(re, b) {
+			t.Fatalf("re-encoding differs: %v", err)
+		}
+	})
 }

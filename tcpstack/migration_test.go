@@ -129,6 +129,9 @@ func migPairs(t *testing.T) (src, dst *testPair, g *migGuest, host net.Conn) {
 		t.Fatal("no host connection")
 	}
 	t.Cleanup(func() { host.Close() })
+	waitFor(t, "the connection established", 3*time.Second, func() bool {
+		return src.s.PairTCPStats(0).ConnsByState[stats.TCPEstablished].Load() == 1
+	})
 	// The destination connected at start-up; the source accepts in the
 	// background.
 	waitFor(t, "the destination's channel", 3*time.Second, func() bool {

@@ -10,6 +10,8 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/dgram"
+	"vunet/tcpstack/handover"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/linksvc"
 	"vunet/tcpstack/stats"
 	"vunet/tcpstack/tcp"
@@ -39,6 +41,10 @@ type Stack struct {
 	pairs map[int]*pairState
 
 	mig migration // live migration on one host (migration.go)
+	// Across hosts (device_state.go): the TCP_REPAIR helper, and the
+	// connections SaveState read out, kept until the guest runs elsewhere.
+	repair *hostsock.RepairHelper
+	saved  []handover.Item
 }
 
 // pairState is what a queue pair keeps across loop restarts (the control
@@ -86,11 +92,12 @@ func New(cfg Config) *Stack {
 // The control plane finds the optional interfaces by type assertion: a
 // method lost here would silently switch a feature off.
 var (
-	_ virtqueue.DataPlane    = (*Stack)(nil)
-	_ virtqueue.Announcer    = (*Stack)(nil)
-	_ virtqueue.SessionEnder = (*Stack)(nil)
-	_ virtqueue.MTUSetter    = (*Stack)(nil)
-	_ virtqueue.Migrator     = (*Stack)(nil)
+	_ virtqueue.DataPlane     = (*Stack)(nil)
+	_ virtqueue.Announcer     = (*Stack)(nil)
+	_ virtqueue.SessionEnder  = (*Stack)(nil)
+	_ virtqueue.MTUSetter     = (*Stack)(nil)
+	_ virtqueue.Migrator      = (*Stack)(nil)
+	_ virtqueue.StateTransfer = (*Stack)(nil)
 )
 
 // ErrPairRunning is returned by StartPair for a pair that is already running.
@@ -114,6 +121,7 @@ func (s *Stack) StartPair(qp virtqueue.QueuePair) error {
 	}
 	ps := s.pairStateLocked(qp.Index)
 	s.importPending(qp.Index, ps)
+	s.resumeSavedLocked()
 	st := ps.st
 	l, err := newLoop(s, qp, ps)
 	if err != nil {
@@ -225,6 +233,7 @@ func (s *Stack) EndSession() {
 		ps.flows.CloseFlows()
 		ps.tcp.ResetConnections()
 	}
+	s.saved = nil
 	// The next guest may have another MAC; a configured one stays.
 	s.guestMAC.Store(macToU64(s.cfg.Addr.GuestMAC))
 }

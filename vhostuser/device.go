@@ -103,6 +103,8 @@ type device struct {
 	// migrationStopped: the data plane was told that every ring stopped
 	// during a migration (migration.go); a pair start clears it.
 	migrationStopped bool
+	// transfer is the device state transfer under way (device_state.go).
+	transfer chan error
 
 	rings   []vring
 	running []bool // per pair
@@ -344,6 +346,10 @@ func (d *device) dispatch(m *Message) ([]byte, error) {
 		return d.setLogBase(m)
 	case ReqSetLogFD:
 		return nil, d.setLogFD()
+	case ReqSetDeviceStateFD:
+		return d.setDeviceStateFD(m)
+	case ReqCheckDeviceState:
+		return d.checkDeviceState()
 	case ReqNetSetMTU:
 		return nil, d.setMTU(mustU64(p))
 	case ReqSetStatus:

@@ -91,7 +91,7 @@ func TestFeatureNegotiation(t *testing.T) {
 	}
 	// Protocol features work before SET_FEATURES (spec note).
 	r, _, _ = h.do(ReqGetProtocolFeatures, 0, nil)
-	wantProto := uint64(1<<3 | 1<<0 | 1<<15 | 1<<4 | 1<<2 | 1<<16 | 1<<13 | 1<<1)
+	wantProto := uint64(1<<3 | 1<<0 | 1<<15 | 1<<4 | 1<<2 | 1<<16 | 1<<13 | 1<<1 | 1<<19)
 	if !bytes.Equal(r, u64(wantProto)) {
 		t.Fatalf("GET_PROTOCOL_FEATURES = %x, want %#x", r, wantProto)
 	}
@@ -716,8 +716,6 @@ func TestUnsupportedRequestExpectingReply(t *testing.T) {
 		{req: ReqGetConfig, payload: make([]byte, 12+10), want: []byte{}},
 		{req: ReqIOTLBMsg, payload: make([]byte, 40), want: u64(1)},
 		{req: ReqPostcopyEnd, want: u64(1)},
-		{req: ReqCheckDeviceState, want: u64(1)},
-		{req: ReqSetDeviceStateFD, payload: make([]byte, 8), want: u64(1 | VringNoFDFlag)},
 		{req: ReqGetSharedObject, payload: uuid, want: u64(1)},
 		{req: ReqGetInflightFD, payload: make([]byte, 24)},
 		{req: ReqCreateCryptoSession, payload: make([]byte, 64)},

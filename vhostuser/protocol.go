@@ -207,7 +207,7 @@ const (
 
 // OfferedProtocolFeatures is the protocol feature set the device offers.
 const OfferedProtocolFeatures uint64 = ProtocolReplyAck | ProtocolMQ | ProtocolConfigureMemSlots |
-	ProtocolNetMTU | ProtocolRARP | ProtocolStatus | ProtocolResetDevice | ProtocolLogSHMFD
+	ProtocolNetMTU | ProtocolRARP | ProtocolStatus | ProtocolResetDevice | ProtocolLogSHMFD | ProtocolDeviceState
 
 // VringFlagLog is VHOST_VRING_F_LOG in SET_VRING_ADDR's flags: log
 // writes to the used ring, at the address's log field, while
@@ -368,15 +368,16 @@ func DecodeU64(p []byte) (uint64, error) {
 type payloadKind uint8
 
 const (
-	payloadAny        payloadKind = iota // unsupported request: any size up to MaxPayloadSize
-	payloadNone                          // no payload
-	payloadU64                           // u64
-	payloadVringState                    // vring state description
-	payloadVringAddr                     // vring address description
-	payloadMemTable                      // memory regions description
-	payloadMemReg                        // single memory region description
-	payloadLog                           // log description and the log's fd
-	payloadFD                            // no payload, one fd
+	payloadAny         payloadKind = iota // unsupported request: any size up to MaxPayloadSize
+	payloadNone                           // no payload
+	payloadU64                            // u64
+	payloadVringState                     // vring state description
+	payloadVringAddr                      // vring address description
+	payloadMemTable                       // memory regions description
+	payloadMemReg                         // single memory region description
+	payloadLog                            // log description and the log's fd
+	payloadDeviceState                    // device state transfer parameters and the channel's fd
+	payloadFD                             // no payload, one fd
 )
 
 // payloadKindOf returns the payload layout of a request the device handles.
@@ -400,6 +401,10 @@ func payloadKindOf(r Request) payloadKind {
 		return payloadLog
 	case ReqSetLogFD:
 		return payloadFD
+	case ReqSetDeviceStateFD:
+		return payloadDeviceState
+	case ReqCheckDeviceState:
+		return payloadNone
 	}
 	return payloadAny
 }
@@ -409,7 +414,7 @@ func payloadKindOf(r Request) payloadKind {
 func hasOwnReply(r Request) bool {
 	switch r {
 	case ReqGetFeatures, ReqGetProtocolFeatures, ReqGetVringBase, ReqGetQueueNum,
-		ReqGetMaxMemSlots, ReqGetStatus, ReqSetLogBase:
+		ReqGetMaxMemSlots, ReqGetStatus, ReqSetLogBase, ReqSetDeviceStateFD, ReqCheckDeviceState:
 		return true
 	}
 	return false
@@ -505,6 +510,11 @@ func ValidateMessage(h Header, payload []byte, nfds int) error {
 		}
 	case payloadLog:
 		if len(payload) != sizeLog {
+			return fmt.Errorf("%v: %d bytes: %w", h.Request, len(payload), ErrMalformed)
+		}
+		wantFDs = 1
+	case payloadDeviceState:
+		if len(payload) != sizeDeviceState {
 			return fmt.Errorf("%v: %d bytes: %w", h.Request, len(payload), ErrMalformed)
 		}
 		wantFDs = 1

@@ -1,5 +1,7 @@
 package virtqueue
 
+import "io"
+
 // The data-plane contract: what a control plane (package vhostuser) hands a
 // data plane (package tcpstack) and calls on it. It is declared here, in the
 // package both import, so neither imports the other and no adapter sits
@@ -48,6 +50,18 @@ type SessionEnder interface {
 // network back-end hands its flows to the destination's back-end then.
 type Migrator interface {
 	MigrationStopped()
+}
+
+// StateTransfer is an optional DataPlane interface: the back-end's own
+// state in a live migration, carried by the front-end in its migration
+// stream (vhost-user VHOST_USER_PROTOCOL_F_DEVICE_STATE). SaveState is
+// called on the source with every pair stopped and writes the state to w;
+// LoadState on the destination, before any pair starts, reads it from r
+// to its end. Each runs on a goroutine of its own while the control plane
+// goes on.
+type StateTransfer interface {
+	SaveState(w io.Writer) error
+	LoadState(r io.Reader) error
 }
 
 // MTUSetter is an optional DataPlane interface: NET_SET_MTU passes QEMU's

@@ -162,28 +162,47 @@ var (
 // output pass, which sends whatever is due (data the socket holds beyond
 // what the guest has, a window update).
 func (t *Table) Import(now time.Time, state []byte, fd int) error {
+	_, err := t.importConn(now, state, fd)
+	return err
+}
+
+// ImportRestored is Import for a socket made anew from the old one's
+// state (TCP repair, a migration across hosts): the new socket counts
+// the bytes its peer acknowledges (tcpi_bytes_acked) from zero, starting
+// after the sendQueued bytes still in its send queue, where the old one
+// had counted since its connect.
+func (t *Table) ImportRestored(now time.Time, state []byte, fd int, sendQueued int) error {
+	f, err := t.importConn(now, state, fd)
+	if err != nil {
+		return err
+	}
+	f.ackBase = f.seqFromGuest - uint32(sendQueued)
+	return nil
+}
+
+func (t *Table) importConn(now time.Time, state []byte, fd int) (*conn, error) {
 	var w connWire
 	if len(state) != connWireSize {
-		return fmt.Errorf("%d bytes, want %d: %w", len(state), connWireSize, ErrImportState)
+		return nil, fmt.Errorf("%d bytes, want %d: %w", len(state), connWireSize, ErrImportState)
 	}
 	if _, err := binary.Decode(state, binary.LittleEndian, &w); err != nil {
-		return fmt.Errorf("%w: %w", ErrImportState, err)
+		return nil, fmt.Errorf("%w: %w", ErrImportState, err)
 	}
 	if err := w.check(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkTCPSocket(fd); err != nil {
-		return err
+		return nil, err
 	}
 	guest, remote := wireAddr(w.GuestAddr, w.V6), wireAddr(w.RemoteAddr, w.V6)
 	key := connKey{guestAddr: guest.As16(), remoteAddr: remote.As16(), guestPort: w.GuestPort, remotePort: w.RemotePort, v6: w.V6}
 	if _, busy := t.byKey[key]; busy {
-		return fmt.Errorf("%v:%d ↔ %v:%d: %w", guest, w.GuestPort, remote, w.RemotePort, ErrImportTaken)
+		return nil, fmt.Errorf("%v:%d ↔ %v:%d: %w", guest, w.GuestPort, remote, w.RemotePort, ErrImportTaken)
 	}
 	f := t.alloc(key)
 	if f == nil {
 		t.stats.TableFull.Add(1)
-		return fmt.Errorf("table full: %w", ErrImportTaken)
+		return nil, fmt.Errorf("table full: %w", ErrImportTaken)
 	}
 	*f = conn{
 		key: key, fd: fd, slot: f.slot, gen: f.gen, nextOut: -1,
@@ -217,7 +236,7 @@ func (t *Table) Import(now time.Time, state []byte, fd int) error {
 	}
 	t.markDirty(f)
 	t.noteTimer(t.deadline(f))
-	return nil
+	return f, nil
 }
 
 // check refuses a state no connection of this table could be in.

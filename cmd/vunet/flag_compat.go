@@ -36,7 +36,6 @@ var unsupportedOptions = []unsupportedOption{
 	{names: []string{"freebind"}, why: "forwarded ports bind only addresses the host has (no IP_FREEBIND)"},
 	{names: []string{"log-size"}, arg: "BYTES", why: "the log file grows without a size cap (rotate it with logrotate's copytruncate)", check: positiveInt},
 	{names: []string{"stats"}, arg: "DELAY", why: "no periodic event statistics; --metrics serves counters", check: positiveInt},
-	{names: []string{"repair-path"}, arg: "PATH", why: "connections follow a migrated guest only on the same host (--migrate-to/--migrate-from), without TCP_REPAIR, so passt-repair is never used"},
 	{names: []string{"migrate-exit"}, why: "a migration source keeps serving (its next guest, or the same one after a failed migration)"},
 	{names: []string{"migrate-no-linger"}, why: "a migration source forgets the flows the destination took at once; there is nothing to linger"},
 	{names: []string{"conf-path", "c"}, arg: "PATH", why: "no configuration socket"},

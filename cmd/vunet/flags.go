@@ -83,8 +83,9 @@ type options struct {
 	trace     bool // --trace was the last level option (same level as --debug)
 	pcap      string
 
-	// Live migration on one host.
+	// Live migration.
 	migrateTo, migrateFrom string
+	repairPath             string
 
 	// Information.
 	printQEMUArgs     bool
@@ -193,6 +194,7 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 	group = "Live migration"
 	str(&o.migrateTo, "source of a live migration on this host: accept the destination vunet on the UNIX socket `PATH`; when QEMU migrates the guest its open connections and flows go there", "migrate-to")
 	str(&o.migrateFrom, "destination of a live migration on this host: connect at start-up to the source vunet's --migrate-to socket `PATH` and take over the guest's connections and flows when the guest arrives", "migrate-from")
+	str(&o.repairPath, "listen on `PATH` for the TCP_REPAIR helper (vunet-repair or passt-repair), which lets TCP connections travel in a front-end's device-state migration stream, across hosts", "repair-path")
 
 	group = "Observability"
 	str(&o.metrics, "serve Prometheus metrics on `ADDR` (host:port) at /metrics; off by default", "metrics")

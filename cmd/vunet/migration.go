@@ -9,6 +9,7 @@ import (
 
 	"vunet/tcpstack"
 	"vunet/tcpstack/handover"
+	"vunet/tcpstack/hostsock"
 )
 
 // migrateDialTimeout bounds the destination's start-up connection to the
@@ -31,6 +32,18 @@ func setUpMigration(ctx context.Context, o *options, stack *tcpstack.Stack, logg
 		}
 		stack.MigrateFrom(c)
 		logger.Info("migration: connected to the source vunet; the guest's flows are taken over when it arrives", "source", o.migrateFrom)
+	}
+	if o.repairPath != "" && o.repairPath != "none" {
+		h, err := hostsock.ListenRepair(o.repairPath)
+		if err != nil {
+			return fmt.Errorf("--repair-path: %w", err)
+		}
+		context.AfterFunc(ctx, func() {
+			h.Close()
+			os.Remove(o.repairPath)
+		})
+		stack.SetRepairHelper(h)
+		logger.Info("migration: waiting for the TCP_REPAIR helper", "socket", o.repairPath)
 	}
 	if o.migrateTo != "" {
 		l, err := handover.Listen(o.migrateTo)

@@ -35,7 +35,7 @@ type TrafficServer struct {
 	// heldEchoes are the read times of each ended ECHO connection that
 	// read at least longEcho times (a held one).
 	heldEchoes [][]time.Time
-	udpEchoed int
+	udpEchoed  int
 
 	downSent atomic.Int64 // bytes written by DOWN transfers so far
 	closers  []io.Closer

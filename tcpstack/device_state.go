@@ -75,7 +75,7 @@ func (s *Stack) SaveState(w io.Writer) error {
 			kept += len(ex)
 			continue
 		}
-		var done, failed []int
+		var failed []int
 		var dumped = ex[:0:0]
 		for _, e := range ex {
 			st, err := hostsock.DumpTCP(e.FD)
@@ -91,7 +91,6 @@ func (s *Stack) SaveState(w io.Writer) error {
 			data := binary.LittleEndian.AppendUint32(nil, uint32(len(e.State)))
 			data = append(append(data, e.State...), rb...)
 			items = append(items, handover.Item{Kind: handover.KindTCP, Pair: uint16(p), Data: data, FD: -1})
-			done = append(done, e.FD)
 			dumped = append(dumped, e)
 		}
 		if len(failed) > 0 {

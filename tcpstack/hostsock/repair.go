@@ -74,8 +74,8 @@ func DumpTCP(fd int) (*TCPRepairState, error) {
 		return nil, repairErr("getpeername", err)
 	}
 	var ok1, ok2 bool
-	st.Local, ok1 = addrPortOf(la)
-	st.Remote, ok2 = addrPortOf(ra)
+	st.Local, ok1 = sockAddrPort(la)
+	st.Remote, ok2 = sockAddrPort(ra)
 	if !ok1 || !ok2 {
 		return nil, repairErr("addresses", errors.New("not an IP socket"))
 	}
@@ -280,7 +280,9 @@ func RestoreTCP(st *TCPRepairState, repairOn func(fd int) error) (fd int, err er
 	return fd, nil
 }
 
-func addrPortOf(sa unix.Sockaddr) (netip.AddrPort, bool) {
+// sockAddrPort converts a socket address keeping its family (an
+// IPv4-mapped address stays IPv6: the new socket must be of the same kind).
+func sockAddrPort(sa unix.Sockaddr) (netip.AddrPort, bool) {
 	switch a := sa.(type) {
 	case *unix.SockaddrInet4:
 		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port)), true

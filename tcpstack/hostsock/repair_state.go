@@ -10,7 +10,7 @@ import (
 // The wire form of a TCPRepairState, for the device-state stream of a
 // migration: little-endian, fixed fields, then the two queues.
 //
-//	u8 version, u8 flags (1 timestamps, 2 SACK, 4 window scaling),
+//	u8 version, u8 flags (1 timestamps, 2 SACK, 4 window scaling, 8 IPv4 socket),
 //	u8 snd_wscale, u8 rcv_wscale, [16]byte local, u16 port, [16]byte remote, u16 port,
 //	u32 send seq, u32 recv seq, u32 mss, u32 tsval, i32 peek offset,
 //	[20]byte window, u32 send queue length, u32 recv queue length, queues
@@ -37,6 +37,9 @@ func (st *TCPRepairState) MarshalBinary() ([]byte, error) {
 	if st.Wscale {
 		flags |= 4
 	}
+	if st.Local.Addr().Is4() {
+		flags |= 8
+	}
 	le := binary.LittleEndian
 	b := make([]byte, 0, repairStateFixed+len(st.SendQueue)+len(st.RecvQueue))
 	b = append(b, repairStateVersion, flags, st.SndWscale, st.RcvWscale)
@@ -62,14 +65,22 @@ func (st *TCPRepairState) UnmarshalBinary(b []byte) error {
 	if len(b) < repairStateFixed {
 		return bad(fmt.Sprintf("%d bytes", len(b)))
 	}
-	if b[0] != repairStateVersion || b[1]&^7 != 0 || b[2] > 14 || b[3] > 14 {
+	if b[0] != repairStateVersion || b[1]&^15 != 0 || b[2] > 14 || b[3] > 14 {
 		return bad("version, flags or window scales")
 	}
 	le := binary.LittleEndian
 	*st = TCPRepairState{Timestamps: b[1]&1 != 0, SACK: b[1]&2 != 0, Wscale: b[1]&4 != 0, SndWscale: b[2], RcvWscale: b[3]}
 	p := b[4:]
 	for _, ap := range []*netip.AddrPort{&st.Local, &st.Remote} {
-		a := netip.AddrFrom16([16]byte(p[:16])).Unmap()
+		a := netip.AddrFrom16([16]byte(p[:16]))
+		if b[1]&8 != 0 {
+			// An IPv4 socket's address; an IPv6 socket keeps even a
+			// mapped one as it is.
+			if !a.Is4In6() {
+				return bad("IPv4 socket with an IPv6 address")
+			}
+			a = a.Unmap()
+		}
 		*ap = netip.AddrPortFrom(a, le.Uint16(p[16:]))
 		p = p[18:]
 	}

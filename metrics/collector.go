@@ -51,7 +51,7 @@ func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels .
 }
 
 // sparseCounter emits a series only once it has counted something. It is
-// for families labelled by reason: of 15 drop reasons × 2 directions most
+// for families labelled by reason: of 16 drop reasons × 2 directions most
 // cannot happen in a given direction, and series that are zero forever
 // cost every scrape and every dashboard.
 func sparseCounter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels ...string) {

@@ -18,8 +18,14 @@ func (l *loop) produceRX() (more bool) {
 	return l.flows.Flush(l.now, &l.rx)
 }
 
-// queueReply makes the frame just built in l.pending.next() pending.
+// queueReply makes the frame just built in l.pending.next() pending. A full
+// ring first hands its replies to the guest: one TX batch of requests
+// (ARP, NDP, DHCP) can ask for more replies than the ring holds, and only
+// a guest that posts no RX buffers should lose any.
 func (l *loop) queueReply(n int) {
+	if l.pending.len() == pendingReplies {
+		l.deliverPending()
+	}
 	if l.pending.commit(n) {
 		l.st.RX.Drops[stats.DropPendingOverflow].Add(1)
 	}

@@ -281,6 +281,7 @@ func (l *loop) serve(svc stats.Service, p *header.Packet, frame []byte) {
 	}
 	n, kind := answer(p, frame, l.pending.next())
 	if n <= 0 {
+		l.st.TX.Drops[stats.DropUnanswered].Add(1)
 		return
 	}
 	l.st.ServiceReplies[svc].Add(1)

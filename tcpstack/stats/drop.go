@@ -20,7 +20,9 @@ const (
 	// DropNoFit: an RX frame larger than one guest buffer chain while
 	// VIRTIO_NET_F_MRG_RXBUF is not negotiated, or larger than any reservation.
 	DropNoFit
-	// DropPendingOverflow: the pending reply ring was full; the oldest reply went.
+	// DropPendingOverflow: a ring of frames waiting for guest RX buffers
+	// was full: the oldest link-service reply went, or a stateless TCP
+	// reset was not queued.
 	DropPendingOverflow
 	// DropBadRXChain: an RX chain with no device-writable buffer.
 	DropBadRXChain
@@ -42,6 +44,11 @@ const (
 	// DropPolicy: a guest packet the address policy refused (see
 	// Queue.PolicyDrops for the reason).
 	DropPolicy
+	// DropUnanswered: a frame for a link service (ARP, DHCP, DHCPv6, NDP)
+	// that asks nothing it answers: an announcement, a duplicate-address
+	// probe, another server's transaction, a malformed request, or a
+	// service or address family that is off.
+	DropUnanswered
 
 	// NumDropReasons is the number of drop reasons (array size).
 	NumDropReasons
@@ -63,6 +70,7 @@ var dropReasonNames = [NumDropReasons]string{
 	DropProtocolDisabled:  "protocol_disabled",
 	DropFragment:          "fragment",
 	DropPolicy:            "policy",
+	DropUnanswered:        "unanswered",
 }
 
 // String returns the metric label value for the reason.

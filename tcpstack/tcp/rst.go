@@ -3,16 +3,20 @@ package tcp
 import (
 	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 )
 
 // Stateless resets: a guest segment that matches no connection (a table
 // that forgot it after a restart, a SYN refused because the table is full)
 // is answered with an RST as RFC 9293 3.10.7.1 says, so the guest does not
 // wait for its own timeouts. They queue in a small ring, served first by
-// the output pass; when the ring is full, further ones are dropped (the
-// guest's retransmission will ask again).
+// the output pass, which holds the answers to a whole TX batch (64
+// frames: a guest flooding SYNs at a full table gets an RST for each while
+// it keeps taking its RX buffers); when the ring is full, further ones are
+// dropped, counted as pending-ring overflows (the guest's retransmission
+// will ask again).
 
-const rstQueueLen = 16
+const rstQueueLen = 64
 
 type pendingRST struct {
 	flow conn // only the addressing and sequence fields are used
@@ -22,7 +26,11 @@ type pendingRST struct {
 
 // queueRST schedules an RST answering sg.
 func (t *Table) queueRST(sg *segment) {
-	if sg.flags.Has(header.TCPFlagRST) || t.nrst == len(t.rsts) {
+	if sg.flags.Has(header.TCPFlagRST) {
+		return
+	}
+	if t.nrst == len(t.rsts) {
+		t.qstats.RX.Drops[stats.DropPendingOverflow].Add(1)
 		return
 	}
 	r := &t.rsts[t.nrst]

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 	"vunet/tcpstack/internal/guestframe"
 	"vunet/test/testenv"
 	"vunet/virtqueue"
@@ -150,14 +151,41 @@ func TestTCPTableFull(t *testing.T) {
 	}
 }
 
+// TestTCPTableFullFlood: a TX batch's worth of SYNs (64) at a full table,
+// handled before the output pass runs, each get their RST.
+func TestTCPTableFullFlood(t *testing.T) {
+	h := tcpNewHarness(t, Config{MaxFlows: 1})
+	ln := h.listen()
+	h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	const n = 64
+	for i := range n {
+		h.guest = netip.AddrPortFrom(h.guest.Addr(), uint16(41000+i))
+		h.sendSYN(tcpMss1400ws7)
+	}
+	rsts := 0
+	for _, s := range h.flush() {
+		if s.flags == header.TCPFlagRST|header.TCPFlagACK && s.dst.Port() >= 41000 {
+			rsts++
+		}
+	}
+	if rsts != n || h.stats.TableFull.Load() != n {
+		t.Fatalf("%d SYNs refused (table full %d), %d RSTs to the guest", n, h.stats.TableFull.Load(), rsts)
+	}
+}
+
 // TestTCPUnknownSegmentReset: a segment for no known connection gets an RST
 // (seq from its ACK), queued behind nothing and bounded in number.
 func TestTCPUnknownSegmentReset(t *testing.T) {
 	h := tcpNewHarness(t, Config{})
 	h.remote = netip.MustParseAddrPort("10.0.2.2:12345")
 	h.w.free = 0
-	for i := 0; i < 40; i++ {
+	const extra = 24
+	for i := 0; i < rstQueueLen+extra; i++ {
 		h.inject(h.frame(header.TCPFlagACK, 100, 5000+uint32(i), 1000, nil, []byte("stale")))
+	}
+	if d := h.qstats.RX.Drops[stats.DropPendingOverflow].Load(); d != extra {
+		t.Fatalf("%d resets past the queue counted as dropped, want %d", d, extra)
 	}
 	if got := h.flush(); len(got) != 0 || !h.blocked {
 		t.Fatalf("sent without buffers")

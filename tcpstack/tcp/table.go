@@ -25,10 +25,11 @@ const maxFramesPerPass = 64
 // Table holds the TCP connections of one queue pair. It is used only by
 // the pair's loop goroutine (no locks); stats.TCP are atomics for metrics.
 type Table struct {
-	cfg   Config
-	log   *slog.Logger
-	stats *stats.TCP
-	poll  *hostsock.Epoll // the running loop's; nil between loops
+	cfg    Config
+	log    *slog.Logger
+	stats  *stats.TCP
+	qstats *stats.Queue    // the pair's: policy refusals, frames dropped for the guest
+	poll   *hostsock.Epoll // the running loop's; nil between loops
 
 	flows  []conn
 	free   []int32 // free slot stack
@@ -107,6 +108,7 @@ func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		stats:   st,
+		qstats:  qs,
 		flows:   make([]conn, cfg.MaxFlows),
 		free:    make([]int32, 0, cfg.MaxFlows),
 		byKey:   make(map[connKey]int32, cfg.MaxFlows),

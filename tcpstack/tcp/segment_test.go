@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"vunet/tcpstack/header"
-	"vunet/tcpstack/stats"
 	"vunet/tcpstack/internal/guestframe"
+	"vunet/tcpstack/stats"
 	"vunet/test/testenv"
 	"vunet/virtqueue"
 )

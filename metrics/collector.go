@@ -162,6 +162,10 @@ func collectPair(ch chan<- prometheus.Metric, st *stats.Queue, q string) {
 	counter(ch, descFlowsOpen, st.FlowsOpened.Load(), q)
 	counter(ch, descFlowsClose, st.FlowsClosed.Load(), q)
 	counter(ch, descFlowsEvict, st.FlowsEvicted.Load(), q)
+	sparseCounter(ch, descFlowMoves, st.FlowsMovedIn.Load(), q, "datagram", "in")
+	sparseCounter(ch, descFlowMoves, st.FlowsMovedOut.Load(), q, "datagram", "out")
+	sparseCounter(ch, descFetches, st.FlowFetches.Load(), q)
+	sparseCounter(ch, descFetchMiss, st.FlowFetchMisses.Load(), q)
 	for e := stats.EtherClass(0); e < stats.NumEtherClasses; e++ {
 		counter(ch, descEther, st.TXByEtherType[e].Load(), q, e.String())
 	}
@@ -203,6 +207,8 @@ func collectTCP(ch chan<- prometheus.Metric, st *stats.TCP, q string) {
 	counter(ch, descTCPAccepted, st.Accepted.Load(), q)
 	counter(ch, descTCPBackoffs, st.AcceptBackoffs.Load(), q)
 	counter(ch, descTCPStalls, st.Stalls.Load(), q)
+	sparseCounter(ch, descFlowMoves, st.MovedIn.Load(), q, "tcp", "in")
+	sparseCounter(ch, descFlowMoves, st.MovedOut.Load(), q, "tcp", "out")
 	counter(ch, descTCPClamps, st.ClampApplications.Load(), q)
 	for c := stats.TCPRetransCause(0); c < stats.NumTCPRetransCauses; c++ {
 		counter(ch, descTCPRetrans, st.Retransmits[c].Load(), q, c.String())

@@ -82,6 +82,9 @@ var (
 	descFlowsOpen  = counterFam("flows_opened_total", "UDP and ICMP echo flows opened (one host socket each).", "queue")
 	descFlowsClose = counterFam("flows_closed_total", "UDP and ICMP echo flows closed.", "queue")
 	descFlowsEvict = counterFam("flows_evicted_total", "Flows closed early to make room in a full flow table.", "queue")
+	descFlowMoves  = counterFam("flow_moves_total", "Flows handed between queue pairs because the guest sent their frames on another TX queue (and, in a live migration, between vunets), by protocol (tcp, datagram: UDP and ICMP echo) and way (in: taken over, out: handed on); a series appears at its first move.", "queue", "protocol", "way")
+	descFetches    = counterFam("flow_fetches_total", "Requests to another queue pair for the flow of a guest frame that pair held (the frame waited for it); the series appears at the first.", "queue")
+	descFetchMiss  = counterFam("flow_fetch_misses_total", "Flow requests the asked queue pair could not serve (the flow had gone meanwhile); the series appears at the first.", "queue")
 	descService    = counterFam("service_replies_total", "Frames produced by the link services (ARP, DHCP, DHCPv6, NDP) and ICMP echo replies, by service.", "queue", "service")
 
 	// UDP, ICMP and the link services.

@@ -54,7 +54,7 @@ func readmeMetrics(t *testing.T) map[string]readmeRow {
 }
 
 // everySeries makes every family show at least one series: sparse ones
-// (drop reasons, requests) appear only once non-zero.
+// (drop reasons, requests, flow moves) appear only once non-zero.
 func everySeries() Sources {
 	src, ctl, st, _ := testSources(1, 0)
 	for r := vhostuser.Request(0); r < vhostuser.NumRequests; r++ {
@@ -68,6 +68,9 @@ func everySeries() Sources {
 		st[0].Proto.UDPDrops[stats.ToGuest][r].Add(1)
 	}
 	st[0].PolicyDrops[addrpolicy.TCP][addrpolicy.DstLoopback].Add(1)
+	st[0].FlowsMovedIn.Add(1)
+	st[0].FlowFetches.Add(1)
+	st[0].FlowFetchMisses.Add(1)
 	ctl.Rings[0].DirtyLogWrites.Add(1)
 	ctl.Rings[0].DirtyLogMisses.Add(1)
 	return src

@@ -6,11 +6,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vunet/tcpstack/dgram"
 	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
-	"vunet/tcpstack/tcp"
 	"vunet/virtqueue"
 )
 
@@ -18,9 +16,12 @@ import (
 // its steps directly on the benchmark goroutine.
 func benchLoop(b testing.TB, p *testPair) *loop {
 	b.Helper()
-	ps := &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
-	ps.flows = dgram.New(p.s.dgramConfig(0), ps.st)
-	ps.tcp = tcp.New(p.s.tcpConfig(0), ps.tcpStats, ps.st)
+	p.s.mu.Lock()
+	ps, err := p.s.pairStateLocked(p.qp.Index)
+	p.s.mu.Unlock()
+	if err != nil {
+		b.Fatal(err)
+	}
 	p.qp.RX, p.qp.TX = p.rx.Q, p.tx.Q
 	l, err := newLoop(p.s, p.qp, ps)
 	if err != nil {
@@ -28,8 +29,7 @@ func benchLoop(b testing.TB, p *testPair) *loop {
 	}
 	b.Cleanup(func() {
 		l.closeFDs()
-		ps.flows.Close()
-		ps.tcp.Close()
+		ps.loop = nil // the Stack's Close closes the tables
 	})
 	return l
 }

@@ -55,6 +55,8 @@ func (s *Stack) SaveState(w io.Writer) error {
 	s.mig.mu.Lock()
 	handedOver := s.mig.sent != nil
 	s.mig.mu.Unlock()
+	// Connections on their way between pairs are saved too.
+	s.settleMovesLocked()
 	var items []handover.Item
 	saved, kept := 0, 0
 	for p, ps := range s.pairs {
@@ -177,7 +179,11 @@ func (s *Stack) restoreConn(now time.Time, it handover.Item, live *[]int) error 
 	if err != nil {
 		return err
 	}
-	ps := s.pairStateLocked(int(it.Pair))
+	ps, err := s.pairStateLocked(int(it.Pair))
+	if err != nil {
+		unix.Close(fd)
+		return err
+	}
 	ps.tcp.Detach()
 	if err := ps.tcp.ImportRestored(now, state, fd, len(st.SendQueue)); err != nil {
 		// Still in repair mode: closing it sends nothing.

@@ -72,7 +72,10 @@ func (s *Stack) openForwards(tcp, udp []Forward) (res ForwardResult, err error) 
 	if _, running := s.loops[0]; running {
 		return res, fmt.Errorf("open forwards: pair 0: %w", ErrPairRunning)
 	}
-	ps := s.pairStateLocked(0)
+	ps, err := s.pairStateLocked(0)
+	if err != nil {
+		return res, fmt.Errorf("open forwards: %w", err)
+	}
 	// No loop runs: listeners are registered by the next loop's attach.
 	ps.tcp.Detach()
 	a := &s.cfg.Addr

@@ -24,6 +24,7 @@ import (
 // stats atomics is touched only by the loop's own goroutine.
 type loop struct {
 	s   *Stack
+	ps  *pairState
 	qp  virtqueue.QueuePair
 	st  *stats.Queue
 	log *slog.Logger
@@ -66,6 +67,7 @@ const (
 	loopFDTimer
 	loopFDTXKick
 	loopFDRXKick
+	loopFDMail // the pair's mailbox (moves.go)
 )
 
 // pollInterval is how often the rings are polled when the front-end gave no
@@ -76,6 +78,7 @@ func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState) (*loop, error) {
 	st := ps.st
 	l := &loop{
 		s:       s,
+		ps:      ps,
 		qp:      qp,
 		st:      st,
 		flows:   ps.flows,
@@ -103,6 +106,7 @@ func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState) (*loop, error) {
 	l.flows.SetGuestCsum(l.guestCsum)
 	l.flows.Attach(l.ep, time.Now())
 	l.attachTCP()
+	ps.loop = l
 	return l, nil
 }
 
@@ -120,7 +124,7 @@ func (l *loop) openFDs() error {
 	for _, w := range [...]struct {
 		fd  int
 		tok uint32
-	}{{l.wakefd, loopFDWake}, {l.timerfd, loopFDTimer}, {l.txKick, loopFDTXKick}, {l.rxKick, loopFDRXKick}} {
+	}{{l.wakefd, loopFDWake}, {l.timerfd, loopFDTimer}, {l.txKick, loopFDTXKick}, {l.rxKick, loopFDRXKick}, {l.ps.mail.wake, loopFDMail}} {
 		if w.fd < 0 {
 			continue
 		}
@@ -221,6 +225,10 @@ func (l *loop) run() {
 				// The guest refilled its RX ring: the producers run in
 				// every iteration and retry what waited.
 				l.qp.RX.DrainKick()
+			case loopFDMail:
+				// Another pair asks for a flow or hands one over: iterate
+				// reads the mailbox.
+				l.ps.mail.drainWake()
 			}
 		}
 		if l.quit.Load() {
@@ -234,9 +242,16 @@ func (l *loop) run() {
 // guest, and one publication of the RX used ring.
 func (l *loop) iterate(tx bool) {
 	l.rx.BeginIteration()
+	if l.ps.mail.pending() {
+		l.readMail() // flows given to us first: a frame may wait for one
+	}
 	txMore := false
-	if tx {
+	if tx || l.tx.fetch.resume {
+		l.tx.fetch.resume = false
 		txMore = l.processTX()
+	}
+	if len(l.ps.wants) > 0 {
+		l.serveWants() // after our own TX: the guest's frames here went first
 	}
 	more := l.produceRX()
 	if l.rx.Starved() && l.rx.Enabled() {
@@ -261,7 +276,7 @@ func (l *loop) armTimer() {
 		return
 	}
 	d := l.flows.NextDeadline()
-	for _, t := range [...]time.Time{l.tcpDeadline(), l.nextRA} {
+	for _, t := range [...]time.Time{l.tcpDeadline(), l.nextRA, l.fetchDeadline()} {
 		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
 			d = t
 		}
@@ -288,6 +303,7 @@ func (l *loop) onTimer() {
 	l.timerArmed = time.Time{}
 	l.flows.Expire(l.now)
 	l.tcp.Timers(l.now)
+	l.expireFetches()
 	if !l.nextRA.IsZero() && !l.now.Before(l.nextRA) {
 		l.sendRA()
 	}

@@ -146,6 +146,8 @@ func (s *Stack) MigrationStopped() {
 		}
 		return
 	}
+	// Flows on their way between pairs go to the destination too.
+	s.settleMovesLocked()
 	sent := &sentFlows{conn: dest, tcp: map[int][]tcp.Exported{}, dgram: map[int][]dgram.Exported{}}
 	var items []handover.Item
 	var dups []int

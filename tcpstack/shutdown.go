@@ -38,6 +38,9 @@ func (l *loop) shutdown() {
 		l.st.RX.Drops[stats.DropRingDisabled].Add(uint64(n))
 	}
 	l.flows.Detach()
+	l.tcp.Detach()
+	l.ps.loop = nil
+	l.tx.fetch = txFetch{} // the chains went back (leaveRings); the next loop fetches again
 	l.closeFDs()
 }
 
@@ -46,6 +49,12 @@ func (l *loop) shutdown() {
 func (l *loop) leaveRings() {
 	defer l.recoverFault()
 	l.rx.Publish()
+	// TX chains still popped (a batch waiting for a flow from another
+	// pair) are given back untouched: the next loop pops them again.
+	if rest := l.tx.n - l.tx.next; rest > 0 {
+		l.qp.TX.Unpop(rest)
+		l.tx.n, l.tx.next = 0, 0
+	}
 	// TX chains are flushed per batch, but bad chains Pop staged after the
 	// last batch's Flush would be counted in LastAvail and never reach
 	// used.idx.

@@ -10,6 +10,7 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/dgram"
+	"vunet/tcpstack/flowdir"
 	"vunet/tcpstack/handover"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/linksvc"
@@ -40,6 +41,12 @@ type Stack struct {
 	loops map[int]*loop
 	pairs map[int]*pairState
 
+	// dir names the pair holding each flow, and byIndex finds a pair's
+	// state, both without s.mu: the loops hand flows to each other
+	// (moves.go).
+	dir     *flowdir.Dir
+	byIndex [flowdir.MaxPairs]atomic.Pointer[pairState]
+
 	mig migration // live migration on one host (migration.go)
 	// Across hosts (device_state.go): the TCP_REPAIR helper, and the
 	// connections SaveState read out, kept until the guest runs elsewhere.
@@ -50,12 +57,26 @@ type Stack struct {
 // pairState is what a queue pair keeps across loop restarts (the control
 // plane stops and restarts pairs on every ring or memory-table change): its
 // counters and its flows and connections, whose sockets stay open and are
-// re-registered with the next loop's epoll set.
+// re-registered with the next loop's epoll set, and its part in moving
+// flows between pairs (moves.go).
 type pairState struct {
+	index    int
 	st       *stats.Queue
 	tcpStats *stats.TCP
 	flows    *dgram.Table
 	tcp      *tcp.Table
+
+	// Moves between pairs: the pair's shard of the directory (nil beyond
+	// flowdir.MaxPairs: its flows stay its own), its mailbox, the fetches
+	// it has open and the requests it keeps waiting. Only the pair's loop
+	// touches claims and wants, or the control path while none runs.
+	shard            *flowdir.Shard
+	self             flowdir.Pairs // just this pair
+	mail             *mailbox
+	claims           []claim
+	wants            []moveMsg
+	tcpDir, dgramDir pairDir
+	loop             *loop // the running loop, for its own goroutine; nil between loops
 }
 
 // New returns a Stack with no running pairs.
@@ -81,6 +102,7 @@ func New(cfg Config) *Stack {
 		policy: newAddrPolicy(&cfg),
 		loops:  make(map[int]*loop),
 		pairs:  make(map[int]*pairState),
+		dir:    flowdir.New(),
 	}
 	s.mtu.Store(int64(cfg.Addr.EffectiveMTU()))
 	// A configured guest MAC addresses frames to the guest (forwarded
@@ -119,7 +141,10 @@ func (s *Stack) StartPair(qp virtqueue.QueuePair) error {
 	if _, ok := s.loops[qp.Index]; ok {
 		return fmt.Errorf("start pair %d: %w", qp.Index, ErrPairRunning)
 	}
-	ps := s.pairStateLocked(qp.Index)
+	ps, err := s.pairStateLocked(qp.Index)
+	if err != nil {
+		return fmt.Errorf("start pair %d: %w", qp.Index, err)
+	}
 	s.importPending(qp.Index, ps)
 	s.resumeSavedLocked()
 	st := ps.st
@@ -212,9 +237,11 @@ func (s *Stack) Close() {
 	s.stopAllPairs()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.settleMovesLocked()
 	for _, ps := range s.pairs {
 		ps.flows.Close()
 		ps.tcp.Close()
+		ps.mail.close()
 	}
 }
 
@@ -229,6 +256,7 @@ func (s *Stack) EndSession() {
 	s.stopAllPairs()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.settleMovesLocked()
 	for _, ps := range s.pairs {
 		ps.flows.CloseFlows()
 		ps.tcp.ResetConnections()
@@ -264,13 +292,26 @@ func fmtMAC(m [6]byte) string {
 
 // pairStateLocked returns pair index's state, creating what StartPair
 // creates for a pair's first start. s.mu is held.
-func (s *Stack) pairStateLocked(index int) *pairState {
-	ps := s.pairs[index]
-	if ps == nil {
-		ps = &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
-		ps.flows = dgram.New(s.dgramConfig(index), ps.st)
-		ps.tcp = tcp.New(s.tcpConfig(index), ps.tcpStats, ps.st)
-		s.pairs[index] = ps
+func (s *Stack) pairStateLocked(index int) (*pairState, error) {
+	if ps := s.pairs[index]; ps != nil {
+		return ps, nil
 	}
-	return ps
+	mail, err := newMailbox()
+	if err != nil {
+		return nil, fmt.Errorf("mailbox eventfd: %w", err)
+	}
+	ps := &pairState{index: index, st: new(stats.Queue), tcpStats: new(stats.TCP), mail: mail}
+	ps.flows = dgram.New(s.dgramConfig(index), ps.st)
+	ps.tcp = tcp.New(s.tcpConfig(index), ps.tcpStats, ps.st)
+	// Room for every flow and connection of the pair, and its fetches.
+	if ps.shard = s.dir.Shard(index, 2*s.cfg.MaxFlows+maxClaims); ps.shard != nil {
+		ps.self.Add(index)
+		ps.tcpDir = pairDir{ps: ps, kind: moveTCP}
+		ps.dgramDir = pairDir{ps: ps, kind: moveDgram}
+		ps.tcp.SetDirectory(&ps.tcpDir)
+		ps.flows.SetDirectory(&ps.dgramDir)
+		s.byIndex[index].Store(ps)
+	}
+	s.pairs[index] = ps
+	return ps, nil
 }

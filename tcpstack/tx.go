@@ -30,6 +30,8 @@ const (
 // txPath holds the per-loop scratch state of the TX side.
 type txPath struct {
 	chains   [txBatchMax]virtqueue.Chain
+	n, next  int     // chains popped in the open batch; the next one to handle
+	fetch    txFetch // a frame waiting for its flow from another pair (moves.go)
 	hdr      virtqueue.NetHdr
 	head     [virtqueue.NetHdrLen + txHeadLen]byte
 	full     [txFullMax]byte
@@ -44,8 +46,8 @@ type txPath struct {
 // because the per-iteration budget ran out.
 func (l *loop) processTX() (more bool) {
 	q := l.qp.TX
-	if l.tx.broken {
-		return false
+	if l.tx.broken || l.tx.fetch.waiting {
+		return false // a frame waits for its flow: its arrival brings us back
 	}
 	q.DisableKicks()
 	for b := 0; ; b++ {
@@ -56,8 +58,8 @@ func (l *loop) processTX() (more bool) {
 		// Replies produced by this batch go out before the next batch, so a
 		// burst of requests does not overflow the pending ring.
 		l.deliverPending()
-		if l.tx.broken {
-			return false
+		if l.tx.broken || l.tx.fetch.waiting {
+			return false // kicks stay disabled: nothing is taken before the frame that waits
 		}
 		if full {
 			// More frames wait: acknowledge what this batch wrote before
@@ -77,26 +79,48 @@ func (l *loop) processTX() (more bool) {
 // txBatch pops up to txBatchMax chains, handles each frame, pushes every
 // chain back with length 0 and publishes them with one Flush. It reports
 // whether the batch was full (more chains may be waiting).
+//
+// A frame whose flow another pair holds stops the batch (moves.go): its
+// chain and the ones after it stay popped, and the next call, once the
+// flow came (or the wait gave up), goes on from it.
 func (l *loop) txBatch() (full bool) {
 	q := l.qp.TX
-	n := 0
-	for n < txBatchMax {
-		ok, err := q.Pop(&l.tx.chains[n])
-		if err != nil {
-			l.tx.broken = true
-			l.st.TX.Drops[stats.DropQueueBroken].Add(1)
-			l.log.Error("TX ring broken: guest frames are ignored until the ring is reset", "err", err)
-			break
+	if l.tx.next >= l.tx.n {
+		n := 0
+		for n < txBatchMax {
+			ok, err := q.Pop(&l.tx.chains[n])
+			if err != nil {
+				l.tx.broken = true
+				l.st.TX.Drops[stats.DropQueueBroken].Add(1)
+				l.log.Error("TX ring broken: guest frames are ignored until the ring is reset", "err", err)
+				break
+			}
+			if !ok {
+				break
+			}
+			n++
 		}
-		if !ok {
-			break
-		}
-		n++
+		l.tx.n, l.tx.next = n, 0
 	}
-	for i := 0; i < n; i++ {
-		c := &l.tx.chains[i]
-		l.handleTXFrame(c)
+	f := &l.tx.fetch
+	for l.tx.next < l.tx.n {
+		c := &l.tx.chains[l.tx.next]
+		switch {
+		case f.drop:
+			f.drop = false
+			l.st.TX.Drops[stats.DropFlowMoving].Add(1)
+		case f.replay:
+			f.replay = false
+			l.dispatchWaiting(c)
+			f.noFetch = 0
+		default:
+			l.handleTXFrame(c)
+		}
+		if f.waiting {
+			break
+		}
 		q.Push(c.Head, 0)
+		l.tx.next++
 	}
 	// Pop stages malformed chains as used by itself: a batch of only bad
 	// chains (n == 0) must be published too, or the guest never gets those
@@ -105,7 +129,10 @@ func (l *loop) txBatch() (full bool) {
 		l.st.TX.Batches.Add(1) // before Flush: counters never lag the ring
 		q.Flush()
 	}
-	return n == txBatchMax
+	if f.waiting {
+		return false
+	}
+	return l.tx.n == txBatchMax
 }
 
 // handleTXFrame parses one guest frame from a private copy of its headers
@@ -151,7 +178,11 @@ func (l *loop) handleTXFrame(c *virtqueue.Chain) {
 			st.TX.Drops[stats.DropMalformed].Add(1)
 			return
 		}
+		// A frame of its own chain may wait for its flow to come from
+		// another pair (moves.go); a reassembled datagram cannot.
+		l.tx.fetch.fetchable = true
 		l.dispatchIP(c, p)
+		l.tx.fetch.fetchable = false
 	default:
 		st.TXByEtherType[stats.EtherOther].Add(1)
 		st.TX.Drops[stats.DropUnknownEtherType].Add(1)
@@ -179,6 +210,7 @@ func (l *loop) fullFrame(c *virtqueue.Chain, p *header.Packet) []byte {
 func (l *loop) dispatchIP(c *virtqueue.Chain, p *header.Packet) {
 	v6 := p.IsIPv6()
 	if p.Fragment {
+		l.tx.fetch.fetchable = false
 		l.reassemble(c, p)
 		return
 	}
@@ -231,6 +263,15 @@ func (l *loop) dispatchFlow(c *virtqueue.Chain, p *header.Packet) {
 			l.untranslated(p)
 		}
 	}
+}
+
+// dispatchWaiting hands in again the frame that waited for its flow: its
+// parse, l.tx.pkt, and its virtio-net header, l.tx.hdr, are as the wait
+// left them (no other frame was handled since).
+func (l *loop) dispatchWaiting(c *virtqueue.Chain) {
+	l.tx.fetch.fetchable = true
+	l.dispatchFlow(c, &l.tx.pkt)
+	l.tx.fetch.fetchable = false
 }
 
 // untranslated counts (and maybe logs) an IP packet nothing translates.

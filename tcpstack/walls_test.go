@@ -22,6 +22,7 @@ func TestPackageWalls(t *testing.T) {
 		"header":              {},
 		"hostsock":            {},
 		"handover":            {},
+		"flowdir":             {},
 		"stats":               {"tcpstack/addrpolicy"},
 		"linksvc":             {"tcpstack/header"},
 		"guestring":           {"tcpstack/header", "tcpstack/stats", "virtqueue"},

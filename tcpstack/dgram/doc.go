@@ -12,6 +12,8 @@
 //
 // A Table belongs to one queue pair and outlives its loops (Attach and
 // Detach move its sockets between epoll sets); one goroutine uses it at a
-// time. It imports guestring, hostsock, header, stats, addrpolicy and
+// time. A flow whose datagrams the guest sends on another pair's TX queue
+// moves to that pair's table (directory.go: HandOff, Import), its socket
+// and host port with it. It imports guestring, hostsock, header, stats, addrpolicy and
 // virtqueue of vunet's, never the TCP translation or the link services.
 package dgram

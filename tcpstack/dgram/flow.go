@@ -54,6 +54,7 @@ type flow struct {
 	key      flowKey
 	fd       int
 	gen      uint32 // bumped on every reuse of the slot; part of the epoll token
+	fp       uint64 // fingerprint in the directory (directory.go); 0: none
 	inUse    bool
 	queued   bool // in the ready list (may outlive the flow: skipped then)
 	class    flowClass

@@ -182,6 +182,9 @@ func (ft *Table) forwardFlow(lis *udpListener, key *flowKey, peer netip.AddrPort
 	if ft.cfg.NoHostSockets {
 		return
 	}
+	if ft.dir != nil && ft.dir.Held(keySum(ft.dir, key)) {
+		return // the guest answers through another queue pair, which has the flow
+	}
 	// Peers pick their source ports at will: their flows have a quota of
 	// their own and push out only each other, never the guest's (lru.go).
 	ft.makeRoom(classInbound)

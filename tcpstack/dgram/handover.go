@@ -25,7 +25,7 @@ type flowWire struct {
 	Version    uint8
 	Kind       uint8
 	V6         bool
-	_          uint8
+	Class      uint8 // flowClass: the guest's own, or a forwarded port's peer's
 	GuestPort  uint16
 	RemotePort uint16
 	GuestIP    [16]byte
@@ -52,16 +52,21 @@ func (ft *Table) Export(now time.Time) []Exported {
 		if !f.inUse {
 			continue
 		}
-		w := flowWire{Version: flowStateVersion, Kind: uint8(f.key.kind), V6: f.key.v6,
-			GuestPort: f.key.guestPort, RemotePort: f.key.remotePort,
-			GuestIP: f.key.guestIP, RemoteIP: f.key.remoteIP, LastUsed: int64(now.Sub(f.lastUsed))}
-		b, err := binary.Append(make([]byte, 0, flowWireSize), binary.LittleEndian, &w)
+		b, err := encodeFlow(now, f)
 		if err != nil {
 			continue
 		}
 		out = append(out, Exported{State: b, FD: f.fd, slot: int32(i), gen: f.gen})
 	}
 	return out
+}
+
+// encodeFlow returns f's state for Import.
+func encodeFlow(now time.Time, f *flow) ([]byte, error) {
+	w := flowWire{Version: flowStateVersion, Kind: uint8(f.key.kind), V6: f.key.v6, Class: uint8(f.class),
+		GuestPort: f.key.guestPort, RemotePort: f.key.remotePort,
+		GuestIP: f.key.guestIP, RemoteIP: f.key.remoteIP, LastUsed: int64(now.Sub(f.lastUsed))}
+	return binary.Append(make([]byte, 0, flowWireSize), binary.LittleEndian, &w)
 }
 
 // Forget closes this table's descriptors of flows Export returned that
@@ -77,7 +82,9 @@ func (ft *Table) Forget(ex []Exported) int {
 		if !f.inUse || f.gen != e.gen || f.fd != e.FD {
 			continue
 		}
-		ft.closeFlow(e.slot)
+		unix.Close(f.fd)
+		ft.release(e.slot)
+		ft.st.FlowsMovedOut.Add(1)
 		n++
 	}
 	return n
@@ -86,14 +93,15 @@ func (ft *Table) Forget(ex []Exported) int {
 // Errors of Import, matched with errors.Is.
 var (
 	ErrImportState = errors.New("flow hand-over: bad flow state")
-	ErrImportTaken = errors.New("flow hand-over: flow exists, table full or attached")
+	ErrImportTaken = errors.New("flow hand-over: flow exists or table full")
 )
 
 // Import adds a flow another table exported, with fd, the same host socket
-// received from it. The state is checked like guest input and fd must be a
-// UDP socket (a ping socket for an echo flow); on error fd is not taken.
-// The table must be detached: the next Attach registers the socket and
-// reads what arrived meanwhile.
+// received from it (over SCM_RIGHTS from another vunet, or from another
+// queue pair's HandOff). The state is checked like guest input and fd must
+// be a UDP socket (a ping socket for an echo flow); on error fd is not
+// taken. A detached table registers the socket at its next Attach, an
+// attached one at once; either reads what arrived meanwhile.
 func (ft *Table) Import(now time.Time, state []byte, fd int) error {
 	var w flowWire
 	if len(state) != flowWireSize {
@@ -110,21 +118,26 @@ func (ft *Table) Import(now time.Time, state []byte, fd int) error {
 	if err := checkDgramSocket(fd, key.kind); err != nil {
 		return err
 	}
-	if ft.ep != nil || len(ft.free) == 0 || ft.lru[classGuest].n >= ft.quota(classGuest) {
-		return fmt.Errorf("table attached or full: %w", ErrImportTaken)
+	c := flowClass(w.Class)
+	if len(ft.free) == 0 || ft.lru[c].n >= ft.quota(c) {
+		return fmt.Errorf("table full: %w", ErrImportTaken)
 	}
 	if _, busy := ft.byKey[key]; busy {
 		return fmt.Errorf("%v: %w", key.guestAddr(), ErrImportTaken)
 	}
 	ft.now = now
-	i, ok := ft.adopt(&key, fd)
+	i, ok := ft.place(&key, fd, c)
 	if !ok {
-		return fmt.Errorf("adopt: %w", ErrImportTaken)
+		return fmt.Errorf("epoll: %w", ErrImportTaken)
 	}
 	a := min(max(w.LastUsed, 0), int64(math.MaxInt64/2))
 	// Its place in the LRU list is the most recent: close enough for the
 	// rare hand-over, whatever its age says.
 	ft.flows[i].lastUsed = now.Add(-time.Duration(a))
+	ft.st.FlowsMovedIn.Add(1)
+	if ft.ep != nil {
+		ft.enqueue(i) // datagrams may be queued already
+	}
 	return nil
 }
 
@@ -135,6 +148,8 @@ func checkFlowWire(w *flowWire, key *flowKey) error {
 		return bad("version", w.Version)
 	case key.kind != flowUDP && key.kind != flowICMP:
 		return bad("kind", w.Kind)
+	case w.Class >= uint8(numClasses):
+		return bad("class", w.Class)
 	case key.kind == flowUDP && (w.GuestPort == 0 || w.RemotePort == 0):
 		return bad("ports", [2]uint16{w.GuestPort, w.RemotePort})
 	case key.kind == flowICMP && w.RemotePort != 0:

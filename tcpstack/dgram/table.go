@@ -75,6 +75,7 @@ type Table struct {
 
 	ep        *hostsock.Epoll // the running loop's; nil between loops
 	policy    stats.PolicyGate
+	dir       Directory        // the flows of the other queue pairs (directory.go); nil: alone
 	guestCsum bool             // the guest takes partial checksums (VIRTIO_NET_F_GUEST_CSUM)
 	vh        virtqueue.NetHdr // of the frame being committed
 	io        hostsock.IO
@@ -169,6 +170,11 @@ func (ft *Table) lookup(key *flowKey) (i int32, why stats.DropReason, ok bool) {
 		ft.touch(i)
 		return i, 0, true
 	}
+	if ft.dir != nil && ft.dir.Fetch(keySum(ft.dir, key)) {
+		// Another queue pair holds it (the guest moved the socket to
+		// another TX queue): the caller took the frame.
+		return 0, dropTaken, false
+	}
 	proto := addrpolicy.UDP
 	if key.kind == flowICMP {
 		proto = addrpolicy.ICMP
@@ -211,25 +217,46 @@ func (ft *Table) lookup(key *flowKey) (i int32, why stats.DropReason, ok bool) {
 // adoptAs).
 func (ft *Table) adopt(key *flowKey, fd int) (int32, bool) { return ft.adoptAs(key, fd, classGuest) }
 
-// adoptAs makes fd, an open host socket, the flow for key in class c. The
-// table must have a free slot. On failure fd is closed.
+// dropTaken is lookup's "why" for a datagram the directory took (its flow
+// is another pair's): not a drop, nothing to count.
+const dropTaken = stats.NumDropReasons
+
+// adoptAs makes fd, an open host socket, the flow for key in class c,
+// counted as opened. The table must have a free slot. On failure fd is
+// closed.
 func (ft *Table) adoptAs(key *flowKey, fd int, c flowClass) (int32, bool) {
+	i, ok := ft.place(key, fd, c)
+	if !ok {
+		unix.Close(fd)
+		return 0, false
+	}
+	ft.st.FlowsOpened.Add(1)
+	return i, true
+}
+
+// place makes fd the flow for key in class c: a free slot, its class's
+// list, the epoll set, the directory. The table must have a free slot. On
+// failure (epoll refused it) fd is still the caller's.
+func (ft *Table) place(key *flowKey, fd int, c flowClass) (int32, bool) {
 	i := ft.free[len(ft.free)-1]
 	ft.free = ft.free[:len(ft.free)-1]
 	f := &ft.flows[i]
 	f.key, f.fd, f.inUse, f.lastUsed, f.class = *key, fd, true, ft.now, c
 	f.gen++
-	// Counted before the registration, so that closeFlow undoes exactly
+	// Counted before the registration, so that release undoes exactly
 	// this when it fails.
 	ft.lruAppend(i)
 	ft.byKey[*key] = i
+	if ft.dir != nil {
+		f.fp = keySum(ft.dir, key)
+		ft.dir.Add(f.fp)
+	}
 	ft.live++
-	ft.st.FlowsOpened.Add(1)
 	ft.kindGauge(key.kind).Add(1)
 	if ft.ep != nil {
 		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, ft.token(i)); err != nil {
 			ft.warn("register flow socket", "err", err)
-			ft.closeFlow(i)
+			ft.release(i)
 			return 0, false
 		}
 	}
@@ -239,21 +266,32 @@ func (ft *Table) adoptAs(key *flowKey, fd int, c flowClass) (int32, bool) {
 	return i, true
 }
 
+// closeFlow closes flow i's socket and frees its slot, counted as closed.
 func (ft *Table) closeFlow(i int32) {
 	f := &ft.flows[i]
 	if !f.inUse {
 		return
 	}
 	unix.Close(f.fd) // also leaves the epoll set
+	ft.release(i)
+	ft.st.FlowsClosed.Add(1)
+}
+
+// release frees flow i's slot; its socket is closed or someone else's now.
+func (ft *Table) release(i int32) {
+	f := &ft.flows[i]
 	f.fd = -1
 	f.inUse = false
 	ft.lruRemove(i)
 	if j, ok := ft.byKey[f.key]; ok && j == i {
 		delete(ft.byKey, f.key)
 	}
+	if ft.dir != nil {
+		ft.dir.Remove(f.fp)
+	}
+	f.fp = 0
 	ft.free = append(ft.free, i)
 	ft.live--
-	ft.st.FlowsClosed.Add(1)
 	ft.kindGauge(f.key.kind).Add(-1)
 }
 

@@ -56,7 +56,9 @@ func (ft *Table) UDP(now time.Time, p *header.Packet, frame [][]byte, skip int, 
 	}
 	i, why, ok := ft.lookup(&key)
 	if !ok {
-		st.Proto.UDPDrops[stats.FromGuest][why].Add(1) // lookup counted the TX drop
+		if why != dropTaken {
+			st.Proto.UDPDrops[stats.FromGuest][why].Add(1) // lookup counted the TX drop
+		}
 		return
 	}
 	fd := ft.flows[i].fd

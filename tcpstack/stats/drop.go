@@ -49,6 +49,10 @@ const (
 	// probe, another server's transaction, a malformed request, or a
 	// service or address family that is off.
 	DropUnanswered
+	// DropFlowMoving: a guest frame whose flow another queue pair held
+	// and did not hand over in time (that pair stopped, or the frame came
+	// from a reassembled datagram, which cannot wait).
+	DropFlowMoving
 
 	// NumDropReasons is the number of drop reasons (array size).
 	NumDropReasons
@@ -71,6 +75,7 @@ var dropReasonNames = [NumDropReasons]string{
 	DropFragment:          "fragment",
 	DropPolicy:            "policy",
 	DropUnanswered:        "unanswered",
+	DropFlowMoving:        "flow_moving",
 }
 
 // String returns the metric label value for the reason.

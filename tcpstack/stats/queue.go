@@ -82,6 +82,16 @@ type Queue struct {
 	FlowsOpened, FlowsClosed atomic.Uint64
 	// FlowsEvicted counts flows closed early to make room in a full table.
 	FlowsEvicted atomic.Uint64
+	// FlowsMovedIn and FlowsMovedOut count datagram flows taken over from,
+	// and handed to, another queue pair or, in a live migration, another
+	// vunet; per pair, opened + moved in − closed − moved out is live.
+	FlowsMovedIn, FlowsMovedOut atomic.Uint64
+	// FlowFetches counts guest frames whose flow (TCP, UDP, ICMP echo)
+	// another queue pair held: the frame waited while the flow came here.
+	// FlowFetchMisses counts fetches the other pair could not serve (the
+	// flow had gone meanwhile); the frame was then handled as one of an
+	// unknown flow.
+	FlowFetches, FlowFetchMisses atomic.Uint64
 	// Proto counts UDP, ICMP and link-service events.
 	Proto Proto
 	// MemoryFaults counts event loops stopped by a fault on guest memory

@@ -73,6 +73,10 @@ type TCP struct {
 	// BytesToGuest and BytesFromGuest count payload bytes committed to guest
 	// frames and written to host sockets.
 	BytesToGuest, BytesFromGuest atomic.Uint64
+	// MovedIn and MovedOut count connections taken over from, and handed
+	// to, another queue pair (the guest sent their segments on another TX
+	// queue) or, in a live migration, another vunet.
+	MovedIn, MovedOut atomic.Uint64
 }
 
 // TCPStateName returns the label of state number i of ConnsByState.

@@ -11,7 +11,10 @@
 // goroutine per connection and no locks; only the pair's loop goroutine
 // touches it. Counters are stats.TCP (atomics, for metrics). It outlives the
 // pair's loops: Attach registers its sockets with a new loop's epoll set,
-// Detach forgets the old one.
+// Detach forgets the old one. A connection whose segments the guest sends
+// on another pair's TX queue moves to that pair's table (directory.go:
+// the tables publish their connections in a Directory, a segment without a
+// connection asks it before it is reset, HandOff and Import move it).
 //
 // The loop calls:
 //
@@ -25,6 +28,8 @@
 //	t.HandleSocketEvent(now, token, events)   // epoll: hostsock.OwnerTCP and OwnerTCPListener
 //	t.Flush(now, sink) (blocked bool)         // the output pass, last in every iteration
 //	t.Timers(now); t.NextTimer()              // the timerfd
+//	t.SetDirectory(d)                         // share the connections with the other pairs' tables
+//	t.HandOff(now, fp) / t.Import(now, st, fd) // move a connection to another pair's table
 //	t.ResetConnections() / t.Close()          // the guest left / the Stack closes: RST to host peers
 //
 // Guest → host (input.go): HandleGuestFrame takes the frame's Packet

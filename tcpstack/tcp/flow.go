@@ -48,6 +48,7 @@ type conn struct {
 	fd     int
 	slot   int32
 	gen    uint32
+	fp     uint64 // fingerprint in the directory (directory.go); 0: none
 	state  stats.TCPState
 	events uint16
 	flags  uint16

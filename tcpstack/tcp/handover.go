@@ -99,24 +99,7 @@ func (t *Table) Export(now time.Time) []Exported {
 		if f.fd < 0 || f.state == stats.TCPFree {
 			continue
 		}
-		w := connWire{
-			Version: connStateVersion, State: uint8(f.state), V6: f.key.v6, WsFrom: f.wsFromGuest,
-			Events: f.events, Flags: f.flags &^ flDirty, GuestMAC: f.guestMAC,
-			GuestPort: f.guestPort, RemotePort: f.remotePort,
-			GuestAddr: f.guestAddr.As16(), RemoteAddr: f.remoteAddr.As16(),
-			ISS: f.iss, SeqToGuest: f.seqToGuest, SndMax: f.sndMax, SeqAckFromGuest: f.seqAckFromGuest,
-			EOFSeq: f.eofSeq, WndFromGuest: f.wndFromGuest, MSSToGuest: uint32(f.mssToGuest),
-			DupAcks: f.dupAcks, Retrans: f.retrans, WsTo: f.wsToGuest, DupAcksDue: f.dupAcksDue,
-			SeqInitFromGuest: f.seqInitFromGuest, AckBase: f.ackBase, SndBuf: int64(f.sndBuf),
-			SndRatio: f.sndRatio, DupAckSent: f.dupAckSent, GuestSACK: f.guestSACK, InEpoll: f.inEpoll,
-			SeqFromGuest: f.seqFromGuest, SeqAckToGuest: f.seqAckToGuest, AckSent: f.ackSent,
-			WndToGuest: f.wndToGuest, WndSent: f.wndSent, MaxWndSent: f.maxWndSent, DupAckSeq: f.dupAckSeq,
-			EpollEvents: f.epollEvents, Clamp: int64(f.clamp),
-			Created: age(now, f.created), LastActivity: age(now, f.lastActivity),
-			LastAckProg: age(now, f.lastAckProg), AckDueAt: age(now, f.ackDueAt), SndBufAt: age(now, f.sndBufAt),
-			AckCheckIvl: int64(f.ackCheckIvl),
-		}
-		b, err := binary.Append(make([]byte, 0, connWireSize), binary.LittleEndian, &w)
+		b, err := t.encode(now, f)
 		if err != nil {
 			t.log.Error("tcp hand-over: encode connection", "err", err)
 			continue
@@ -124,6 +107,28 @@ func (t *Table) Export(now time.Time) []Exported {
 		out = append(out, Exported{State: b, FD: f.fd, slot: f.slot, gen: f.gen})
 	}
 	return out
+}
+
+// encode returns f's state for Import.
+func (t *Table) encode(now time.Time, f *conn) ([]byte, error) {
+	w := connWire{
+		Version: connStateVersion, State: uint8(f.state), V6: f.key.v6, WsFrom: f.wsFromGuest,
+		Events: f.events, Flags: f.flags &^ flDirty, GuestMAC: f.guestMAC,
+		GuestPort: f.guestPort, RemotePort: f.remotePort,
+		GuestAddr: f.guestAddr.As16(), RemoteAddr: f.remoteAddr.As16(),
+		ISS: f.iss, SeqToGuest: f.seqToGuest, SndMax: f.sndMax, SeqAckFromGuest: f.seqAckFromGuest,
+		EOFSeq: f.eofSeq, WndFromGuest: f.wndFromGuest, MSSToGuest: uint32(f.mssToGuest),
+		DupAcks: f.dupAcks, Retrans: f.retrans, WsTo: f.wsToGuest, DupAcksDue: f.dupAcksDue,
+		SeqInitFromGuest: f.seqInitFromGuest, AckBase: f.ackBase, SndBuf: int64(f.sndBuf),
+		SndRatio: f.sndRatio, DupAckSent: f.dupAckSent, GuestSACK: f.guestSACK, InEpoll: f.inEpoll,
+		SeqFromGuest: f.seqFromGuest, SeqAckToGuest: f.seqAckToGuest, AckSent: f.ackSent,
+		WndToGuest: f.wndToGuest, WndSent: f.wndSent, MaxWndSent: f.maxWndSent, DupAckSeq: f.dupAckSeq,
+		EpollEvents: f.epollEvents, Clamp: int64(f.clamp),
+		Created: age(now, f.created), LastActivity: age(now, f.lastActivity),
+		LastAckProg: age(now, f.lastAckProg), AckDueAt: age(now, f.ackDueAt), SndBufAt: age(now, f.sndBufAt),
+		AckCheckIvl: int64(f.ackCheckIvl),
+	}
+	return binary.Append(make([]byte, 0, connWireSize), binary.LittleEndian, &w)
 }
 
 // Forget drops connections Export returned that another table took over:
@@ -143,6 +148,7 @@ func (t *Table) Forget(ex []Exported) int {
 		}
 		t.closeSocket(f, false)
 		t.release(f)
+		t.stats.MovedOut.Add(1)
 		n++
 	}
 	return n
@@ -205,7 +211,7 @@ func (t *Table) importConn(now time.Time, state []byte, fd int) (*conn, error) {
 		return nil, fmt.Errorf("table full: %w", ErrImportTaken)
 	}
 	*f = conn{
-		key: key, fd: fd, slot: f.slot, gen: f.gen, nextOut: -1,
+		key: key, fd: fd, slot: f.slot, gen: f.gen, fp: f.fp, nextOut: -1,
 		events: w.Events, flags: w.Flags,
 		guestMAC: w.GuestMAC, guestAddr: guest, remoteAddr: remote, guestPort: w.GuestPort, remotePort: w.RemotePort,
 		iss: w.ISS, seqToGuest: w.SeqToGuest, sndMax: w.SndMax, seqAckFromGuest: w.SeqAckFromGuest,
@@ -236,6 +242,7 @@ func (t *Table) importConn(now time.Time, state []byte, fd int) (*conn, error) {
 	}
 	t.markDirty(f)
 	t.noteTimer(t.deadline(f))
+	t.stats.MovedIn.Add(1)
 	return f, nil
 }
 

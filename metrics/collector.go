@@ -209,7 +209,8 @@ func collectTCP(ch chan<- prometheus.Metric, st *stats.TCP, q string) {
 	counter(ch, descTCPStalls, st.Stalls.Load(), q)
 	sparseCounter(ch, descFlowMoves, st.MovedIn.Load(), q, "tcp", "in")
 	sparseCounter(ch, descFlowMoves, st.MovedOut.Load(), q, "tcp", "out")
-	counter(ch, descTCPClamps, st.ClampApplications.Load(), q)
+	counter(ch, descTCPClamps, st.ClampAttempts.Load(), q)
+	counter(ch, descTCPClampsEff, st.ClampEffective.Load(), q)
 	for c := stats.TCPRetransCause(0); c < stats.NumTCPRetransCauses; c++ {
 		counter(ch, descTCPRetrans, st.Retransmits[c].Load(), q, c.String())
 	}

@@ -69,7 +69,8 @@ func TestCollectorReadsCounters(t *testing.T) {
 	// Pair 1 ran, pair 0 did not (yet).
 	src, ctl, pairs, tcps := testSources(2, 1)
 	st, tcp1 := pairs[1], tcps[1]
-	tcp1.ClampApplications.Add(4)
+	tcp1.ClampAttempts.Add(4)
+	tcp1.ClampEffective.Add(1)
 	tcp1.Retransmits[stats.TCPRetransTimeout].Add(1)
 	tcp1.ConnsByState[4].Add(9) // established
 	ctl.Messages[vhostuser.ReqGetFeatures].Add(3)
@@ -122,7 +123,8 @@ func TestCollectorReadsCounters(t *testing.T) {
 		// Queue 0 is there before it first runs, as zeros.
 		`vunet_queue_memory_faults_total{queue="0"}`:                                "0",
 		`vunet_queue_frames_total{direction="from_guest",queue="0"}`:                "0",
-		`vunet_tcp_window_clamp_workarounds_total{queue="1"}`:                       "4",
+		`vunet_tcp_window_clamp_attempts_total{queue="1"}`:                          "4",
+		`vunet_tcp_window_clamp_effective_total{queue="1"}`:                         "1",
 		`vunet_tcp_retransmissions_total{cause="timeout",queue="1"}`:                "1",
 		`vunet_tcp_retransmissions_total{cause="dup_ack",queue="0"}`:                "0",
 		`vunet_tcp_connections{queue="1",state="` + stats.TCPStateName(4) + `"}`:    "9",

@@ -105,6 +105,7 @@ func New(cfg Config) *Stack {
 		dir:    flowdir.New(),
 	}
 	s.mtu.Store(int64(cfg.Addr.EffectiveMTU()))
+	tcp.ProbeKernel(cfg.TCP)
 	// A configured guest MAC addresses frames to the guest (forwarded
 	// datagrams) before the guest has sent any.
 	s.guestMAC.Store(macToU64(cfg.Addr.GuestMAC))

@@ -64,8 +64,11 @@ type TCP struct {
 	// Stalls counts transitions into STALLED (guest window exhausted or all
 	// socket data in flight).
 	Stalls atomic.Uint64
-	// ClampApplications counts TCP_WINDOW_CLAMP workaround applications.
-	ClampApplications atomic.Uint64
+	// ClampAttempts counts applications of the TCP_WINDOW_CLAMP window
+	// workaround (made only where the kernel needs it, after a guest ACK
+	// of a stalled connection let bytes be consumed); ClampEffective those
+	// after which the socket's receive window state grew.
+	ClampAttempts, ClampEffective atomic.Uint64
 	// Retransmits counts rewinds of the sequence to the guest, by cause.
 	Retransmits [NumTCPRetransCauses]atomic.Uint64
 	// RSTSent counts RSTs sent to the guest; RSTReceived RSTs from it.

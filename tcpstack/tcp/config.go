@@ -55,7 +55,9 @@ type Config struct {
 	// NoPeekOffset forces the discard-buffer fallback even where SO_PEEK_OFF
 	// works (tests, comparisons).
 	NoPeekOffset bool
-	// NoWindowClamp disables the TCP_WINDOW_CLAMP workaround.
+	// NoWindowClamp disables the TCP_WINDOW_CLAMP window workaround and
+	// the start-up experiment that decides whether this kernel needs it
+	// (hostsock.ProbeWindowKernel; on the kernels measured it does not).
 	NoWindowClamp bool
 	// Logger receives debug logs; nil means slog.Default().
 	Logger *slog.Logger

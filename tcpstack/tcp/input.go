@@ -197,6 +197,7 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 				t.resetFlow(f, now)
 				return false
 			}
+			t.reopenWindow(f)
 		}
 		f.seqAckFromGuest = ack
 		if seqGT(ack, f.seqToGuest) {

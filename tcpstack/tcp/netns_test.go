@@ -15,6 +15,7 @@ func TestTCPSmallBuffersNetns(t *testing.T) {
 	if !testenv.InPrivateNetns(t, map[string]string{"tcp_rmem": "4096 8192 32768", "tcp_wmem": "4096 8192 32768"}) {
 		return
 	}
-	t.Run("host_to_guest", func(t *testing.T) { tcpRunStallTransfer(t, Config{MTU: 1500}, 0) })
+	t.Run("host_to_guest", func(t *testing.T) { tcpRunStallTransfer(t, Config{MTU: 1500}, 0, false) })
+	t.Run("host_to_guest_clamp_forced", func(t *testing.T) { tcpRunStallTransfer(t, Config{MTU: 1500}, 0, true) })
 	t.Run("guest_to_host", func(t *testing.T) { tcpRunUpload(t, 0) })
 }

@@ -3,6 +3,7 @@ package tcp
 import (
 	"log/slog"
 	"net/netip"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -55,6 +56,9 @@ type Table struct {
 	senders senderCount
 
 	nextTimer time.Time // earliest deadline of any flow, zero: none
+
+	// clampNeeded: this kernel needs the window workaround (reopenWindow).
+	clampNeeded bool
 
 	// Forwarded ports and the guest they forward to.
 	listeners []listener
@@ -137,7 +141,33 @@ func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 	if !t.peekOff[0] || !t.peekOff[1] {
 		t.discard = make([]byte, maxWindow)
 	}
+	if !cfg.NoWindowClamp {
+		k := hostsock.ProbeWindowKernel()
+		t.clampNeeded = k.NeedsClamp()
+		windowProbeLog.Do(func() {
+			cfg.Logger.Info("tcp window workaround (TCP_WINDOW_CLAMP after a guest ACK of a stalled connection)",
+				"applied", t.clampNeeded, "probe", k.String())
+		})
+	}
 	return t
+}
+
+// windowProbeLog says once per process what the window probe found.
+var windowProbeLog sync.Once
+
+// ProbeKernel runs now, once per process, the kernel probes tables built
+// with cfg depend on (SO_PEEK_OFF per address family; the window
+// experiment unless cfg.NoWindowClamp), so that a daemon runs them at
+// start-up, before it confines itself, instead of at its first queue
+// pair start.
+func ProbeKernel(cfg Config) {
+	if !cfg.NoPeekOffset {
+		hostsock.PeekOffsetSupported(false)
+		hostsock.PeekOffsetSupported(true)
+	}
+	if !cfg.NoWindowClamp {
+		hostsock.ProbeWindowKernel()
+	}
 }
 
 // usePeekOffset starts f's socket reading at SO_PEEK_OFF when its family

@@ -14,46 +14,41 @@ import (
 // window-clamp workaround, rewinds for retransmission.
 
 // unstall implements DESIGN invariant 4 on a guest ACK or window opening:
-// clear STALLED, re-apply the window clamp so the kernel recomputes the
-// window it advertises to the host peer, and read the socket right away
-// (markDirty: the loop's output pass this iteration), not waiting for epoll.
+// clear STALLED and read the socket right away (markDirty: the loop's
+// output pass this iteration), not waiting for epoll. The window
+// workaround went with the consume (reopenWindow).
 func (t *Table) unstall(f *conn) {
 	f.flags &^= flStalled | flWndStall
-	t.applyClampWorkaround(f)
 	t.updateEpoll(f)
 	t.markDirty(f)
 }
 
-// applyClampWorkaround re-sets TCP_WINDOW_CLAMP to the socket's current
-// clamp, raised to the window it already advertises if that is larger.
-//
-// On Linux 6.1–6.5, consuming data with MSG_TRUNC after a zero window did
-// not make the kernel advertise the reopened window; setting the clamp
-// forced the recomputation (passt commit "Force TCP_WINDOW_CLAMP before
-// resetting STALLED flag"). Since the "mid stream window clamp" change
-// (~6.7), a clamp below the current window shrinks it at once, and a clamp
-// taken from a momentarily tiny guest window could lock the host window
-// near zero. So the value is never derived from the guest's window: it is
-// the kernel's own clamp (never below the advertised receive window, never
-// zero). On 6.7+ setting an unchanged clamp is a no-op in the kernel, so the
-// workaround cannot hurt there.
-func (t *Table) applyClampWorkaround(f *conn) {
-	if t.cfg.NoWindowClamp || f.fd < 0 {
+// reopenWindow applies the TCP_WINDOW_CLAMP workaround to a connection's
+// socket right after a guest ACK let bytes be consumed (MSG_TRUNC): the
+// consume is what freed the space a zero window can reopen into. A socket
+// may advertise a zero window whenever the guest holds everything it had
+// to read (DESIGN's STALLED), and the flag does not always say so: it
+// marks what an output pass found, and a sender silenced by the zero
+// window raises no event to find it by; so every consuming ACK counts.
+// It runs only where the kernel needs it (Table.clampNeeded, from
+// hostsock.ProbeWindowKernel), in the one form that cannot shrink or lock
+// the window (hostsock.ReapplyWindowClamp, where the kernels that help,
+// do nothing or hurt are listed): at least the socket's clamp and the
+// window it advertises, never zero, never before the consume. Attempts
+// and the ones that moved the kernel's window state are counted apart.
+func (t *Table) reopenWindow(f *conn) {
+	if !t.clampNeeded || f.fd < 0 {
 		return
 	}
-	cur, err := hostsock.GetInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
-	if err != nil || cur <= 0 {
-		return
-	}
-	v := cur
-	if hostsock.TCPInfo(f.fd, &t.info) && int(t.info.Rcv_wnd) > v {
-		v = int(t.info.Rcv_wnd)
-	}
-	if hostsock.SetInt(f.fd, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, v) != nil {
+	t.stats.ClampAttempts.Add(1)
+	v, out := hostsock.ReapplyWindowClamp(f.fd, &t.info)
+	if out == hostsock.ClampSkipped {
 		return
 	}
 	f.clamp = v
-	t.stats.ClampApplications.Add(1)
+	if out == hostsock.ClampEffective {
+		t.stats.ClampEffective.Add(1)
+	}
 }
 
 // rewind makes the next output pass send again from the guest's last ACK.

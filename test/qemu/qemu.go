@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"vunet/test/guest"
+	"vunet/test/guest/initramfs"
 	"vunet/test/testenv"
 )
 
@@ -53,6 +54,9 @@ type VMConfig struct {
 	// Reconnect sets the client chardev's reconnect interval in seconds, so
 	// QEMU redials a back-end that went away (ignored with Server).
 	Reconnect int
+	// Image is the kernel and initramfs to boot; zero: GuestImage's (an
+	// image with extra files comes from initramfs.Build).
+	Image initramfs.Image
 	// Incoming starts QEMU as a migration destination (-incoming URI, e.g.
 	// "unix:/path"): it waits, paused, for the source's state instead of
 	// booting (see VM.Migrate). Everything else must match the source's
@@ -153,7 +157,10 @@ func NeedQEMU(t testing.TB) {
 func StartVM(t testing.TB, cfg VMConfig) *VM {
 	t.Helper()
 	bin := testenv.NeedTool(t, "qemu-system-x86_64", "VUNET_E2E_QEMU", QEMUHint)
-	img := GuestImage(t)
+	img := cfg.Image
+	if img.Kernel == "" {
+		img = GuestImage(t)
+	}
 	if cfg.Dir == "" {
 		cfg.Dir = WorkDir(t)
 	}

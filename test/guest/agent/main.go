@@ -128,6 +128,8 @@ func (a *agent) runCheck(ctx context.Context, name string) guest.Result {
 		return a.checkDHCPv6(ctx)
 	case guest.CheckPolicy:
 		return a.checkPolicy(ctx)
+	case guest.CheckGoTest:
+		return a.checkGoTest(ctx)
 	}
 	return fail("unknown check %q", name)
 }

@@ -41,6 +41,17 @@ type Options struct {
 	Busybox       string // default /bin/busybox (Debian's busybox-static)
 	Agent         string // prebuilt agent binary; default: built with BuildAgent
 	CacheDir      string // default $XDG_CACHE_HOME/vunet-e2e (os.UserCacheDir)
+	// Files are added to the image as they are (a test binary for the
+	// agent's gotest check, say): regular files, paths absolute, outside
+	// the directories the image itself fills.
+	Files []File
+}
+
+// File is an extra file of the image.
+type File struct {
+	Path string // absolute, e.g. "/hostsock.test"
+	Mode uint32 // permission bits, e.g. 0o755
+	Data []byte
 }
 
 // Image is a bootable kernel and initramfs pair.
@@ -113,6 +124,11 @@ func Build(ctx context.Context, opts Options) (Image, error) {
 		return Image{}, err
 	}
 	initScript := renderInit(mods)
+	for _, f := range opts.Files {
+		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "/" || f.Path == AgentPath || f.Path == "/init" {
+			return Image{}, fmt.Errorf("extra file %q: want a clean absolute path of its own", f.Path)
+		}
+	}
 
 	h := sha256.New()
 	for _, part := range [][]byte{[]byte(formatVersion), []byte(initScript), busybox, []byte(strings.Join(applets, "\n")), agent} {
@@ -122,6 +138,10 @@ func Build(ctx context.Context, opts Options) (Image, error) {
 	for _, m := range mods {
 		fmt.Fprintf(h, "%s:%d:", m.name, len(m.data))
 		h.Write(m.data)
+	}
+	for _, f := range opts.Files {
+		fmt.Fprintf(h, "file:%s:%o:%d:", f.Path, f.Mode, len(f.Data))
+		h.Write(f.Data)
 	}
 	img.Initrd = filepath.Join(opts.CacheDir, "initramfs-"+kver+"-"+hex.EncodeToString(h.Sum(nil))[:20]+".cpio.gz")
 	if st, err := os.Stat(img.Initrd); err == nil && st.Size() > 0 {
@@ -134,7 +154,7 @@ func Build(ctx context.Context, opts Options) (Image, error) {
 	var raw bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&raw, gzip.BestSpeed)
 	cw := &newcWriter{w: zw}
-	writeTree(cw, busybox, applets, agent, mods, initScript)
+	writeTree(cw, busybox, applets, agent, mods, initScript, opts.Files)
 	if err := cw.close(); err != nil {
 		return Image{}, err
 	}
@@ -194,7 +214,7 @@ func pruneCache(dir string, keep int) {
 	}
 }
 
-func writeTree(cw *newcWriter, busybox []byte, applets []string, agent []byte, mods []module, initScript string) {
+func writeTree(cw *newcWriter, busybox []byte, applets []string, agent []byte, mods []module, initScript string, files []File) {
 	dirs := map[string]bool{}
 	mkdirAll := func(d string) {
 		var parts []string
@@ -231,6 +251,11 @@ func writeTree(cw *newcWriter, busybox []byte, applets []string, agent []byte, m
 	}
 	cw.file(strings.TrimPrefix(AgentPath, "/"), 0o755, agent)
 	cw.symlink("bin/vunet-dhcp-hook", AgentPath)
+	for _, f := range files {
+		p := strings.TrimPrefix(f.Path, "/")
+		mkdirAll(path.Dir(p))
+		cw.file(p, f.Mode&0o7777, f.Data)
+	}
 	cw.file("init", 0o755, []byte(initScript))
 }
 

@@ -171,6 +171,18 @@ func TestBuildHostImage(t *testing.T) {
 	if e := files["dev/console"]; e.mode&0o170000 != modeChr || e.rdevMajor != 5 || e.rdevMinor != 1 {
 		t.Errorf("dev/console: %+v", e)
 	}
+	// An extra file makes another image, with the file in it.
+	extra := File{Path: "/opt/t/x.test", Mode: 0o755, Data: []byte("\x7fELF extra")}
+	withFile, err := Build(ctx, Options{CacheDir: cache, Files: []File{extra}})
+	if err != nil || withFile.Cached || withFile.Initrd == img.Initrd {
+		t.Fatalf("build with a file: %+v, %v; want a new image", withFile, err)
+	}
+	if e := readNewc(t, gunzipFile(t, withFile.Initrd))["opt/t/x.test"]; !bytes.Equal(e.data, extra.Data) || e.mode&0o777 != 0o755 {
+		t.Errorf("extra file: %q mode %o", e.data, e.mode)
+	}
+	if _, err := Build(ctx, Options{CacheDir: cache, Files: []File{{Path: "agent", Data: extra.Data}}}); err == nil {
+		t.Errorf("a relative extra path was taken")
+	}
 	init := string(files["init"].data)
 	last := -1
 	for _, m := range Modules {
@@ -221,4 +233,23 @@ func TestPruneCacheKeepsNewest(t *testing.T) {
 	if _, err := os.Stat(dir + "/unrelated"); err != nil {
 		t.Errorf("pruning removed an unrelated file: %v", err)
 	}
+}
+
+// gunzipFile reads a gzip'd file whole.
+func gunzipFile(t *testing.T, name string) []byte {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -209,9 +209,16 @@ func collectTCP(ch chan<- prometheus.Metric, st *stats.TCP, q string) {
 	counter(ch, descTCPStalls, st.Stalls.Load(), q)
 	sparseCounter(ch, descFlowMoves, st.MovedIn.Load(), q, "tcp", "in")
 	sparseCounter(ch, descFlowMoves, st.MovedOut.Load(), q, "tcp", "out")
-	counter(ch, descTCPClamps, st.ClampAttempts.Load(), q)
-	counter(ch, descTCPClampsEff, st.ClampEffective.Load(), q)
+	// On the kernels measured the window workaround is never needed:
+	// its series appear only where it runs.
+	sparseCounter(ch, descTCPClamps, st.ClampAttempts.Load(), q)
+	sparseCounter(ch, descTCPClampsEff, st.ClampEffective.Load(), q)
+	sparseCounter(ch, descTCPProbes, st.WindowProbes.Load(), q)
 	for c := stats.TCPRetransCause(0); c < stats.NumTCPRetransCauses; c++ {
+		if c == stats.TCPRetransWindow {
+			sparseCounter(ch, descTCPRetrans, st.Retransmits[c].Load(), q, c.String())
+			continue
+		}
 		counter(ch, descTCPRetrans, st.Retransmits[c].Load(), q, c.String())
 	}
 	counter(ch, descTCPRSTSent, st.RSTSent.Load(), q)

@@ -56,7 +56,7 @@ func readmeMetrics(t *testing.T) map[string]readmeRow {
 // everySeries makes every family show at least one series: sparse ones
 // (drop reasons, requests, flow moves) appear only once non-zero.
 func everySeries() Sources {
-	src, ctl, st, _ := testSources(1, 0)
+	src, ctl, st, tcps := testSources(1, 0)
 	for r := vhostuser.Request(0); r < vhostuser.NumRequests; r++ {
 		ctl.Messages[r].Add(1)
 	}
@@ -71,6 +71,10 @@ func everySeries() Sources {
 	st[0].FlowsMovedIn.Add(1)
 	st[0].FlowFetches.Add(1)
 	st[0].FlowFetchMisses.Add(1)
+	tcps[0].ClampAttempts.Add(1)
+	tcps[0].ClampEffective.Add(1)
+	tcps[0].WindowProbes.Add(1)
+	tcps[0].Retransmits[stats.TCPRetransWindow].Add(1)
 	ctl.Rings[0].DirtyLogWrites.Add(1)
 	ctl.Rings[0].DirtyLogMisses.Add(1)
 	return src

@@ -62,6 +62,13 @@ func SendQueued(fd int) int {
 	return v
 }
 
+// Readable is SIOCINQ on a stream socket: the bytes queued for reading
+// (0 when it cannot be read).
+func Readable(fd int) int {
+	v, _ := ioctlInt(fd, unix.SIOCINQ)
+	return v
+}
+
 // NextDatagram is SIOCINQ on a datagram socket: the size of the next
 // queued datagram.
 func NextDatagram(fd int) (int, error) { return ioctlInt(fd, unix.SIOCINQ) }

@@ -34,11 +34,14 @@ const (
 	TCPRetransDupAck TCPRetransCause = iota
 	// TCPRetransTimeout: the guest did not ACK in time.
 	TCPRetransTimeout
+	// TCPRetransWindow: the guest shut its window on data in flight and
+	// reopened it without acknowledging that data.
+	TCPRetransWindow
 	// NumTCPRetransCauses is the number of causes (array size).
 	NumTCPRetransCauses
 )
 
-var retransCauseNames = [NumTCPRetransCauses]string{"dup_ack", "timeout"}
+var retransCauseNames = [NumTCPRetransCauses]string{"dup_ack", "timeout", "window_reopened"}
 
 // String returns the metric label value of the cause.
 func (c TCPRetransCause) String() string { return label(retransCauseNames[:], c) }
@@ -69,6 +72,9 @@ type TCP struct {
 	// of a stalled connection let bytes be consumed); ClampEffective those
 	// after which the socket's receive window state grew.
 	ClampAttempts, ClampEffective atomic.Uint64
+	// WindowProbes counts zero-window probes sent to the guest (its window
+	// shut with nothing in flight and data waiting).
+	WindowProbes atomic.Uint64
 	// Retransmits counts rewinds of the sequence to the guest, by cause.
 	Retransmits [NumTCPRetransCauses]atomic.Uint64
 	// RSTSent counts RSTs sent to the guest; RSTReceived RSTs from it.

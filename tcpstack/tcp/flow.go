@@ -39,6 +39,8 @@ const (
 	flSynDue                       // SYN to the guest (forwarded connection) not sent yet
 	flOutArmed                     // the kernel was polled while its send buffer was full: it wakes us with EPOLLOUT
 	flAckCheck                     // the delayed-ACK timer fired: send an ACK only if the ACK number or window moved
+	flZeroWnd                      // the guest advertised a zero window with data in flight (ignored, but a reopening resends at once)
+	flProbeDue                     // a zero-window probe to the guest is due
 )
 
 // conn is one translated connection. Sequence numbers follow passt's
@@ -68,8 +70,9 @@ type conn struct {
 	wndFromGuest    uint32 // guest's receive window in bytes (scaled)
 	wsFromGuest     uint8  // guest's window scale (0 when it sent none)
 	mssToGuest      int    // payload per segment: guest MSS, limited by the MTU
+	recover         uint32 // sndMax at the last rewind: duplicate ACKs that do not pass it rewind nothing (RFC 6582)
 	dupAcks         uint8
-	retrans         uint8 // ACK timeouts in a row
+	retrans         uint8 // ACK timeouts in a row; with nothing in flight, zero-window probes in a row
 
 	// Guest → host socket.
 	seqInitFromGuest uint32 // guest's ISN

@@ -26,7 +26,7 @@ import (
 // not move under the copy.
 
 // connStateVersion is the version of connWire; Import refuses another.
-const connStateVersion = 1
+const connStateVersion = 2
 
 // connWire is a connection's state on the wire, little-endian
 // (encoding/binary): the conn fields that mean something in another
@@ -57,6 +57,7 @@ type connWire struct {
 	WndToGuest, WndSent, MaxWndSent, DupAckSeq                     uint32
 	EpollEvents                                                    uint32
 	Clamp                                                          int64
+	Recover                                                        uint32
 
 	Created, LastActivity, LastAckProg, AckDueAt, SndBufAt int64
 	AckCheckIvl                                            int64
@@ -72,7 +73,7 @@ const noTime = math.MinInt64
 const (
 	eventsKnown = evSockFin | evSockShut | evGuestFin | evGuestFinSent | evGuestFinAck | evSockRdHup
 	flagsKnown  = flStalled | flSynAckDue | flAckDue | flRstDue | flDirty | flLocal | flWantOut |
-		flConnected | flWndStall | flRxBlocked | flSynDue | flOutArmed | flAckCheck
+		flConnected | flWndStall | flRxBlocked | flSynDue | flOutArmed | flAckCheck | flZeroWnd | flProbeDue
 )
 
 // maxAge bounds the ages Import takes: a connection older than this (or a
@@ -123,7 +124,7 @@ func (t *Table) encode(now time.Time, f *conn) ([]byte, error) {
 		SndRatio: f.sndRatio, DupAckSent: f.dupAckSent, GuestSACK: f.guestSACK, InEpoll: f.inEpoll,
 		SeqFromGuest: f.seqFromGuest, SeqAckToGuest: f.seqAckToGuest, AckSent: f.ackSent,
 		WndToGuest: f.wndToGuest, WndSent: f.wndSent, MaxWndSent: f.maxWndSent, DupAckSeq: f.dupAckSeq,
-		EpollEvents: f.epollEvents, Clamp: int64(f.clamp),
+		EpollEvents: f.epollEvents, Clamp: int64(f.clamp), Recover: f.recover,
 		Created: age(now, f.created), LastActivity: age(now, f.lastActivity),
 		LastAckProg: age(now, f.lastAckProg), AckDueAt: age(now, f.ackDueAt), SndBufAt: age(now, f.sndBufAt),
 		AckCheckIvl: int64(f.ackCheckIvl),
@@ -222,7 +223,7 @@ func (t *Table) importConn(now time.Time, state []byte, fd int) (*conn, error) {
 		seqFromGuest: w.SeqFromGuest, seqAckToGuest: w.SeqAckToGuest, ackSent: w.AckSent,
 		wndToGuest: w.WndToGuest, wndSent: w.WndSent, maxWndSent: w.MaxWndSent, wsToGuest: w.WsTo,
 		dupAckSeq: w.DupAckSeq, dupAckSent: w.DupAckSent, dupAcksDue: w.DupAcksDue, guestSACK: w.GuestSACK,
-		epollEvents: w.EpollEvents, inEpoll: w.InEpoll, clamp: int(w.Clamp),
+		epollEvents: w.EpollEvents, inEpoll: w.InEpoll, clamp: int(w.Clamp), recover: w.Recover,
 		created: since(now, w.Created), lastActivity: since(now, w.LastActivity),
 		lastAckProg: since(now, w.LastAckProg), ackDueAt: since(now, w.AckDueAt),
 		ackCheckIvl: time.Duration(min(max(w.AckCheckIvl, 0), int64(maxAge))),

@@ -279,7 +279,7 @@ func TestImportHostile(t *testing.T) {
 	}{
 		{"short", good[:len(good)-1], a, ErrImportState},
 		{"long", append(append([]byte(nil), good...), 0), a, ErrImportState},
-		{"version", mutate(func(w *connWire) { w.Version = 2 }), a, ErrImportState},
+		{"version", mutate(func(w *connWire) { w.Version = connStateVersion + 1 }), a, ErrImportState},
 		{"free state", mutate(func(w *connWire) { w.State = 0 }), a, ErrImportState},
 		{"unknown state", mutate(func(w *connWire) { w.State = 200 }), a, ErrImportState},
 		{"unknown flags", mutate(func(w *connWire) { w.Flags = 0x8000 }), a, ErrImportState},

@@ -16,8 +16,13 @@ import (
 // maxWindow.
 const wsToGuestDefault = 8
 
-// mssDefault is the MSS assumed when the guest's SYN has none (RFC 9293).
-const mssDefault = 536
+// mssDefault and mssDefault6 are the MSS assumed when the guest's SYN has
+// none: RFC 9293 3.7.1's 536 for IPv4, and for IPv6 the IPv6 minimum MTU
+// (1280, RFC 8200) less the IPv6 and TCP headers.
+const (
+	mssDefault  = 536
+	mssDefault6 = 1280 - 40 - 20
+)
 
 func (t *Table) ipHdrLen(v6 bool) int {
 	if v6 {
@@ -47,6 +52,7 @@ func (t *Table) connect(now time.Time, sg *segment, host netip.AddrPort) {
 	f.iss = rand.Uint32()
 	f.seqToGuest = f.iss
 	f.sndMax = f.iss
+	f.recover = f.iss
 	f.seqAckFromGuest = f.iss
 	f.created, f.lastActivity = now, now
 
@@ -79,6 +85,9 @@ func (t *Table) takeGuestSyn(f *conn, sg *segment) {
 	f.seqFromGuest = sg.seq + 1
 	f.seqAckToGuest = f.seqFromGuest
 	mss := mssDefault
+	if f.key.v6 {
+		mss = mssDefault6
+	}
 	if sg.opts.HasMSS && sg.opts.MSS > 0 {
 		mss = int(sg.opts.MSS)
 	}

@@ -155,7 +155,7 @@ func (t *Table) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort ui
 	f.wsToGuest = wsToGuestDefault // offered; dropped if the guest's SYN-ACK has none
 	f.wndFromGuest = 1
 	f.iss = rand.Uint32()
-	f.seqToGuest, f.sndMax, f.seqAckFromGuest = f.iss, f.iss, f.iss
+	f.seqToGuest, f.sndMax, f.seqAckFromGuest, f.recover = f.iss, f.iss, f.iss, f.iss
 	f.created, f.lastActivity, f.lastAckProg = now, now, now
 	f.flags |= flConnected | flSynDue
 	t.setState(f, stats.TCPSynSent)

@@ -118,8 +118,10 @@ func (t *Table) guestSegment(now time.Time, f *conn, sg *segment, frame [][]byte
 		f.lastActivity = now
 	}
 	if sg.flags.Has(header.TCPFlagRST) {
-		t.stats.RSTReceived.Add(1)
-		t.dropFlow(f, true)
+		if t.guestRSTAcceptable(f, sg) {
+			t.stats.RSTReceived.Add(1)
+			t.dropFlow(f, true)
+		}
 		return
 	}
 	syn := sg.flags.Has(header.TCPFlagSYN)
@@ -171,6 +173,31 @@ func (t *Table) guestSegment(now time.Time, f *conn, sg *segment, frame [][]byte
 	t.guestData(now, f, sg, frame, skip)
 }
 
+// guestRSTAcceptable checks a guest RST against the connection (RFC 5961
+// §3.2, RFC 9293 3.10.7), so that a guest segment carrying a stale or
+// guessed sequence number cannot reset it: to our SYN (a forwarded
+// connection) an RST counts only if it acknowledges the SYN; otherwise only
+// at exactly the next byte we expect. One elsewhere in the window we
+// advertised gets a challenge ACK (telling a guest that really means it
+// where to reset), one outside it is dropped.
+func (t *Table) guestRSTAcceptable(f *conn, sg *segment) bool {
+	switch f.state {
+	case stats.TCPSynSent:
+		return sg.flags.Has(header.TCPFlagACK) && sg.ack == f.iss+1
+	case stats.TCPResetting:
+		return true // our RST is on its way; the guest's ends it sooner
+	}
+	next := f.seqFromGuest
+	if sg.seq == next {
+		return true
+	}
+	if seqGT(sg.seq, next) && seqLT(sg.seq, next+max(f.wndSent, 1)) {
+		f.flags |= flAckDue // the challenge ACK
+		t.markDirty(f)
+	}
+	return false
+}
+
 // guestAck processes the ACK number and window of sg. It reports false when
 // the segment must be dropped.
 func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
@@ -210,21 +237,41 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 		f.dupAcks = 0
 		f.lastAckProg = now
 		progressed = true
-	} else if ack == f.seqAckFromGuest && sg.payloadLen == 0 && !sg.flags.Has(header.TCPFlagFIN) &&
-		wnd == f.wndFromGuest && f.inFlight() > 0 {
-		f.dupAcks++
-		if f.dupAcks == 2 {
-			// The guest is asking for the data after ack again.
-			t.rewind(f, stats.TCPRetransDupAck)
+	} else if ack == f.seqAckFromGuest && sg.payloadLen == 0 && !sg.flags.Has(header.TCPFlagFIN) && f.inFlight() > 0 {
+		switch {
+		case wnd != 0 && f.flags&flZeroWnd != 0:
+			// The guest shut its window on data in flight and opens it
+			// again without acknowledging any: what we sent into the zero
+			// window it dropped. Send it again now, not at the ACK
+			// timeout.
+			t.rewind(f, stats.TCPRetransWindow)
+		case wnd == f.wndFromGuest:
+			// The guest is asking for the data after ack again: once per
+			// loss. A duplicate that does not pass the recovery point
+			// (the highest sequence sent at the last rewind) is the echo
+			// of data sent before that rewind, which the rewind already
+			// sends again (NewReno's rule, RFC 6582 §3.2).
+			f.dupAcks++
+			if f.dupAcks == 2 && seqGT(ack, f.recover) {
+				t.rewind(f, stats.TCPRetransDupAck)
+			}
 		}
 	}
 	// A zero window while data is in flight is ignored, as passt does: some
 	// guest kernels send one transiently when short of memory ("net: tcp:
 	// send zero-window ACK when no memory"), and taking it would stall us.
+	// It is remembered: if the guest reopens without an ACK, it dropped
+	// what was sent meanwhile (above).
 	opened := false
 	if wnd != 0 || f.inFlight() == 0 {
 		opened = wnd > f.wndFromGuest
 		f.wndFromGuest = wnd
+		f.flags &^= flZeroWnd
+		if opened && f.inFlight() == 0 {
+			f.retrans = 0 // zero-window probes are over
+		}
+	} else {
+		f.flags |= flZeroWnd
 	}
 	if progressed || opened {
 		if f.flags&flStalled != 0 {
@@ -267,6 +314,10 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 		if !f.dupAckSent || f.dupAckSeq != f.seqFromGuest {
 			f.dupAckSent, f.dupAckSeq, f.dupAcksDue = true, f.seqFromGuest, dupAcksToSend
 		}
+		// They must name the byte the guest is to send again: where ACKs
+		// follow the host peer's (tcpi_bytes_acked) they may lag what
+		// was written, and a lagging ACK is not a duplicate to the guest.
+		f.seqAckToGuest = f.seqFromGuest
 		t.markDirty(f)
 		return
 	}

@@ -51,7 +51,12 @@ func (t *Table) Flush(now time.Time, w guestring.Sink) (blocked bool) {
 // no RX buffer for something that was due.
 func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 	if f.flags&flRstDue != 0 {
-		if !t.sendFlags(f, w, header.TCPFlagRST|header.TCPFlagACK, f.seqToGuest) {
+		// At the highest sequence sent, not seqToGuest, which a rewind
+		// moved back: the guest may have everything up to sndMax, and an
+		// RST below its next expected byte would be dropped; one above it
+		// but in its window gets a challenge ACK, and our stateless RST
+		// to that carries its exact ACK.
+		if !t.sendFlags(f, w, header.TCPFlagRST|header.TCPFlagACK, f.sndMax) {
 			return false
 		}
 		t.stats.RSTSent.Add(1)
@@ -102,6 +107,16 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 		f.events |= evGuestFinSent
 		t.setState(f, stats.TCPClosing)
 		t.updateEpoll(f)
+	}
+	if f.flags&flProbeDue != 0 {
+		// A zero-window probe: an ACK one below the next sequence, which
+		// the guest answers with its window (RFC 9293 3.8.6.1; Linux
+		// probes the same way).
+		if !t.sendFlags(f, w, header.TCPFlagACK, f.seqToGuest-1) {
+			return false
+		}
+		f.flags &^= flProbeDue
+		t.stats.WindowProbes.Add(1)
 	}
 	check := f.flags&flAckCheck != 0
 	f.flags &^= flAckCheck

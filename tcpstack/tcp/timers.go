@@ -1,8 +1,10 @@
 package tcp
 
 import (
+	"math"
 	"time"
 
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 )
 
@@ -24,7 +26,7 @@ func (t *Table) deadline(f *conn) time.Time {
 		return f.lastActivity.Add(t.cfg.FinTimeout)
 	}
 	d := f.lastActivity.Add(t.quietTimeout(f))
-	if f.inFlight() > 0 {
+	if f.inFlight() > 0 || zeroWindow(f) {
 		d = earliest(d, f.lastAckProg.Add(t.ackTimeout(f)))
 	}
 	return earliest(d, f.ackDueAt)
@@ -127,10 +129,32 @@ func (t *Table) fire(now time.Time, f *conn) {
 		f.lastAckProg = now
 		t.rewind(f, stats.TCPRetransTimeout)
 	}
+	if zeroWindow(f) && !f.lastAckProg.Add(t.ackTimeout(f)).After(now) {
+		// Probe the shut window, backing off as the ACK timeout does but
+		// with no limit: a guest may keep its window shut for as long as
+		// it likes; only its silence (the idle timeout) ends it. The
+		// probe is sent only if there is data to offer.
+		f.lastAckProg = now
+		if f.retrans < math.MaxUint8 {
+			f.retrans++
+		}
+		if hostsock.Readable(f.fd) > 0 {
+			f.flags |= flProbeDue
+			t.markDirty(f)
+		}
+	}
 	if !f.lastActivity.Add(t.quietTimeout(f)).After(now) {
 		t.log.Debug("tcp idle timeout", "remote", f.remoteAddr, "port", f.remotePort, "closing", f.state == stats.TCPClosing)
 		t.resetFlow(f, now)
 	}
+}
+
+// zeroWindow reports whether f waits on a window the guest shut with
+// nothing in flight: only the guest's window update reopens it, and if that
+// is lost nothing would, so the window is probed (RFC 9293 3.8.6.1).
+func zeroWindow(f *conn) bool {
+	return f.wndFromGuest == 0 && f.inFlight() == 0 && f.fd >= 0 &&
+		(f.state == stats.TCPEstablished || f.state == stats.TCPClosing) && !f.has(evGuestFinSent)
 }
 
 // maxAckTimeout caps the backed-off ACK timeout.

@@ -60,7 +60,9 @@ func (t *Table) rewind(f *conn, cause stats.TCPRetransCause) {
 		f.events &^= evGuestFinSent
 	}
 	f.seqToGuest = f.seqAckFromGuest
+	f.recover = f.sndMax
 	f.dupAcks = 0
+	f.flags &^= flZeroWnd
 	if f.peekOff && f.fd >= 0 {
 		if err := t.setPeekOff(f.fd, 0); err != nil {
 			t.log.Debug("tcp SO_PEEK_OFF reset failed", "err", err)

@@ -72,3 +72,102 @@ func TestQEMUGuestMultiQueue(t *testing.T) {
 		t.Errorf("QEMU after power-off: %v", err)
 	}
 }
+
+// mqHopXfer is each transfer's size in the queue-hop test: long enough
+// under TCG with four vCPUs on a small host to span a dozen hops.
+const mqHopXfer = 60 << 20
+
+// TestQEMUGuestMultiQueueMovesFlows: a four-vCPU guest with four queue
+// pairs (mq=on) moves its traffic to the next TX queue every 400 ms while
+// it downloads and uploads 60 MB, echoes UDP datagrams and pings: the
+// agent pins its threads to the next vCPU each time (vunet.qhop=cpu), and
+// virtio-net's XPS map sends a socket's next frames on that vCPU's queue,
+// as when the scheduler moves a thread. Both transfers are byte-exact, all
+// echoes come back, vunet resets nothing, and it moves the connections and
+// flows from pair to pair (vunet_flow_moves_total) instead.
+func TestQEMUGuestMultiQueueMovesFlows(t *testing.T) {
+	qemu.NeedQEMU(t)
+	const pairs = 4
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
+	d := netDaemon(t, ns, "--queues", strconv.Itoa(pairs))
+	if d.Passt {
+		t.Skip("vunet's own flow moves")
+	}
+	params := map[string]string{
+		guest.ParamTimeout:       "240s",
+		guest.ParamQueueHop:      guest.QueueHopCPU + ",400ms",
+		guest.ParamUDPEcho:       srv.Target(guest.TargetGW4),
+		guest.ParamUDPEchoRounds: "100",
+		guest.ParamPingCount:     "60",
+	}
+	checks := []string{guest.CheckLink, guest.CheckDHCP}
+	for _, x := range [][2]string{{"mqdown", guest.XferDown}, {"mqup", guest.XferUp}} {
+		params[guest.XferParam(x[0])] = guest.XferSpec(x[1], srv.Target(guest.TargetGW4), mqHopXfer)
+		checks = append(checks, guest.XferCheck(x[0]))
+	}
+	checks = append(checks, guest.CheckUDPEcho, guest.CheckPing)
+	vm := qemu.StartVM(t, qemu.VMConfig{Socket: d.Socket, Queues: pairs, CPUs: pairs, MemoryMiB: 512,
+		Checks: checks, Params: params, Timeout: 12 * time.Minute})
+	vm.RequireResult(t, guest.CheckDHCP, 120*time.Second)
+	hops := func(r guest.Result) {
+		t.Helper()
+		if n, _ := strconv.Atoi(r.Fields["hops"]); n < 3 || r.Fields["hop_error"] != "" {
+			t.Errorf("%s: %s hops (%s), want ≥ 3", r.Name, r.Fields["hops"], r.Fields["hop_error"])
+		}
+	}
+	moves := func(proto string) float64 {
+		m, err := d.WaitMetric(5*time.Second, "scrape", func(qemu.Metrics) bool { return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Sum("vunet_flow_moves_total", "protocol", proto, "way", "in")
+	}
+	for _, x := range []struct{ check, dir string }{{"mqdown", guest.XferDown}, {"mqup", guest.XferUp}} {
+		before := moves("tcp")
+		r := vm.RequireResult(t, guest.XferCheck(x.check), 300*time.Second)
+		srv.CheckXfer(t, r, x.dir, mqHopXfer)
+		hops(r)
+		m := moves("tcp") - before
+		t.Logf("%s: %s hops across %s vCPUs, vunet moved the connection %v times, %s Mbit/s", x.check,
+			r.Fields["hops"], r.Fields["hop_queues"], m, r.Fields["mbps"])
+		if m < 2 {
+			t.Errorf("%s: vunet moved TCP connections %v times while the guest hopped %s times", x.check, m, r.Fields["hops"])
+		}
+	}
+	before := moves("datagram")
+	u := vm.RequireResult(t, guest.CheckUDPEcho, 120*time.Second)
+	if u.Fields["echoed"] != strconv.Itoa(100*len(guest.UDPEchoSizes)) || u.Fields["mismatched"] != "0" {
+		t.Errorf("udp echo across hops: %s", u.Format())
+	}
+	hops(u)
+	if m := moves("datagram") - before; m < 2 {
+		t.Errorf("udp echo: vunet moved the flow %v times while the guest hopped %s times", m, u.Fields["hops"])
+	}
+	before = moves("datagram")
+	p := vm.RequireResult(t, guest.CheckPing, 120*time.Second)
+	if p.Fields["sent"] != "60" || p.Fields["received"] != "60" {
+		t.Errorf("ping across hops: %s", p.Format())
+	}
+	hops(p)
+	m := moves("datagram") - before
+	t.Logf("udp echo: %s hops; ping: %s hops, vunet moved the echo flow %v times", u.Fields["hops"], p.Fields["hops"], m)
+	if m < 1 {
+		t.Errorf("ping: vunet never moved the echo flow while the guest hopped %s times", p.Fields["hops"])
+	}
+	vm.Finish(t)
+	mt, err := d.WaitMetric(5*time.Second, "scrape", func(qemu.Metrics) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := mt.Sum("vunet_tcp_resets_sent_total"); v != 0 {
+		t.Errorf("vunet sent the guest %v RSTs", v)
+	}
+	for q := 0; q < pairs; q++ {
+		t.Logf("pair %d: from guest %v frames, to guest %v, flows taken over %v", q,
+			mt.Sum("vunet_queue_frames_total", "queue", strconv.Itoa(q), "direction", "from_guest"),
+			mt.Sum("vunet_queue_frames_total", "queue", strconv.Itoa(q), "direction", "to_guest"),
+			mt.Sum("vunet_flow_moves_total", "queue", strconv.Itoa(q), "way", "in"))
+	}
+	checkNoRingErrors(t, d)
+}

@@ -17,17 +17,18 @@ const KernelArgs = "console=ttyS0 panic=-1 quiet loglevel=4 no_timer_check"
 // Kernel command-line parameters the agent reads. Only "vunet."-prefixed
 // words are ours; the kernel ignores unknown dotted parameters.
 const (
-	ParamChecks   = "vunet.check"    // comma-separated check names, run in order
-	ParamTimeout  = "vunet.timeout"  // per-check timeout (Go duration), default DefaultCheckTimeout
-	ParamTXFrames = "vunet.txframes" // frames the link check transmits, default DefaultTXFrames
-	ParamARP      = "vunet.arp"      // IPv4 address the arp check resolves; default: DHCP router
-	ParamPing     = "vunet.ping"     // IPv4 address the ping check pings; default: DHCP router
-	ParamHTTP     = "vunet.http"     // URL the http check fetches
-	ParamAddr     = "vunet.addr"     // static IPv4 address/prefix the link check puts on eth0 (no DHCP needed)
-	ParamARPLoop  = "vunet.arploop"  // how long the arploop check keeps asking (Go duration), default DefaultARPLoop
-	ParamARPFlood = "vunet.arpflood" // requests the arpflood check sends, default DefaultARPFlood
-	ParamHold     = "vunet.hold"     // keep the guest running this long (Go duration) after the last result, so the host can inspect the back-end
-	ParamResults  = "vunet.results"  // extra device for result lines, e.g. /dev/ttyS1
+	ParamChecks    = "vunet.check"     // comma-separated check names, run in order
+	ParamTimeout   = "vunet.timeout"   // per-check timeout (Go duration), default DefaultCheckTimeout
+	ParamTXFrames  = "vunet.txframes"  // frames the link check transmits, default DefaultTXFrames
+	ParamARP       = "vunet.arp"       // IPv4 address the arp check resolves; default: DHCP router
+	ParamPing      = "vunet.ping"      // IPv4 address the ping check pings; default: DHCP router
+	ParamPingCount = "vunet.pingcount" // echo requests the ping check sends, 10 a second; default 3
+	ParamHTTP      = "vunet.http"      // URL the http check fetches
+	ParamAddr      = "vunet.addr"      // static IPv4 address/prefix the link check puts on eth0 (no DHCP needed)
+	ParamARPLoop   = "vunet.arploop"   // how long the arploop check keeps asking (Go duration), default DefaultARPLoop
+	ParamARPFlood  = "vunet.arpflood"  // requests the arpflood check sends, default DefaultARPFlood
+	ParamHold      = "vunet.hold"      // keep the guest running this long (Go duration) after the last result, so the host can inspect the back-end
+	ParamResults   = "vunet.results"   // extra device for result lines, e.g. /dev/ttyS1
 )
 
 // Check names the agent knows.

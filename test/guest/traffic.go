@@ -61,12 +61,15 @@ const (
 
 // Parameters of the traffic checks.
 const (
-	ParamUDPEcho  = "vunet.udpecho"
-	ParamTCPMany  = "vunet.tcpmany"
-	ParamTCPLoop  = "vunet.tcploop"
-	ParamTCPServe = "vunet.tcpserve"
-	ParamRR       = "vunet.rr"
-	ParamTCPHold  = "vunet.tcphold"
+	ParamUDPEcho = "vunet.udpecho"
+	// ParamUDPEchoRounds makes the udpecho check send UDPEchoSizes that
+	// many times over (default once).
+	ParamUDPEchoRounds = "vunet.udpecho.rounds"
+	ParamTCPMany       = "vunet.tcpmany"
+	ParamTCPLoop       = "vunet.tcploop"
+	ParamTCPServe      = "vunet.tcpserve"
+	ParamRR            = "vunet.rr"
+	ParamTCPHold       = "vunet.tcphold"
 )
 
 // RRWarmup is how many round trips the rr check makes before it starts

@@ -21,7 +21,11 @@ func (a *agent) checkPing(ctx context.Context) guest.Result {
 	if target == "" {
 		return fail("no ping target: set %s or run the dhcp check first", guest.ParamPing)
 	}
-	out, err := exec.CommandContext(ctx, "/bin/ping", "-c", "3", "-W", "3", target).CombinedOutput()
+	args := []string{"-c", "3", "-W", "3"}
+	if n, err := strconv.Atoi(a.params.Values[guest.ParamPingCount]); err == nil && n > 0 {
+		args = []string{"-c", strconv.Itoa(n), "-i", "0.1", "-W", "3"}
+	}
+	out, err := exec.CommandContext(ctx, "/bin/ping", append(args, target)...).CombinedOutput()
 	r := guest.Result{Fields: map[string]string{"target": target}}
 	if m := pingSummary.FindSubmatch(out); m != nil {
 		r.Fields["sent"], r.Fields["received"] = string(m[1]), string(m[2])

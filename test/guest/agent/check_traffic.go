@@ -119,15 +119,29 @@ func (a *agent) checkUDPEcho(ctx context.Context) guest.Result {
 	if err != nil {
 		return fail("%v", err)
 	}
-	c, err := net.Dial("udp", addr)
+	// An unconnected socket, as resolvers use: Linux caches a connected
+	// UDP socket's TX queue for good, an unconnected one's datagrams go
+	// where XPS says at the time (guest.ParamQueueHop moves them).
+	dst, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
-		return fail("dial %s: %v", addr, err)
+		return fail("resolve %s: %v", addr, err)
 	}
-	defer c.Close()
+	pc, err := net.ListenPacket("udp", ":0")
+	if err != nil {
+		return fail("udp socket: %v", err)
+	}
+	defer pc.Close()
+	c := &udpPeer{pc: pc, dst: dst}
 	buf := make([]byte, 70000)
 	var echoed, retries, mismatched int
 	var problems []string
-	for i, size := range guest.UDPEchoSizes {
+	rounds := 1
+	if n, err := strconv.Atoi(a.params.Values[guest.ParamUDPEchoRounds]); err == nil && n > 1 {
+		rounds = n
+	}
+	sizes := guest.UDPEchoSizes
+	for i := 0; i < rounds*len(sizes); i++ {
+		size := sizes[i%len(sizes)]
 		p := make([]byte, size)
 		_, _ = guest.NewStream(uint64(i + 1)).Read(p)
 		p[0] = byte(i) // tells the echoes of different datagrams apart
@@ -164,13 +178,13 @@ func (a *agent) checkUDPEcho(ctx context.Context) guest.Result {
 		}
 	}
 	r := guest.Result{Fields: map[string]string{
-		"target": addr, "sent": strconv.Itoa(len(guest.UDPEchoSizes)), "echoed": strconv.Itoa(echoed),
+		"target": addr, "sent": strconv.Itoa(rounds * len(sizes)), "echoed": strconv.Itoa(echoed),
 		"retries": strconv.Itoa(retries), "mismatched": strconv.Itoa(mismatched),
 	}}
 	if len(problems) > 0 {
 		r.Fields["detail"] = strings.Join(problems, "; ")
 	}
-	r.OK = echoed == len(guest.UDPEchoSizes) && mismatched == 0
+	r.OK = echoed == rounds*len(sizes) && mismatched == 0
 	return r
 }
 
@@ -387,4 +401,27 @@ func (a *agent) checkGone(ctx context.Context) guest.Result {
 		return fail("%v", err)
 	}
 	return guest.Result{OK: true}
+}
+
+// udpPeer talks to one address over an unconnected socket: what comes
+// from anyone else is ignored.
+type udpPeer struct {
+	pc  net.PacketConn
+	dst *net.UDPAddr
+}
+
+func (u *udpPeer) Write(p []byte) (int, error) { return u.pc.WriteTo(p, u.dst) }
+
+func (u *udpPeer) SetReadDeadline(t time.Time) error { return u.pc.SetReadDeadline(t) }
+
+func (u *udpPeer) Read(p []byte) (int, error) {
+	for {
+		n, from, err := u.pc.ReadFrom(p)
+		if err != nil {
+			return n, err
+		}
+		if a, ok := from.(*net.UDPAddr); ok && a.Port == u.dst.Port && a.IP.Equal(u.dst.IP) {
+			return n, nil
+		}
+	}
 }

@@ -17,6 +17,9 @@ import (
 	"vunet/test/frontend"
 )
 
+// maxRigPairs bounds the queue pairs a rig bridges.
+const maxRigPairs = 8
+
 // Stats counts what the bridge moved; all fields are atomics, readable while
 // the rig runs.
 type Stats struct {
@@ -40,19 +43,52 @@ type Stats struct {
 	// UDP checksum the rig handed to the kernel as trusted (trustDataValid),
 	// as a virtio guest trusts it.
 	RXDataValid atomic.Uint64
+	// TXFramesByPair and RXFramesByPair split TXFrames and RXFrames by
+	// queue pair (Options.QueuePairs).
+	TXFramesByPair, RXFramesByPair [maxRigPairs]atomic.Uint64
+	// TXMoves counts moves of the guest's transmissions to the next TX
+	// queue (Options.TXRotate).
+	TXMoves atomic.Uint64
+	// Impaired counts what Options.Impair did, per direction (0: guest to
+	// back-end, 1: back-end to guest).
+	Impaired [2]ImpairStats
 }
 
-// bridge moves frames between the TAP and one queue pair, one locked thread
-// per direction, each blocked in epoll when there is nothing to do.
-type bridge struct {
+// bridgeConfig describes one bridge: a TAP and the queue pairs it feeds.
+type bridgeConfig struct {
 	tap    int
 	hdrLen int
 	mrg    bool
-	tx, rx *frontend.FixedRing
+	// tx and rx are the pairs' rings, pair i at index i.
+	tx, rx []*frontend.FixedRing
 	slowRX time.Duration
-	batch  int
-	stats  *Stats
-	log    *slog.Logger
+	// rotate > 0 moves the guest's transmissions to the next TX ring that
+	// often; eager moves them without waiting for the old ring to drain.
+	rotate time.Duration
+	eager  bool
+	// impair, with seed, damages frames both ways (impair.go).
+	impair Impairment
+	seed   uint64
+	// observe, if set, sees every frame the back-end sent, on the RX
+	// thread of its pair, before it is written to the TAP.
+	observe func(pair int, frame []byte)
+	stats   *Stats
+	log     *slog.Logger
+}
+
+// bridge moves frames between the TAP and the queue pairs: one locked
+// thread takes the TAP's frames to the current TX ring, one per RX ring
+// writes what the back-end sent to the TAP, each blocked in epoll when
+// there is nothing to do.
+type bridge struct {
+	bridgeConfig
+	batch int
+
+	// cur is the TX ring the guest's frames go to; moving is set when
+	// the rotation timer asked for the next one (TX thread only).
+	cur    int
+	moving bool
+	txImp  impairer
 
 	// afterPublish, if set, runs on the TX thread after each TX publish:
 	// the rig-alone device moves the frames right there (crossDevice.pump).
@@ -64,21 +100,27 @@ type bridge struct {
 	err   error
 }
 
-func newBridge(tap int, hdrLen int, mrg bool, tx, rx *frontend.FixedRing, slowRX time.Duration, stats *Stats, log *slog.Logger) (*bridge, error) {
+func newBridge(c bridgeConfig) (*bridge, error) {
+	if len(c.tx) == 0 || len(c.tx) != len(c.rx) || len(c.tx) > maxRigPairs {
+		return nil, fmt.Errorf("bridge: %d TX and %d RX rings", len(c.tx), len(c.rx))
+	}
 	stop, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("stop eventfd: %w", err)
 	}
-	b := &bridge{tap: tap, hdrLen: hdrLen, mrg: mrg, tx: tx, rx: rx, slowRX: slowRX,
-		stats: stats, log: log, stop: stop}
-	b.batch = min(max(int(tx.Ring().Size())/4, 1), 64)
+	b := &bridge{bridgeConfig: c, stop: stop}
+	b.batch = min(max(int(c.tx[0].Ring().Size())/4, 1), 64)
+	b.txImp = newImpairer(c.impair, c.seed, 0, &c.stats.Impaired[0])
 	return b, nil
 }
 
 func (b *bridge) start() {
-	b.wg.Add(2)
+	b.wg.Add(1 + len(b.rx))
 	go b.run("tx", b.txLoop)
-	go b.run("rx", b.rxLoop)
+	for i := range b.rx {
+		pair := i
+		go b.run(fmt.Sprintf("rx%d", i), func() error { return b.rxLoop(pair) })
+	}
 }
 
 func (b *bridge) run(name string, loop func() error) {
@@ -95,7 +137,7 @@ func (b *bridge) run(name string, loop func() error) {
 	}
 }
 
-// close stops both loops and waits for them; the rings are then idle.
+// close stops every loop and waits for them; the rings are then idle.
 func (b *bridge) close() error {
 	var one [8]byte
 	binary.LittleEndian.PutUint64(one[:], 1)
@@ -129,9 +171,9 @@ func newEpoll(fds ...[2]int) (int, error) {
 	return ep, nil
 }
 
-func epollWait(ep int, evs []unix.EpollEvent) (int, error) {
+func epollWait(ep int, evs []unix.EpollEvent, timeout int) (int, error) {
 	for {
-		n, err := unix.EpollWait(ep, evs, -1)
+		n, err := unix.EpollWait(ep, evs, timeout)
 		if err == unix.EINTR {
 			continue
 		}
@@ -145,33 +187,79 @@ func drain(fd int) {
 }
 
 // txLoop: guest → back-end. The TAP is edge-triggered: it is read until
-// EAGAIN, or until the TX ring has no free descriptor, in which case the
-// loop asks for a TX interrupt and resumes reading when descriptors return.
+// EAGAIN, or until the current TX ring has no free descriptor, in which
+// case the loop asks for a TX interrupt and resumes reading when
+// descriptors return.
+//
+// With a rotation, a timer moves the guest's transmissions to the next
+// ring the way a Linux guest moves a socket to another TX queue when its
+// thread changes CPU: once everything handed to the old ring came back
+// (the socket's ooo_okay), or at once when eager. While the old ring
+// drains, the TAP is not read: its frames wait in the TAP's queue.
 func (b *bridge) txLoop() error {
-	txr := b.tx.Ring()
-	call := txr.CallFD()
-	ep, err := newEpoll([2]int{b.tap, unix.EPOLLIN | unix.EPOLLET}, [2]int{call, unix.EPOLLIN}, [2]int{b.stop, unix.EPOLLIN})
+	fds := [][2]int{{b.tap, unix.EPOLLIN | unix.EPOLLET}, {b.stop, unix.EPOLLIN}}
+	for _, tx := range b.tx {
+		fds = append(fds, [2]int{tx.Ring().CallFD(), unix.EPOLLIN})
+	}
+	timer := -1
+	if b.rotate > 0 {
+		var err error
+		if timer, err = unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC); err != nil {
+			return fmt.Errorf("timerfd: %w", err)
+		}
+		defer unix.Close(timer)
+		ts := unix.NsecToTimespec(b.rotate.Nanoseconds())
+		if err := unix.TimerfdSettime(timer, 0, &unix.ItimerSpec{Interval: ts, Value: ts}, nil); err != nil {
+			return fmt.Errorf("timerfd_settime: %w", err)
+		}
+		fds = append(fds, [2]int{timer, unix.EPOLLIN})
+	}
+	ep, err := newEpoll(fds...)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(ep)
-	evs := make([]unix.EpollEvent, 4)
+	evs := make([]unix.EpollEvent, len(fds))
 	tapReadable := true
-	txr.DisableInterrupts()
+	for _, tx := range b.tx {
+		tx.Ring().DisableInterrupts()
+	}
 	for {
 		if err := b.reclaimTX(); err != nil {
 			return err
 		}
+		if b.moving {
+			old := b.tx[b.cur]
+			// A frame held back to be reordered belongs to the old ring.
+			if b.txImp.flush(b, old, b.cur) > 0 {
+				if err := b.publishTX(old); err != nil {
+					return err
+				}
+			}
+			if b.eager || old.Outstanding() == 0 {
+				old.Ring().DisableInterrupts()
+				b.cur = (b.cur + 1) % len(b.tx)
+				b.moving = false
+				b.stats.TXMoves.Add(1)
+			}
+		}
+		tx := b.tx[b.cur]
+		txr := tx.Ring()
 		posted := 0
-		for tapReadable && posted < b.batch {
-			id, ok := b.tx.Get()
+		for !b.moving && tapReadable && posted < b.batch {
+			id, ok := tx.Get()
+			if ok && b.impair.Duplicate > 0 && tx.NumFree() == 0 {
+				// A frame to duplicate needs a second descriptor.
+				tx.Put(id)
+				ok = false
+			}
 			if !ok {
 				b.stats.TXRingFull.Add(1)
 				break
 			}
-			n, err := unix.Read(b.tap, b.tx.Buf(id))
+			n, err := unix.Read(b.tap, tx.Buf(id))
 			if err != nil {
-				b.tx.Put(id)
+				tx.Put(id)
 				if err == unix.EAGAIN {
 					tapReadable = false
 					break
@@ -182,69 +270,109 @@ func (b *bridge) txLoop() error {
 				return fmt.Errorf("read tap: %w", err)
 			}
 			if n <= b.hdrLen {
-				b.tx.Put(id)
+				tx.Put(id)
 				continue
 			}
-			b.tx.Post(id, n)
-			posted++
-			b.stats.TXFrames.Add(1)
-			b.stats.TXBytes.Add(uint64(n))
+			posted += b.txImp.post(b, tx, id, n, b.cur)
+		}
+		if !tapReadable {
+			// Nothing more comes for a while: a frame held back to be
+			// reordered goes now.
+			posted += b.txImp.flush(b, tx, b.cur)
 		}
 		if posted > 0 {
-			if _, err := b.tx.Publish(); err != nil {
+			if err := b.publishTX(tx); err != nil {
 				return err
 			}
-			if b.afterPublish != nil {
-				b.afterPublish()
-			}
 		}
-		if tapReadable {
-			if b.tx.NumFree() > 0 {
+		switch {
+		case b.moving:
+			// Wait for the old ring's last completions.
+			if txr.EnableInterrupts() {
+				continue
+			}
+		case tapReadable:
+			if tx.NumFree() > b.spare() {
 				continue // batch limit: publish early, keep reading
 			}
 			// Starved of descriptors: wait for the back-end to return some.
 			if txr.EnableInterrupts() {
 				continue
 			}
-		} else {
+		default:
 			txr.DisableInterrupts()
 		}
-		n, err := epollWait(ep, evs)
+		n, err := epollWait(ep, evs, -1)
 		if err != nil {
 			return fmt.Errorf("epoll_wait: %w", err)
 		}
 		for _, ev := range evs[:n] {
-			switch int(ev.Fd) {
+			switch fd := int(ev.Fd); fd {
 			case b.stop:
 				return nil
 			case b.tap:
 				tapReadable = true
-			case call:
-				txr.DrainCall()
+			case timer:
+				drain(timer)
+				b.moving = true
+			default:
+				drain(fd) // a TX ring's call
 			}
 		}
 	}
 }
 
-func (b *bridge) reclaimTX() error {
-	for {
-		u, ok, err := b.tx.PopUsed()
-		if !ok {
-			return nil
-		}
-		if err != nil {
-			b.stats.DeviceErrors.Add(1)
-			return err
-		}
-		b.tx.Put(uint16(u.ID))
+// spare is how many TX descriptors the read loop leaves free: one for a
+// copy when frames are duplicated.
+func (b *bridge) spare() int {
+	if b.impair.Duplicate > 0 {
+		return 1
 	}
+	return 0
 }
 
-// rxLoop: back-end → guest. Used RX buffers are written to the TAP as they
-// are (virtio-net header first) and posted again at once, or, in slow-reader
-// mode, held until a timer fires every slowRX.
-func (b *bridge) rxLoop() error {
-	rxr := b.rx.Ring()
+// publishTX makes what was posted on tx visible to the back-end.
+func (b *bridge) publishTX(tx *frontend.FixedRing) error {
+	if _, err := tx.Publish(); err != nil {
+		return err
+	}
+	if b.afterPublish != nil {
+		b.afterPublish()
+	}
+	return nil
+}
+
+// countTX counts one frame handed to pair's TX ring.
+func (b *bridge) countTX(pair, n int) {
+	b.stats.TXFrames.Add(1)
+	b.stats.TXBytes.Add(uint64(n))
+	b.stats.TXFramesByPair[pair].Add(1)
+}
+
+func (b *bridge) reclaimTX() error {
+	for _, tx := range b.tx {
+		for {
+			u, ok, err := tx.PopUsed()
+			if !ok {
+				break
+			}
+			if err != nil {
+				b.stats.DeviceErrors.Add(1)
+				return err
+			}
+			tx.Put(uint16(u.ID))
+		}
+	}
+	return nil
+}
+
+// rxLoop: back-end → guest, for one pair's RX ring. Used RX buffers are
+// written to the TAP as they are (virtio-net header first) and posted
+// again at once, or, in slow-reader mode, held until a timer fires every
+// slowRX.
+func (b *bridge) rxLoop(pair int) error {
+	rx := b.rx[pair]
+	rxr := rx.Ring()
 	call := rxr.CallFD()
 	timer := -1
 	fds := [][2]int{{call, unix.EPOLLIN}, {b.stop, unix.EPOLLIN}}
@@ -263,6 +391,7 @@ func (b *bridge) rxLoop() error {
 	}
 	defer unix.Close(ep)
 	evs := make([]unix.EpollEvent, 4)
+	imp := newImpairer(b.impair, b.seed, 1+uint64(pair), &b.stats.Impaired[1])
 
 	size := int(rxr.Size())
 	held := make([]uint16, 0, size)
@@ -271,21 +400,34 @@ func (b *bridge) rxLoop() error {
 	want := 0
 	iov := make([]unix.Iovec, size)
 	armed := false
+	w := rxWriter{b: b, pair: pair, rx: rx, iov: iov}
 
 	for {
-		id, ok := b.rx.Get()
+		id, ok := rx.Get()
 		if !ok {
 			break
 		}
-		b.rx.Post(id, 0)
+		rx.Post(id, 0)
 	}
-	if _, err := b.rx.Publish(); err != nil {
+	if _, err := rx.Publish(); err != nil {
 		return err
 	}
+	// release gives a written (or dropped) frame's buffers back.
+	reposted := 0
+	release := func(heads []uint16) {
+		for _, h := range heads {
+			if b.slowRX > 0 {
+				held = append(held, h)
+			} else {
+				rx.Post(h, 0)
+				reposted++
+			}
+		}
+	}
 	for {
-		reposted := 0
+		reposted = 0
 		for {
-			u, ok, err := b.rx.PopUsed()
+			u, ok, err := rx.PopUsed()
 			if !ok {
 				break
 			}
@@ -300,7 +442,7 @@ func (b *bridge) rxLoop() error {
 					if int(u.Len) < b.hdrLen {
 						return fmt.Errorf("rx: used length %d below the %d-byte header", u.Len, b.hdrLen)
 					}
-					want = int(binary.LittleEndian.Uint16(b.rx.Buf(id)[10:12]))
+					want = int(binary.LittleEndian.Uint16(rx.Buf(id)[10:12]))
 					if want < 1 || want > size {
 						return fmt.Errorf("rx: num_buffers %d with a %d-entry ring", want, size)
 					}
@@ -311,19 +453,13 @@ func (b *bridge) rxLoop() error {
 			if len(frame) < want {
 				continue
 			}
-			b.writeFrame(frame, frameLens, iov)
-			for _, h := range frame {
-				if b.slowRX > 0 {
-					held = append(held, h)
-				} else {
-					b.rx.Post(h, 0)
-					reposted++
-				}
-			}
+			imp.deliver(&w, frame, frameLens, release)
 			frame, frameLens = frame[:0], frameLens[:0]
 		}
+		// Nothing more for now: a frame held back to be reordered goes.
+		imp.flushRX(&w, release)
 		if reposted > 0 {
-			if _, err := b.rx.Publish(); err != nil {
+			if _, err := rx.Publish(); err != nil {
 				return err
 			}
 		}
@@ -338,7 +474,7 @@ func (b *bridge) rxLoop() error {
 		if rxr.EnableInterrupts() {
 			continue
 		}
-		n, err := epollWait(ep, evs)
+		n, err := epollWait(ep, evs, -1)
 		if err != nil {
 			return fmt.Errorf("epoll_wait: %w", err)
 		}
@@ -352,10 +488,10 @@ func (b *bridge) rxLoop() error {
 				drain(timer)
 				armed = false
 				for _, h := range held {
-					b.rx.Post(h, 0)
+					rx.Post(h, 0)
 				}
 				held = held[:0]
-				if _, err := b.rx.Publish(); err != nil {
+				if _, err := rx.Publish(); err != nil {
 					return err
 				}
 			}
@@ -363,31 +499,43 @@ func (b *bridge) rxLoop() error {
 	}
 }
 
-// writeFrame writes one received frame (header included) to the TAP from
-// the guest buffers themselves: write(2) for one buffer, writev(2) for a
+// rxWriter writes frames of one RX ring to the TAP.
+type rxWriter struct {
+	b    *bridge
+	pair int
+	rx   *frontend.FixedRing
+	iov  []unix.Iovec
+}
+
+// write writes one received frame (header included) to the TAP from the
+// guest buffers themselves: write(2) for one buffer, writev(2) for a
 // merged one. A DATA_VALID frame is first made acceptable to the TAP the
 // way a virtio guest would take it (trustDataValid).
-func (b *bridge) writeFrame(heads []uint16, lens []uint32, iov []unix.Iovec) {
+func (w *rxWriter) write(heads []uint16, lens []uint32) {
+	b, rx, iov := w.b, w.rx, w.iov
 	frameLen := -b.hdrLen
 	for _, l := range lens {
 		frameLen += int(l)
 	}
-	if trustDataValid(b.rx.Buf(heads[0])[:lens[0]], b.hdrLen, frameLen) {
+	first := rx.Buf(heads[0])[:lens[0]]
+	if trustDataValid(first, b.hdrLen, frameLen) {
 		b.stats.RXDataValid.Add(1)
+	}
+	if b.observe != nil && len(first) > b.hdrLen {
+		b.observe(w.pair, first[b.hdrLen:])
 	}
 	var total uint64
 	var err error
 	if len(heads) == 1 {
-		buf := b.rx.Buf(heads[0])[:lens[0]]
-		total = uint64(len(buf))
-		_, err = unix.Write(b.tap, buf)
+		total = uint64(len(first))
+		_, err = unix.Write(b.tap, first)
 	} else {
 		n := 0
 		for i, h := range heads {
 			if lens[i] == 0 {
 				continue
 			}
-			buf := b.rx.Buf(h)
+			buf := rx.Buf(h)
 			iov[n].Base = &buf[0]
 			iov[n].SetLen(int(lens[i]))
 			total += uint64(lens[i])
@@ -409,4 +557,5 @@ func (b *bridge) writeFrame(heads []uint16, lens []uint32, iov []unix.Iovec) {
 	}
 	b.stats.RXFrames.Add(1)
 	b.stats.RXBytes.Add(total)
+	b.stats.RXFramesByPair[w.pair].Add(1)
 }

@@ -133,6 +133,12 @@ type bridgeHarness struct {
 
 func newBridgeHarness(tb testing.TB, ring uint16, rxBuf int, mrg bool, slowRX time.Duration) *bridgeHarness {
 	tb.Helper()
+	return newImpairedHarness(tb, ring, rxBuf, mrg, slowRX, Impairment{})
+}
+
+// newImpairedHarness is newBridgeHarness with frames damaged both ways.
+func newImpairedHarness(tb testing.TB, ring uint16, rxBuf int, mrg bool, slowRX time.Duration, imp Impairment) *bridgeHarness {
+	tb.Helper()
 	mem, err := frontend.NewMemory(uint64(ring)*uint64(rxBuf+70000)+1<<20, frontend.LayoutSingle)
 	if err != nil {
 		tb.Fatal(err)
@@ -167,7 +173,8 @@ func newBridgeHarness(tb testing.TB, ring uint16, rxBuf int, mrg bool, slowRX ti
 		tb.Fatal(err)
 	}
 	h := &bridgeHarness{peer: fds[1]}
-	h.br, err = newBridge(fds[0], testHdrLen, mrg, tx, rx, slowRX, &h.stats, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.br, err = newBridge(bridgeConfig{tap: fds[0], hdrLen: testHdrLen, mrg: mrg, tx: []*frontend.FixedRing{tx},
+		rx: []*frontend.FixedRing{rx}, slowRX: slowRX, impair: imp, stats: &h.stats, log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		tb.Fatal(err)
 	}

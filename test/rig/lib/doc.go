@@ -37,6 +37,16 @@
 // the same test can measure any vhost-user back-end that listens on a UNIX
 // socket.
 //
+// # Several queue pairs, a lossy link
+//
+// Options.QueuePairs bridges one TAP to several queue pairs: the back-end's
+// frames are taken from every RX ring (each by a thread of its own, as a
+// guest's interrupts would), the guest's go to one TX ring, which
+// Options.TXRotate moves to the next pair on a timer the way a Linux guest
+// moves a socket when its thread changes vCPU. Options.Impair makes the
+// link lossy both ways (loss, reordering, duplication per frame, from a
+// seeded generator; impair.go): this host's kernel has no netem.
+//
 // # Command line
 //
 //	go run ./test/rig up [-ring N] [-rx-ring N] [-slow-rx 1ms] [-mtu N] [-static]

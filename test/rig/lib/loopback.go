@@ -71,7 +71,14 @@ func (r *Rig) startLoopback() error {
 		if err := ip("-n", ns, "link", "set", tapName, "up"); err != nil {
 			return err
 		}
-		br, err := newBridge(tap, hdrLen, false, tx, rx, o.SlowRX, &r.stats, o.Log)
+		c := bridgeConfig{tap: tap, hdrLen: hdrLen, tx: []*frontend.FixedRing{tx}, rx: []*frontend.FixedRing{rx},
+			slowRX: o.SlowRX, stats: &r.stats, log: o.Log}
+		if i == 0 {
+			// The guest's side only: each direction is damaged once,
+			// as between a guest and a back-end.
+			c.impair, c.seed, c.observe = o.Impair, 1, o.RXObserve
+		}
+		br, err := newBridge(c)
 		if err != nil {
 			return err
 		}

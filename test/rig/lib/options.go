@@ -3,6 +3,7 @@ package rig
 import (
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"time"
 )
 
@@ -61,6 +62,29 @@ type Options struct {
 	// defaults plus every offload the TAP can carry).
 	FeatureMask uint64
 
+	// QueuePairs is how many queue pairs the front-end negotiates and
+	// bridges (default 1, at most 8); with more than one, the default
+	// back-end is given --queues. The back-end's frames are taken from
+	// every RX ring; the guest's go to one TX ring at a time (pair 0,
+	// or as TXRotate moves them).
+	QueuePairs int
+	// TXRotate > 0 moves the guest's transmissions to the next queue
+	// pair's TX ring that often, the way a Linux guest moves a socket to
+	// another TX queue when its thread changes vCPU: once every frame
+	// handed to the old ring came back (its ooo_okay), or at once with
+	// TXRotateEager.
+	TXRotate      time.Duration
+	TXRotateEager bool
+	// Impair damages frames between the guest and the back-end, both ways
+	// (loss, reordering, duplication; see Impairment). In the rig-alone
+	// mode the guest's side is impaired, so each direction is damaged
+	// once there too.
+	Impair Impairment
+	// RXObserve, if set, sees every frame the back-end sent to the guest
+	// (Ethernet frame, virtio-net header stripped) with its queue pair,
+	// on that pair's RX thread, before the TAP gets it.
+	RXObserve func(pair int, frame []byte)
+
 	// DHCP configures the guest with busybox udhcpc from the back-end's DHCP
 	// server; otherwise the guest gets GuestAddr via GuestGateway.
 	DHCP bool
@@ -93,8 +117,14 @@ const (
 )
 
 func (o Options) withDefaults() Options {
+	if o.QueuePairs <= 0 {
+		o.QueuePairs = 1
+	}
 	if len(o.Backend) == 0 {
 		o.Backend = DefaultBackend
+		if o.QueuePairs > 1 {
+			o.Backend = append(append([]string{}, DefaultBackend...), "--queues", strconv.Itoa(o.QueuePairs))
+		}
 	}
 	if !o.HostAddr.IsValid() {
 		o.HostAddr = netip.MustParsePrefix("10.213.0.2/24")

@@ -71,6 +71,9 @@ func Start(ctx context.Context, opts Options) (_ *Rig, err error) {
 	if opts.NoHostNetns && len(opts.HostSysctls) > 0 {
 		return nil, errors.New("rig: HostSysctls need the host namespace (NoHostNetns is set)")
 	}
+	if opts.QueuePairs > maxRigPairs || opts.QueuePairs > 1 && (opts.Loopback || opts.Frontend != FrontendRig) {
+		return nil, fmt.Errorf("rig: %d queue pairs: up to %d, with the rig's own front-end and a back-end", opts.QueuePairs, maxRigPairs)
+	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -225,8 +228,9 @@ func (r *Rig) connect(ctx context.Context) error {
 		mask = frontend.DefaultFeatureMask | offloadFeatureMask
 	}
 	// Rings, headers and buffers of both directions in one memfd.
-	mem := uint64(r.opts.RXRingSize+r.opts.TXRingSize)*uint64(r.opts.BufSize) + 4<<20
+	mem := uint64(r.opts.QueuePairs)*uint64(r.opts.RXRingSize+r.opts.TXRingSize)*uint64(r.opts.BufSize) + 4<<20
 	err := fe.Negotiate(frontend.Options{
+		QueuePairs:  r.opts.QueuePairs,
 		RXRingSize:  r.opts.RXRingSize,
 		TXRingSize:  r.opts.TXRingSize,
 		FeatureMask: mask,
@@ -240,16 +244,24 @@ func (r *Rig) connect(ctx context.Context) error {
 }
 
 func (r *Rig) startBridge() error {
-	p := r.fe.Pair0()
-	tx, err := p.TX.Fixed(r.opts.BufSize, false)
-	if err != nil {
-		return err
+	o := r.opts
+	if len(r.fe.Pairs) < o.QueuePairs {
+		return fmt.Errorf("rig: %d queue pairs negotiated, %d asked", len(r.fe.Pairs), o.QueuePairs)
 	}
-	rx, err := p.RX.Fixed(r.opts.BufSize, true)
-	if err != nil {
-		return err
+	var tx, rx []*frontend.FixedRing
+	for _, p := range r.fe.Pairs[:o.QueuePairs] {
+		t, err := p.TX.Fixed(o.BufSize, false)
+		if err != nil {
+			return err
+		}
+		x, err := p.RX.Fixed(o.BufSize, true)
+		if err != nil {
+			return err
+		}
+		tx, rx = append(tx, t), append(rx, x)
 	}
 	hdrLen := frontend.NetHdrLen(r.fe.Features)
+	var err error
 	if r.tap, err = openTAP(r.guestNS, hdrLen, tunOffloads(r.fe.Features)); err != nil {
 		return err
 	}
@@ -258,7 +270,9 @@ func (r *Rig) startBridge() error {
 	if err := ip("-n", r.guestNS, "link", "set", tapName, "up"); err != nil {
 		return err
 	}
-	r.br, err = newBridge(r.tap, hdrLen, r.fe.Has(frontend.FeatMrgRxbuf), tx, rx, r.opts.SlowRX, &r.stats, r.opts.Log)
+	r.br, err = newBridge(bridgeConfig{tap: r.tap, hdrLen: hdrLen, mrg: r.fe.Has(frontend.FeatMrgRxbuf),
+		tx: tx, rx: rx, slowRX: o.SlowRX, rotate: o.TXRotate, eager: o.TXRotateEager,
+		impair: o.Impair, seed: 1, observe: o.RXObserve, stats: &r.stats, log: o.Log})
 	if err != nil {
 		return err
 	}

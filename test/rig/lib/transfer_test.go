@@ -104,6 +104,12 @@ func transfer(t testing.TB, r *Rig, toHost bool, n int64, timeout time.Duration,
 	return transferBetween(t, rigEnds(r), toHost, n, timeout, noStall)
 }
 
+// transferBetween is transfer over any pair of ends.
+func transferBetween(t testing.TB, e ends, toHost bool, n int64, timeout time.Duration, noStall bool) transferResult {
+	t.Helper()
+	return transferLimits(t, e, toHost, n, timeout, noStall, 0)
+}
+
 // ends are the two sides of a transfer: a listener on the host side and a
 // dialer on the guest side that reaches it.
 type ends struct {
@@ -122,8 +128,9 @@ func rigEnds(r *Rig) ends {
 	}
 }
 
-// transferBetween is transfer over any pair of ends.
-func transferBetween(t testing.TB, e ends, toHost bool, n int64, timeout time.Duration, noStall bool) transferResult {
+// transferLimits is transferBetween that also gives up, and fails, as
+// soon as maxSilence (> 0) passes with no byte received.
+func transferLimits(t testing.TB, e ends, toHost bool, n int64, timeout time.Duration, noStall bool, maxSilence time.Duration) transferResult {
 	t.Helper()
 	dir := "host→guest"
 	if toHost {
@@ -196,7 +203,15 @@ func transferBetween(t testing.TB, e ends, toHost bool, n int64, timeout time.Du
 	defer tick.Stop()
 	last := int64(0)
 	var stalls []int
-	var projected time.Duration
+	var projected, silent time.Duration
+	lastProgress := start
+	closeAll := func() {
+		connMu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		connMu.Unlock()
+	}
 loop:
 	for {
 		select {
@@ -208,15 +223,17 @@ loop:
 			if cur == last && len(res.PerSecond) > 1 {
 				stalls = append(stalls, len(res.PerSecond))
 			}
+			if cur != last {
+				lastProgress = time.Now()
+			} else if s := time.Since(lastProgress); maxSilence > 0 && s >= maxSilence && silent == 0 {
+				silent = s
+				closeAll()
+			}
 			last = cur
 			if el := time.Since(start); len(res.PerSecond) >= 5 && projected == 0 {
 				if p := time.Duration(float64(el) * float64(n) / float64(max(cur, 1))); p > timeout {
 					projected = p
-					connMu.Lock()
-					for _, c := range conns {
-						c.Close()
-					}
-					connMu.Unlock()
+					closeAll()
 				}
 			}
 		}
@@ -224,6 +241,9 @@ loop:
 	res.Elapsed = time.Since(start)
 	res.Bytes = got.Load()
 	t.Logf("%s: %d bytes in %v = %.2f Gbit/s; MB per second: %v", dir, res.Bytes, res.Elapsed.Round(time.Millisecond), res.gbits(), mb(res.PerSecond))
+	if silent > 0 {
+		t.Fatalf("%s: no progress for %v after %d of %d bytes: given up", dir, silent.Round(time.Second), res.Bytes, n)
+	}
 	if projected > 0 {
 		t.Fatalf("%s: abandoned after %v: at %.1f MB/s, %d MiB would take %v (budget %v)", dir, res.Elapsed.Round(time.Second),
 			float64(res.Bytes)/res.Elapsed.Seconds()/1e6, n>>20, projected.Round(time.Second), timeout)

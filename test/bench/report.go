@@ -34,7 +34,8 @@ func finalize(rs []Result, peer string) {
 		// A back-end that was idle part of the run did not set its pace:
 		// the guest side (kernel, front-end) did, and its ratio to a peer
 		// says little about either back-end.
-		if r.BackendBusy != nil && r.Backend != aloneName && *r.BackendBusy < guestBound {
+		// Over the lossy link loss recovery sets the pace, not the guest.
+		if r.BackendBusy != nil && r.Backend != aloneName && r.Backend != "kernel" && r.Test != "lossy_tcp_throughput" && *r.BackendBusy < guestBound {
 			r.Note = joinNote(r.Note, fmt.Sprintf("guest-bound (back-end busy %.0f%% of a core)", *r.BackendBusy*100))
 		}
 		if r.Backend != "vunet" || peer == "" {

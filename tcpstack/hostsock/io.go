@@ -55,6 +55,11 @@ func (s *IO) setMsg(k int) {
 // socket fd, as one datagram or stream write (a zero-length datagram for
 // n == 0), without blocking and without SIGPIPE. It returns the bytes sent.
 func (s *IO) Send(fd int, bufs [][]byte, off, n int) (int, error) {
+	if faultsEnabled {
+		if err := injectedFault(faultSend); err != nil {
+			return 0, err
+		}
+	}
 	s.setMsg(s.setIovecs(bufs, off, n))
 	return s.call(unix.SYS_SENDMSG, fd, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 }

@@ -9,38 +9,8 @@ import (
 
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/hostsock"
+	"vunet/test/testenv"
 )
-
-// limitFDs lowers this process's soft RLIMIT_NOFILE to its lowest free
-// descriptor number, so the next descriptor anything asks for fails with
-// EMFILE, and returns the function that puts the limit back.
-func limitFDs(t *testing.T) (restore func()) {
-	t.Helper()
-	free, err := unix.Dup(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(free)
-	var old unix.Rlimit
-	if err := unix.Prlimit(0, unix.RLIMIT_NOFILE, nil, &old); err != nil {
-		t.Fatal(err)
-	}
-	lim := unix.Rlimit{Cur: uint64(free), Max: old.Max}
-	if err := unix.Prlimit(0, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
-		t.Fatal(err)
-	}
-	done := false
-	restore = func() {
-		if !done {
-			done = true
-			if err := unix.Prlimit(0, unix.RLIMIT_NOFILE, &old, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	t.Cleanup(restore)
-	return restore
-}
 
 // listenerEvents waits (timeout ms) once and dispatches what epoll
 // reports, returning how many events were for the listener.
@@ -73,7 +43,7 @@ func TestAcceptBackoffAtFDLimit(t *testing.T) {
 	h.tab.SetGuest(h.guestMAC, h.guest.Addr(), netip.Addr{})
 	h.dialForward(t, 8080) // waits in the listener's backlog
 
-	restore := limitFDs(t)
+	restore := testenv.LimitFDs(t)
 	if n := h.listenerEvents(2000); n != 1 {
 		t.Fatalf("listener reported %d times, want once", n)
 	}
@@ -135,7 +105,7 @@ func TestAcceptBackoffEndsWhenAConnectionCloses(t *testing.T) {
 	h.flush() // its SYN
 	// A second connection to the same port, waiting at the limit.
 	h.dialForward(t, 8080)
-	restore := limitFDs(t)
+	restore := testenv.LimitFDs(t)
 	if n := h.listenerEvents(2000); n != 1 || h.stats.AcceptBackoffs.Load() != 1 {
 		t.Fatalf("second connection at the limit: %d events, %d back-offs", n, h.stats.AcceptBackoffs.Load())
 	}

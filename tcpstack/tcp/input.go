@@ -329,7 +329,9 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 			n, err := t.io.Send(f.fd, frame, skip+sg.payloadOff+int(off), l-int(off))
 			switch err {
 			case nil:
-			case unix.EAGAIN:
+			case unix.EAGAIN, unix.ENOBUFS, unix.ENOMEM:
+				// Full, or the kernel short of memory for now: nothing
+				// was written, the guest retransmits.
 				n = 0
 			default:
 				t.log.Debug("tcp write to host failed", "err", err)

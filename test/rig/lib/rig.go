@@ -262,13 +262,15 @@ func (r *Rig) startBridge() error {
 	}
 	hdrLen := frontend.NetHdrLen(r.fe.Features)
 	var err error
-	if r.tap, err = openTAP(r.guestNS, hdrLen, tunOffloads(r.fe.Features)); err != nil {
-		return err
-	}
-	// Up before the bridge runs: a TAP that is down refuses writes (EIO),
-	// and the back-end may send early frames.
-	if err := ip("-n", r.guestNS, "link", "set", tapName, "up"); err != nil {
-		return err
+	if r.tap < 0 { // a reconnect keeps the guest's interface
+		if r.tap, err = openTAP(r.guestNS, hdrLen, tunOffloads(r.fe.Features)); err != nil {
+			return err
+		}
+		// Up before the bridge runs: a TAP that is down refuses writes
+		// (EIO), and the back-end may send early frames.
+		if err := ip("-n", r.guestNS, "link", "set", tapName, "up"); err != nil {
+			return err
+		}
 	}
 	r.br, err = newBridge(bridgeConfig{tap: r.tap, hdrLen: hdrLen, mrg: r.fe.Has(frontend.FeatMrgRxbuf),
 		tx: tx, rx: rx, slowRX: o.SlowRX, rotate: o.TXRotate, eager: o.TXRotateEager,

@@ -23,7 +23,7 @@ func benchLoop(b testing.TB, p *testPair) *loop {
 		b.Fatal(err)
 	}
 	p.qp.RX, p.qp.TX = p.rx.Q, p.tx.Q
-	l, err := newLoop(p.s, p.qp, ps)
+	l, err := newLoop(p.s, p.qp, ps, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

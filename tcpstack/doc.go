@@ -20,13 +20,15 @@
 //	tcpstack/dgram      UDP flows, ICMP echo (ping sockets), forwarded UDP ports
 //	tcpstack/linksvc    ARP, DHCP, DHCPv6, NDP/RA answered by us; AddrConfig and host defaults
 //	tcpstack/guestring  the RX writer (Reserve/Commit/Abort into guest buffers, a Sink), capture
+//	tcpstack/stream     QEMU's -netdev stream framing: frames off the socket, a Sink into its send buffer
 //	tcpstack/hostsock   the one host-socket syscall layer, the epoll set and its one token type
 //	tcpstack/addrpolicy the address policy: what the guest may reach and where it really goes
 //	tcpstack/stats      the counters metrics exports, the log rate limiter, the policy gate
 //	tcpstack/flowdir    the directory of flows across queue pairs, read without locks
 //	tcpstack/header     wire formats: ParseFrame (the one parse), builders, checksums
 //
-// The root imports all of them and nothing imports the root. tcp and dgram
+// The root imports all of them and nothing imports the root. stream
+// imports guestring, hostsock, stats and virtqueue. tcp and dgram
 // import guestring, hostsock, header, stats, addrpolicy and virtqueue, never
 // each other nor linksvc nor flowdir (they see it through a Directory
 // interface of their own); linksvc imports only header; guestring imports

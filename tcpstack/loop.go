@@ -41,7 +41,9 @@ type loop struct {
 	link      *linksvc.Link // ARP, DHCP, DHCPv6, NDP answers and announcements
 	nextRA    time.Time     // next unsolicited Router Advertisement; zero: none
 	tx        txPath
-	rx        guestring.Writer
+	rx        guestring.Writer // the RX ring's writer (queue pairs)
+	out       guestOut         // where frames for the guest go: &rx, or the stream's writer
+	stream    *streamLink      // the stream socket, nil for a queue pair
 	pending   replyRing
 	flows     *dgram.Table
 	tcp       *tcp.Table
@@ -61,6 +63,18 @@ type loop struct {
 	faulted bool
 }
 
+// guestOut is where the loop's producers put frames for the guest and
+// how the loop drives it: guestring.Writer over the RX ring, or
+// stream.Writer over a stream socket's send buffer.
+type guestOut interface {
+	guestring.Sink
+	WriteFrame(frame []byte, flags uint8) guestring.Status
+	BeginIteration()
+	Starved() bool
+	Limited() bool
+	Publish()
+}
+
 // Slots of the loop's own fds in their epoll tokens (hostsock.OwnerLoop).
 const (
 	loopFDWake = iota + 1
@@ -68,13 +82,16 @@ const (
 	loopFDTXKick
 	loopFDRXKick
 	loopFDMail // the pair's mailbox (moves.go)
+	loopFDStream
 )
 
 // pollInterval is how often the rings are polled when the front-end gave no
 // kick eventfd (vhost-user "no fd" flag).
 const pollInterval = time.Millisecond
 
-func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState) (*loop, error) {
+// newLoop builds the loop of queue pair qp, or, with sl, of the stream
+// socket sl (qp then only names pair 0, enabled, without features).
+func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState, sl *streamLink) (*loop, error) {
 	st := ps.st
 	l := &loop{
 		s:       s,
@@ -86,15 +103,24 @@ func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState) (*loop, error) {
 		log:     s.log.With("pair", qp.Index),
 		wakefd:  -1,
 		timerfd: -1,
-		txKick:  qp.TX.KickFD(),
-		rxKick:  qp.RX.KickFD(),
+		txKick:  -1,
+		rxKick:  -1,
 		done:    make(chan struct{}),
 		frag:    new(fragPool),
+		stream:  sl,
 	}
-	l.rx.Init(qp.RX, st, l.log, qp.Features, qp.RXEnabled)
-	l.rx.SetCapture(s.cfg.Capture, qp.Index)
-	l.vhLen = virtqueue.NetHdrLenFor(qp.Features)
-	l.guestCsum = virtqueue.HasFeature(qp.Features, virtqueue.FeatureNetGuestCsum)
+	if sl != nil {
+		// No virtio-net header on a stream, and so no offloads.
+		sl.w.SetCapture(s.cfg.Capture, qp.Index)
+		l.out = &sl.w
+	} else {
+		l.txKick, l.rxKick = qp.TX.KickFD(), qp.RX.KickFD()
+		l.rx.Init(qp.RX, st, l.log, qp.Features, qp.RXEnabled)
+		l.rx.SetCapture(s.cfg.Capture, qp.Index)
+		l.out = &l.rx
+		l.vhLen = virtqueue.NetHdrLenFor(qp.Features)
+		l.guestCsum = virtqueue.HasFeature(qp.Features, virtqueue.FeatureNetGuestCsum)
+	}
 	l.link = linksvc.New(&s.cfg.Addr)
 	if err := l.openFDs(); err != nil {
 		l.closeFDs()
@@ -131,6 +157,9 @@ func (l *loop) openFDs() error {
 		if err := l.ep.Add(w.fd, unix.EPOLLIN, hostsock.NewToken(hostsock.OwnerLoop, 0, w.tok)); err != nil {
 			return fmt.Errorf("epoll add fd %d: %w", w.fd, err)
 		}
+	}
+	if l.stream != nil {
+		return l.stream.watch(l.ep)
 	}
 	if l.txKick < 0 || l.rxKick < 0 {
 		l.polling = true
@@ -177,13 +206,15 @@ func (l *loop) run() {
 	defer l.shutdown()
 	defer l.recoverFault()
 
-	// Only a producer waiting for buffers makes us want RX kicks.
-	l.qp.RX.DisableKicks()
+	if l.stream == nil {
+		// Only a producer waiting for buffers makes us want RX kicks.
+		l.qp.RX.DisableKicks()
+	}
 	l.now = time.Now()
 	l.announceLink()
 	// Chains may be waiting from before a restart without a kick pending.
 	l.iterate(true)
-	for !l.quit.Load() {
+	for !l.quit.Load() && !l.stream.ended() {
 		timeout := -1
 		if l.again {
 			timeout = 0
@@ -229,6 +260,11 @@ func (l *loop) run() {
 				// Another pair asks for a flow or hands one over: iterate
 				// reads the mailbox.
 				l.ps.mail.drainWake()
+			case loopFDStream:
+				// Readable (or hung up): the frames are read in iterate.
+				// Writable: what waited for the socket goes now, and the
+				// producers that waited retry in iterate.
+				tx = l.stream.event(ev.Events) || tx
 			}
 		}
 		if l.quit.Load() {
@@ -241,7 +277,7 @@ func (l *loop) run() {
 // iterate does one round of work: guest frames (when tx), frames for the
 // guest, and one publication of the RX used ring.
 func (l *loop) iterate(tx bool) {
-	l.rx.BeginIteration()
+	l.out.BeginIteration()
 	if l.ps.mail.pending() {
 		l.readMail() // flows given to us first: a frame may wait for one
 	}
@@ -254,18 +290,24 @@ func (l *loop) iterate(tx bool) {
 		l.serveWants() // after our own TX: the guest's frames here went first
 	}
 	more := l.produceRX()
-	if l.rx.Starved() && l.rx.Enabled() {
+	switch {
+	case l.stream != nil:
+		// A stream's writer waits for EPOLLOUT itself (streamLink.watch).
+	case l.out.Starved() && l.out.Enabled():
 		// Enable kicks while our reservations are still popped: with
 		// EVENT_IDX avail_event then points past everything the guest has
 		// posted, so its next refill kicks us even after we Unpop.
 		l.rxWaiting = true
 		more = l.qp.RX.EnableKicks() || more
-	} else if l.rxWaiting {
+	case l.rxWaiting:
 		l.rxWaiting = false
 		l.qp.RX.DisableKicks()
 	}
-	l.rx.Publish()
-	l.again = txMore || more || l.rx.Limited()
+	l.out.Publish()
+	if l.stream != nil {
+		l.stream.settle(l.ep)
+	}
+	l.again = txMore || more || l.out.Limited()
 	l.armTimer()
 }
 
@@ -330,7 +372,7 @@ func (l *loop) attachTCP() {
 	// Without TSO every guest frame carries one segment: windows stay
 	// within what the TX ring holds (tcp/ring_budget.go).
 	ring := 0
-	if !virtqueue.HasFeature(f, virtqueue.FeatureNetHostTSO4) && !virtqueue.HasFeature(f, virtqueue.FeatureNetHostTSO6) {
+	if l.stream == nil && !virtqueue.HasFeature(f, virtqueue.FeatureNetHostTSO4) && !virtqueue.HasFeature(f, virtqueue.FeatureNetHostTSO6) {
 		ring = int(l.qp.TX.Size())
 	}
 	l.tcp.SetTXRing(ring)

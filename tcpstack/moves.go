@@ -257,7 +257,7 @@ func (l *loop) serveWants() {
 	ps := l.ps
 	// Frames of the flow this pair sent reach the guest before any its
 	// new owner sends.
-	l.rx.Publish()
+	l.out.Publish()
 	keep := ps.wants[:0]
 	for _, w := range ps.wants {
 		if ps.claimIndex(w.fp) >= 0 {

@@ -15,7 +15,7 @@ import (
 func (l *loop) produceRX() (more bool) {
 	l.deliverPending()
 	l.tcpOutput()
-	return l.flows.Flush(l.now, &l.rx)
+	return l.flows.Flush(l.now, l.out)
 }
 
 // queueReply makes the frame just built in l.pending.next() pending. A full
@@ -41,7 +41,7 @@ func (l *loop) deliverPending() {
 			l.pending.pop()
 			continue
 		}
-		switch l.rx.WriteFrame(p.buf[:p.n], 0) {
+		switch l.out.WriteFrame(p.buf[:p.n], 0) {
 		case guestring.OK:
 			l.popPending(p)
 		case guestring.NoFit:
@@ -91,13 +91,13 @@ func (l *loop) tcpOutput() {
 		l.mtu = m
 		l.tcp.SetMTU(m)
 	}
-	starved := l.rx.Starved()
+	starved := l.out.Starved()
 	frames := l.st.RX.Frames.Load()
-	if !l.tcp.Flush(l.now, &l.rx) {
+	if !l.tcp.Flush(l.now, l.out) {
 		l.tcpRXWait = false
 		return
 	}
-	if !l.rx.Starved() {
+	if !l.out.Starved() {
 		return // our own reservation limit, not the guest's ring: iterate comes back at once
 	}
 	if !starved && (!l.tcpRXWait || l.st.RX.Frames.Load() != frames) {

@@ -48,7 +48,10 @@ func (l *loop) shutdown() {
 // fault here too (shrunk just as the pair stops).
 func (l *loop) leaveRings() {
 	defer l.recoverFault()
-	l.rx.Publish()
+	l.out.Publish()
+	if l.stream != nil {
+		return // no rings: what the socket did not take goes with the session
+	}
 	// TX chains still popped (a batch waiting for a flow from another
 	// pair) are given back untouched: the next loop pops them again.
 	if rest := l.tx.n - l.tx.next; rest > 0 {
@@ -74,6 +77,9 @@ func (l *loop) recoverFault() {
 	fault, ok := r.(interface{ Addr() uintptr })
 	if !ok {
 		panic(r)
+	}
+	if l.stream != nil {
+		panic(r) // no guest memory on a stream: a fault is a bug
 	}
 	l.faulted = true
 	n := l.st.MemoryFaults.Add(1)

@@ -52,6 +52,10 @@ type Stack struct {
 	// connections SaveState read out, kept until the guest runs elsewhere.
 	repair *hostsock.RepairHelper
 	saved  []handover.Item
+
+	// streamLink is the stream transport's state (ServeStream), its
+	// buffers kept from one connection to the next.
+	streamLink *streamLink
 }
 
 // pairState is what a queue pair keeps across loop restarts (the control
@@ -149,7 +153,7 @@ func (s *Stack) StartPair(qp virtqueue.QueuePair) error {
 	s.importPending(qp.Index, ps)
 	s.resumeSavedLocked()
 	st := ps.st
-	l, err := newLoop(s, qp, ps)
+	l, err := newLoop(s, qp, ps, nil)
 	if err != nil {
 		return fmt.Errorf("start pair %d: %w", qp.Index, err)
 	}

@@ -45,6 +45,9 @@ type txPath struct {
 // have added chains in between). It returns true if work is left over
 // because the per-iteration budget ran out.
 func (l *loop) processTX() (more bool) {
+	if l.stream != nil {
+		return l.streamTX()
+	}
 	q := l.qp.TX
 	if l.tx.broken || l.tx.fetch.waiting {
 		return false // a frame waits for its flow: its arrival brings us back
@@ -67,7 +70,7 @@ func (l *loop) processTX() (more bool) {
 			// fill the ring, see tcp/ring_budget.go) refills the ring
 			// while we work instead of after the whole iteration.
 			l.tcpOutput()
-			l.rx.Publish()
+			l.out.Publish()
 			continue
 		}
 		if !q.EnableKicks() {
@@ -156,7 +159,11 @@ func (l *loop) handleTXFrame(c *virtqueue.Chain) {
 		cp.Frame(l.qp.Index, c.Readable, hl, frameLen)
 	}
 	n := header.CopyFromIovecs(l.tx.head[:hl+min(frameLen, txHeadLen)], c.Readable, 0)
-	_ = l.tx.hdr.Decode(l.tx.head[:hl])
+	if hl > 0 {
+		_ = l.tx.hdr.Decode(l.tx.head[:hl])
+	} else {
+		l.tx.hdr = virtqueue.NetHdr{} // a stream carries no offloads
+	}
 	head := l.tx.head[hl:n]
 
 	if src := head[6:12]; src[0]&1 == 0 {
@@ -180,7 +187,7 @@ func (l *loop) handleTXFrame(c *virtqueue.Chain) {
 		}
 		// A frame of its own chain may wait for its flow to come from
 		// another pair (moves.go); a reassembled datagram cannot.
-		l.tx.fetch.fetchable = true
+		l.tx.fetch.fetchable = l.stream == nil // a stream is one pair: no other holds a flow
 		l.dispatchIP(c, p)
 		l.tx.fetch.fetchable = false
 	default:
@@ -269,7 +276,7 @@ func (l *loop) dispatchFlow(c *virtqueue.Chain, p *header.Packet) {
 // parse, l.tx.pkt, and its virtio-net header, l.tx.hdr, are as the wait
 // left them (no other frame was handled since).
 func (l *loop) dispatchWaiting(c *virtqueue.Chain) {
-	l.tx.fetch.fetchable = true
+	l.tx.fetch.fetchable = l.stream == nil
 	l.dispatchFlow(c, &l.tx.pkt)
 	l.tx.fetch.fetchable = false
 }

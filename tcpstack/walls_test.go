@@ -28,6 +28,7 @@ func TestPackageWalls(t *testing.T) {
 		"guestring":           {"tcpstack/header", "tcpstack/stats", "virtqueue"},
 		"tcp":                 {"tcpstack/addrpolicy", "tcpstack/guestring", "tcpstack/header", "tcpstack/hostsock", "tcpstack/stats", "virtqueue"},
 		"dgram":               {"tcpstack/addrpolicy", "tcpstack/guestring", "tcpstack/header", "tcpstack/hostsock", "tcpstack/stats", "virtqueue"},
+		"stream":              {"tcpstack/guestring", "tcpstack/hostsock", "tcpstack/stats", "virtqueue"},
 		"internal/guestframe": {"tcpstack/header"},
 	}
 	for dir, ok := range allowed {

@@ -101,6 +101,9 @@ type Queue struct {
 	// PolicyDrops counts guest packets the address policy refused, by
 	// protocol and reason (each is also a TX drop, DropPolicy).
 	PolicyDrops [addrpolicy.NumProtos][addrpolicy.NumReasons]atomic.Uint64
+	// Stream counts the stream transport's socket (pair 0 only, when it
+	// serves -netdev stream instead of vhost-user).
+	Stream Stream
 }
 
 // UDPDrop counts a dropped UDP datagram in both the direction's drops and

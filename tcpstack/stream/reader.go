@@ -38,27 +38,39 @@ func (r *Reader) Reset() { r.start, r.end, r.full = 0, 0, false }
 // are valid until the next Read (it moves a partial frame to the front
 // of the buffer).
 func (r *Reader) Read(fd int) (int, error) {
-	if r.start == r.end {
-		r.start, r.end = 0, 0
-	} else if len(r.buf)-r.end < LenSize+MaxFrame {
-		// Not enough room behind for a whole frame: move the partial one
-		// to the front. It is shorter than a frame, so this is cheap
-		// next to the read that follows.
-		r.end = copy(r.buf, r.buf[r.start:r.end])
-		r.start = 0
-	}
-	r.iov[0] = r.buf[r.end:]
+	r.iov[0] = r.room()
 	n, _, err := r.io.Recv(fd, r.iov[:], 0)
 	r.iov[0] = nil
-	r.full = err == nil && n == len(r.buf)-r.end
 	if err != nil {
+		r.full = false
 		return 0, err
 	}
 	if n == 0 {
+		r.full = false
 		return 0, io.EOF
 	}
-	r.end += n
+	r.added(n)
 	return n, nil
+}
+
+// room returns the free buffer behind what is held, after moving a
+// partial frame to the front when not enough is free for a whole frame
+// behind it (the frame is shorter than that, so the move is cheap next
+// to the read that follows).
+func (r *Reader) room() []byte {
+	if r.start == r.end {
+		r.start, r.end = 0, 0
+	} else if len(r.buf)-r.end < LenSize+MaxFrame {
+		r.end = copy(r.buf, r.buf[r.start:r.end])
+		r.start = 0
+	}
+	return r.buf[r.end:]
+}
+
+// added takes n bytes just read into room().
+func (r *Reader) added(n int) {
+	r.full = n == len(r.buf)-r.end
+	r.end += n
 }
 
 // Full reports whether the last Read filled the buffer: the socket may

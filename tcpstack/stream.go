@@ -27,8 +27,8 @@ const streamReadsPerIteration = 8
 
 // streamSockBuf is what the stream socket's SO_RCVBUF and SO_SNDBUF are
 // asked to be (passt asks INT_MAX/2): the kernel caps it at
-// net.core.rmem_max and wmem_max.
-const streamSockBuf = 1 << 30
+// net.core.rmem_max and wmem_max. Tests make it small.
+var streamSockBuf = 1 << 30
 
 // streamLink is a loop's stream socket: the framing both ways and why
 // the session ended.

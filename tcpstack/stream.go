@@ -95,6 +95,7 @@ func (s *Stack) ServeStream(ctx context.Context, fd int) error {
 	case <-ctx.Done():
 	}
 	s.StopPair(0)
+	<-l.done // stopped by whoever took it from s.loops (Close may have)
 	s.EndSession()
 	return sl.err
 }

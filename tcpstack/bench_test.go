@@ -107,6 +107,22 @@ func benchRXWriteFrame(b *testing.B, feat uint64, buf uint32, size int, capture 
 // the flow's host socket and the remote's port.
 func benchUDPFlow(b *testing.B, p *testPair) (l *loop, remote int, port uint16) {
 	b.Helper()
+	remote, port = benchRemote(b)
+	l = benchLoop(b, p)
+	l.now = time.Now()
+	l.tx.hdr = virtqueue.NetHdr{}
+	frame := udpFrame(testGuest4, testGw4, 40000, port, []byte("open"))
+	p.addTX(frame)
+	p.tx.Post()
+	l.txBatch()
+	connectRemote(b, remote)
+	return l, remote, port
+}
+
+// benchRemote is a UDP socket on loopback, the remote end of a benchmark's
+// flow, and its port.
+func benchRemote(b *testing.B) (remote int, port uint16) {
+	b.Helper()
 	remote, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -116,14 +132,13 @@ func benchUDPFlow(b *testing.B, p *testPair) (l *loop, remote int, port uint16) 
 		b.Fatal(err)
 	}
 	sa, _ := unix.Getsockname(remote)
-	port = uint16(sa.(*unix.SockaddrInet4).Port)
-	l = benchLoop(b, p)
-	l.now = time.Now()
-	l.tx.hdr = virtqueue.NetHdr{}
-	frame := udpFrame(testGuest4, testGw4, 40000, port, []byte("open"))
-	p.addTX(frame)
-	p.tx.Post()
-	l.txBatch()
+	return remote, uint16(sa.(*unix.SockaddrInet4).Port)
+}
+
+// connectRemote connects remote to the flow's host socket, which the
+// first datagram it received came from.
+func connectRemote(b *testing.B, remote int) {
+	b.Helper()
 	var buf [64]byte
 	_, from, err := unix.Recvfrom(remote, buf[:], 0)
 	if err != nil {
@@ -132,7 +147,6 @@ func benchUDPFlow(b *testing.B, p *testPair) (l *loop, remote int, port uint16) 
 	if err := unix.Connect(remote, from); err != nil {
 		b.Fatal(err)
 	}
-	return l, remote, port
 }
 
 // pollSockets hands the socket events epoll has for l to their owners, as

@@ -7,10 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vunet/tcpstack/dgram"
-	"vunet/tcpstack/stats"
 	"vunet/tcpstack/stream"
-	"vunet/tcpstack/tcp"
 	"vunet/virtqueue"
 )
 
@@ -29,9 +26,12 @@ func streamBenchLoop(b *testing.B) (l *loop, peer, remote int, port uint16) {
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20)
 	}
-	ps := &pairState{st: new(stats.Queue), tcpStats: new(stats.TCP)}
-	ps.flows = dgram.New(p.s.dgramConfig(0), ps.st)
-	ps.tcp = tcp.New(p.s.tcpConfig(0), ps.tcpStats, ps.st)
+	p.s.mu.Lock()
+	ps, err := p.s.pairStateLocked(0)
+	p.s.mu.Unlock()
+	if err != nil {
+		b.Fatal(err)
+	}
 	sl := new(streamLink)
 	sl.r.Init(stream.ReadBufSize)
 	sl.reset(fds[0], ps, p.s)
@@ -42,31 +42,14 @@ func streamBenchLoop(b *testing.B) (l *loop, peer, remote int, port uint16) {
 	b.Cleanup(func() {
 		l.closeFDs()
 		unix.Close(l.wakefd)
-		ps.flows.Close()
-		ps.tcp.Close()
+		ps.loop = nil // the Stack's Close closes the tables
 	})
 	l.now = time.Now()
 
-	remote, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { unix.Close(remote) })
-	if err := unix.Bind(remote, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		b.Fatal(err)
-	}
-	sa, _ := unix.Getsockname(remote)
-	port = uint16(sa.(*unix.SockaddrInet4).Port)
+	remote, port = benchRemote(b)
 	writeFramed(b, fds[1], udpFrame(testGuest4, testGw4, 40000, port, []byte("open")))
 	l.streamTX()
-	var buf [64]byte
-	_, from, err := unix.Recvfrom(remote, buf[:], 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := unix.Connect(remote, from); err != nil {
-		b.Fatal(err)
-	}
+	connectRemote(b, remote)
 	return l, fds[1], remote, port
 }
 

@@ -4,9 +4,13 @@ go 1.26.0
 
 require (
 	github.com/digitalocean/go-qemu v0.0.0-20250212194115-ee9b0668d242
+	github.com/elastic/go-seccomp-bpf v1.6.0
+	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
+	golang.org/x/net v0.59.0
 	golang.org/x/sys v0.50.0
+	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78
 )
 
 require (

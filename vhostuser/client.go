@@ -19,6 +19,11 @@ const (
 // once must not be redialled every 100ms forever. A variable for tests.
 var stableSession = 5 * time.Second
 
+// Dialer connects to the front-end's socket. ConnectWith takes one where
+// the caller cannot dial the path itself (a sandboxed daemon asks a
+// helper that kept the rights it started with).
+type Dialer func(ctx context.Context) (*net.UnixConn, error)
+
 // Connect dials a listening front-end (QEMU server=on) at path and serves
 // it; whenever the connection fails or ends it dials again, with a delay
 // doubling from 100ms up to 5s, reset after a session that handled
@@ -28,6 +33,19 @@ func Connect(ctx context.Context, path string, dev DeviceConfig) error {
 	if path == "" {
 		return errors.New("vhost-user connect: empty socket path")
 	}
+	var d net.Dialer
+	return ConnectWith(ctx, path, func(ctx context.Context) (*net.UnixConn, error) {
+		c, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			return nil, err
+		}
+		return c.(*net.UnixConn), nil
+	}, dev)
+}
+
+// ConnectWith is Connect with the connections made by dial; path names
+// the socket in the log.
+func ConnectWith(ctx context.Context, path string, dial Dialer, dev DeviceConfig) error {
 	if dev.DataPlane == nil {
 		return errors.New("vhost-user connect: DeviceConfig.DataPlane is nil")
 	}
@@ -42,15 +60,14 @@ func Connect(ctx context.Context, path string, dev DeviceConfig) error {
 	dev.Logger = log
 	delay := minReconnectDelay
 	failures := 0
-	var d net.Dialer
 	for ctx.Err() == nil {
 		grow := true
-		c, err := d.DialContext(ctx, "unix", path)
+		c, err := dial(ctx)
 		if err == nil {
 			failures = 0
 			log.Info("vhost-user connected to front-end", "socket", path)
 			start := time.Now()
-			handled, serr := serveSession(ctx, c.(*net.UnixConn), dev, nil)
+			handled, serr := serveSession(ctx, c, dev, nil)
 			if serr != nil {
 				log.Warn("vhost-user session ended with error; reconnecting", "err", serr, "retry_in", delay)
 			}

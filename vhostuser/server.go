@@ -50,19 +50,94 @@ var ErrSocketInUse = errors.New("socket in use by a live listener")
 // returns nil when ctx is done or, with OneOff, when the first front-end
 // has left.
 func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
-	if cfg.Path == "" {
-		return errors.New("vhost-user serve: empty socket path")
-	}
 	if dev.DataPlane == nil {
 		return errors.New("vhost-user serve: DeviceConfig.DataPlane is nil")
 	}
-	if dev.stuck == nil {
-		dev.stuck = newStuckPairs()
+	l, err := Listen(cfg)
+	if err != nil {
+		return err
+	}
+	return l.Serve(ctx, dev)
+}
+
+// Listener is a bound vhost-user socket that has not served yet: the
+// daemon binds it before it drops its privileges, then serves.
+type Listener struct {
+	cfg     ServerConfig
+	mode    os.FileMode
+	l       *net.UnixListener
+	created fs.FileInfo
+	leave   atomic.Bool
+}
+
+// Listen creates the socket file of cfg (replacing a stale one) and
+// listens on it, or takes cfg.Listener; Serve serves it. The caller must
+// call Serve or Close.
+func Listen(cfg ServerConfig) (*Listener, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("vhost-user serve: empty socket path")
 	}
 	mode := cfg.Mode.Perm()
 	if mode == 0 {
 		mode = 0o600
 	}
+	if cfg.Listener != nil {
+		// systemd's socket: its file is not ours to check, chmod or
+		// remove.
+		ln := &Listener{cfg: cfg, mode: mode, l: cfg.Listener}
+		ln.leave.Store(true)
+		return ln, nil
+	}
+	if err := removeStaleSocket(cfg.Path); err != nil {
+		return nil, fmt.Errorf("vhost-user serve %s: %w", cfg.Path, err)
+	}
+	l, err := listenUnix(cfg.Path, mode)
+	if err != nil {
+		return nil, fmt.Errorf("vhost-user serve: %w", err)
+	}
+	// Removal is ours: only the file we created, checked by inode, so a
+	// successor that replaced it keeps its socket.
+	created, _ := os.Lstat(cfg.Path)
+	ln := &Listener{cfg: cfg, mode: mode, l: l, created: created}
+	// The file was created with at most mode; the umask may have taken
+	// bits away. chmod is not subject to the umask, so the mode is now
+	// exactly cfg.Mode.
+	if err := os.Chmod(cfg.Path, mode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("vhost-user serve: chmod %s: %w", cfg.Path, err)
+	}
+	return ln, nil
+}
+
+// Path is the socket file's path.
+func (ln *Listener) Path() string { return ln.cfg.Path }
+
+// LeaveFile makes Close leave the socket file for someone else to remove
+// (a sandboxed daemon's helper that kept the rights to).
+func (ln *Listener) LeaveFile() { ln.leave.Store(true) }
+
+// Close stops listening and removes the socket file if it is still ours,
+// unless LeaveFile was called (or the socket was passed in).
+func (ln *Listener) Close() error {
+	err := ln.l.Close()
+	if !ln.leave.Load() {
+		removeOurSocket(ln.cfg.Path, ln.created)
+	}
+	return err
+}
+
+// Serve serves front-ends on the listener as the package's Serve does,
+// calls cfg.Ready once it accepts, and closes it when it returns.
+func (ln *Listener) Serve(ctx context.Context, dev DeviceConfig) error {
+	if dev.DataPlane == nil {
+		ln.Close()
+		return errors.New("vhost-user serve: DeviceConfig.DataPlane is nil")
+	}
+	defer ln.Close()
+	if dev.stuck == nil {
+		dev.stuck = newStuckPairs()
+	}
+	cfg, mode, l := ln.cfg, ln.mode, ln.l
 	log := dev.Logger
 	if log == nil {
 		log = slog.Default()
@@ -71,30 +146,9 @@ func Serve(ctx context.Context, cfg ServerConfig, dev DeviceConfig) error {
 	// again and again does not get a fresh burst each time.
 	log = limitLogger(log)
 	dev.Logger = log
-	l := cfg.Listener
-	if l != nil {
-		defer l.Close()
+	if cfg.Listener != nil {
 		log.Info("vhost-user listening on a passed socket", "socket", cfg.Path)
 	} else {
-		if err := removeStaleSocket(cfg.Path); err != nil {
-			return fmt.Errorf("vhost-user serve %s: %w", cfg.Path, err)
-		}
-		var err error
-		l, err = listenUnix(cfg.Path, mode)
-		if err != nil {
-			return fmt.Errorf("vhost-user serve: %w", err)
-		}
-		// Removal is ours: only the file we created, checked by inode, so a
-		// successor that replaced it keeps its socket.
-		created, _ := os.Lstat(cfg.Path)
-		defer removeOurSocket(cfg.Path, created)
-		defer l.Close()
-		// The file was created with at most mode; the umask may have taken
-		// bits away. chmod is not subject to the umask, so the mode is now
-		// exactly cfg.Mode.
-		if err := os.Chmod(cfg.Path, mode); err != nil {
-			return fmt.Errorf("vhost-user serve: chmod %s: %w", cfg.Path, err)
-		}
 		log.Info("vhost-user listening", "socket", cfg.Path, "mode", fmt.Sprintf("%#o", uint32(mode)))
 	}
 	if cfg.Ready != nil {

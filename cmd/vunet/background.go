@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -156,6 +157,12 @@ type startup struct {
 	detachLog  func()   // moves logging off standard error
 	notify     string   // NOTIFY_SOCKET
 	err        error    // what went wrong telling them, for the caller to log
+
+	// Opened by prepare, before the sandbox, which lets the daemon open
+	// no file or UNIX socket when it becomes ready.
+	null       *os.File      // /dev/null, in the background
+	notifyConn *net.UnixConn // connected to NOTIFY_SOCKET
+	closedFDs  []int         // inherited descriptors closed at start (the sandbox's line)
 }
 
 // ready is called once, when the front-end can connect; later calls do
@@ -163,7 +170,9 @@ type startup struct {
 func (s *startup) ready() {
 	s.once.Do(func() {
 		var errs []error
-		if s.notify != "" {
+		if s.notifyConn != nil {
+			errs = append(errs, sdNotifyConn(s.notifyConn, s.notify, "READY=1\nMAINPID="+strconv.Itoa(os.Getpid())))
+		} else if s.notify != "" {
 			errs = append(errs, sdNotify(s.notify, "READY=1\nMAINPID="+strconv.Itoa(os.Getpid())))
 		}
 		if s.pipe != nil {
@@ -183,9 +192,12 @@ func (s *startup) ready() {
 // sees end of file once the launcher exits. A Go panic still lands in the
 // log file when there is one.
 func (s *startup) releaseStdio() error {
-	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		return err
+	null := s.null
+	if null == nil {
+		var err error
+		if null, err = os.OpenFile(os.DevNull, os.O_RDWR, 0); err != nil {
+			return err
+		}
 	}
 	defer null.Close()
 	errTo := null

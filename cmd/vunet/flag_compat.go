@@ -34,7 +34,6 @@ var unsupportedOptions = []unsupportedOption{
 	{names: []string{"outbound-if4"}, arg: "NAME", why: "outbound IPv4 sockets are not bound to an interface; the routing table picks it", check: ifaceName},
 	{names: []string{"outbound-if6"}, arg: "NAME", why: "outbound IPv6 sockets are not bound to an interface; the routing table picks it", check: ifaceName},
 	{names: []string{"freebind"}, why: "forwarded ports bind only addresses the host has (no IP_FREEBIND)"},
-	{names: []string{"log-size"}, arg: "BYTES", why: "the log file grows without a size cap (rotate it with logrotate's copytruncate)", check: positiveInt},
 	{names: []string{"stats"}, arg: "DELAY", why: "no periodic event statistics; --metrics serves counters", check: positiveInt},
 	{names: []string{"migrate-exit"}, why: "a migration source keeps serving (its next guest, or the same one after a failed migration)"},
 	{names: []string{"migrate-no-linger"}, why: "a migration source forgets the flows the destination took at once; there is nothing to linger"},

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"vunet/cmd/vunet/logfile"
 	"vunet/cmd/vunet/portspec"
 )
 
@@ -29,6 +30,7 @@ type options struct {
 	vhostUser  bool // --vhost-user given: passt's start-up semantics apply
 	pidFile    string
 	runAs      string
+	sandbox    string // on (default) or off
 
 	// Guest addressing. Unset values (invalid addresses, -1 numbers) keep
 	// the host-derived defaults of linksvc.DetectHostDefaults.
@@ -79,6 +81,7 @@ type options struct {
 	logLevel  string
 	logFormat string
 	logFile   string
+	logSize   int
 	logStderr bool // -e: a background daemon keeps logging to standard error
 	trace     bool // --trace was the last level option (same level as --debug)
 	pcap      string
@@ -114,6 +117,7 @@ func newOptions() *options {
 	return &options{
 		socketMode: 0o600, fd: -1, queues: 1, prefix4: -1, prefix6: -1, mtu: -1,
 		logLevel: "info", logFormat: "text",
+		sandbox: "on", logSize: logfile.DefaultMax,
 	}
 }
 
@@ -145,7 +149,8 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 	integer(&o.queues, "queue pairs offered to the front-end, `N` in 1..128 (default 1)", "queues")
 	boolean(&o.foreground, "stay in the foreground (vunet's default unless started as passt or with --vhost-user)", "foreground", "f")
 	str(&o.pidFile, "write the serving process's ID to `FILE` once started; removed at exit", "pid", "P")
-	str(&o.runAs, "switch to `USER[:GROUP]` (name or number) before serving", "runas")
+	str(&o.runAs, "after start-up run as `USER[:GROUP]` (name or number; default when started as root: nobody)", "runas")
+	str(&o.sandbox, "`on` (default): after start-up run as --runas with no capabilities, no new files, a system-call allow-list; off: a debugging aid only", "sandbox")
 
 	group = "Guest addressing"
 	add(guestAddr{o}, "guest `ADDR`ess[/PREFIXLEN] (IPv4 via DHCP, IPv6 via DHCPv6/RA prefix); one per family, the last wins (default: the host's)", "address", "a")
@@ -204,6 +209,7 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 	add(levelValue{o: o}, "log `LEVEL`: debug, info, warn, error (default info; the last of -d, -q, --trace, --log-level wins)", "log-level")
 	str(&o.logFormat, "log `FORMAT`: text or json (default text)", "log-format")
 	str(&o.logFile, "append logs to `FILE` instead of standard error (or, in the background, syslog)", "log-file", "l")
+	integer(&o.logSize, "cap --log-file at `BYTES`, cutting the oldest lines (default 1048576)", "log-size")
 	boolean(&o.logStderr, "in the background, keep logging to the launcher's standard error instead of syslog", "stderr", "e")
 	str(&o.pcap, "capture guest-side frames, both directions, to pcap `FILE`", "pcap", "p")
 
@@ -436,6 +442,14 @@ func (o *options) validate() error {
 	}
 	if o.iface != "" && (len(o.iface) > 15 || strings.ContainsAny(o.iface, "/ \t\n")) {
 		return fmt.Errorf("--interface %q: not an interface name", o.iface)
+	}
+	switch o.sandbox {
+	case "on", "off":
+	default:
+		return fmt.Errorf("--sandbox %q: want on or off", o.sandbox)
+	}
+	if o.logSize < logfile.MinMax {
+		return fmt.Errorf("--log-size %d: want at least %d bytes", o.logSize, logfile.MinMax)
 	}
 	if o.pidFile != "" && o.pidFile == o.socket {
 		return errors.New("--pid and --socket name the same file")

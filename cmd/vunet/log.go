@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"sync/atomic"
+
+	"vunet/cmd/vunet/logfile"
 )
 
 func parseLevel(s string) (slog.Level, error) {
@@ -50,11 +53,18 @@ func newLogger(o *options, stderr io.Writer, daemon bool, tag string) (*logOutpu
 	out := &logOutput{close: func() {}}
 	switch {
 	case o.logFile != "":
-		f, err := os.OpenFile(o.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+		// The sandbox opens no path after start-up: the size cap cuts
+		// old lines inside this open file, never reopening it.
+		f, err := logfile.Open(o.logFile, int64(o.logSize), func(removed int64) []byte {
+			var b bytes.Buffer
+			slog.New(handler(&b)).Warn("log file reached --log-size: older lines removed",
+				"removed_bytes", removed, "log_size", o.logSize)
+			return b.Bytes()
+		})
 		if err != nil {
 			return nil, fmt.Errorf("open log file: %w", err)
 		}
-		out.logger, out.close, out.file = slog.New(handler(f)), func() { f.Close() }, f
+		out.logger, out.close, out.file = slog.New(handler(f)), func() { f.Close() }, f.File()
 	case daemon && !o.logStderr:
 		after, closeSys, err := newSyslogHandler(tag, hopts)
 		if err != nil {

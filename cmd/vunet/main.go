@@ -8,9 +8,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"vunet/cmd/vunet/isolation"
 )
 
 func main() {
+	if isolation.KeeperRequested() {
+		os.Exit(isolation.RunKeeper())
+	}
 	os.Exit(runProgram(programOf(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -59,6 +64,12 @@ func runProgram(p program, args []string, stdout, stderr io.Writer) int {
 		opts.warnings = append(opts.warnings, "started as passt without --vhost-user: passt would serve QEMU's -netdev stream protocol on the socket; vunet serves vhost-user there (the stream transport is not implemented yet)")
 	}
 
+	// Before anything is opened: what this process inherited and was not
+	// given. The readiness pipe is close-on-exec by now, so it stays.
+	var closedFDs []int
+	if opts.sandbox == "on" {
+		closedFDs = isolation.CloseInheritedFDs(opts.givenFDs()...)
+	}
 	logs, err := newLogger(opts, stderr, readyPipe != nil, p.name)
 	if err != nil {
 		fmt.Fprintf(stderr, "vunet: %v\n", err)
@@ -66,7 +77,7 @@ func runProgram(p program, args []string, stdout, stderr io.Writer) int {
 	}
 	defer logs.close()
 	st := &startup{pipe: readyPipe, stderrTo: logs.file, keepStderr: opts.logStderr,
-		detachLog: logs.detach, notify: os.Getenv(notifySocketEnv)}
+		detachLog: logs.detach, notify: os.Getenv(notifySocketEnv), closedFDs: closedFDs}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

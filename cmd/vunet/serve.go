@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"vunet/cmd/vunet/pcap"
+	"vunet/cmd/vunet/pidfile"
 	"vunet/cmd/vunet/portspec"
 	"vunet/metrics"
 	"vunet/tcpstack"
@@ -88,16 +89,44 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		}()
 	}
 
-	if o.pidFile != "" {
-		if err := writePIDFile(o.pidFile); err != nil {
-			return err
+	ready := func() {
+		st.ready()
+		if st.err != nil {
+			logger.Warn("start-up notification failed", "err", st.err)
 		}
-		defer os.Remove(o.pidFile)
 	}
-	if o.runAs != "" {
-		if err := dropPrivileges(o.runAs); err != nil {
+	// The vhost-user socket is bound before the sandbox: its directory
+	// may be one the dropped user cannot write.
+	var listener *vhostuser.Listener
+	if o.socket != "" {
+		listener, err = vhostuser.Listen(vhostuser.ServerConfig{Path: o.socket, Mode: o.socketMode, OneOff: o.oneOff, Ready: ready, Listener: activated})
+		if err != nil {
 			return err
 		}
+		defer listener.Close()
+	}
+	if o.pidFile != "" {
+		if err := pidfile.Write(o.pidFile, os.Getpid()); err != nil {
+			return err
+		}
+	}
+	if err := st.prepare(); err != nil {
+		return err
+	}
+	sb, err := startSandbox(o, sc, logger, activated != nil, st.closedFDs)
+	if err != nil {
+		if o.pidFile != "" {
+			os.Remove(o.pidFile)
+		}
+		return err
+	}
+	defer func() {
+		if err := sb.Close(); err != nil {
+			logger.Warn("vunet stopping", "err", err)
+		}
+	}()
+	if listener != nil && sb.RemovesFiles() {
+		listener.LeaveFile()
 	}
 
 	for _, w := range sc.warnings {
@@ -113,23 +142,14 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 	stopWatch := context.AfterFunc(ctx, func() {
 		time.AfterFunc(shutdownGrace, func() {
 			logger.Error("shutdown took too long; exiting", "grace", shutdownGrace)
-			if o.socket != "" && activated == nil {
-				os.Remove(o.socket) // systemd's, when it passed it
-			}
-			if o.pidFile != "" {
-				os.Remove(o.pidFile)
+			if err := sb.Close(); err != nil {
+				logger.Warn("vunet stopping", "err", err)
 			}
 			os.Exit(0)
 		})
 	})
 	defer stopWatch()
 
-	ready := func() {
-		st.ready()
-		if st.err != nil {
-			logger.Warn("start-up notification failed", "err", st.err)
-		}
-	}
 	switch {
 	case o.socket != "":
 		if o.printQEMUArgs {
@@ -140,12 +160,12 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 			}
 			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, queues: o.queues, mem: "1G", tcg: true, qemu: v}), " "))
 		}
-		err = vhostuser.Serve(ctx, vhostuser.ServerConfig{Path: o.socket, Mode: o.socketMode, OneOff: o.oneOff, Ready: ready, Listener: activated}, dev)
+		err = listener.Serve(ctx, dev)
 	case o.connect != "":
 		// The client dials on its own time, and redials: start-up is
 		// complete before the first attempt.
 		ready()
-		err = vhostuser.Connect(ctx, o.connect, dev)
+		err = vhostuser.ConnectWith(ctx, o.connect, sb.Dial, dev)
 		if errors.Is(err, context.Canceled) {
 			err = nil
 		}

@@ -192,6 +192,13 @@ func (ft *Table) forwardFlow(lis *udpListener, key *flowKey, peer netip.AddrPort
 	if err != nil {
 		// The guest's replies then leave from another port; counted.
 		ft.st.TX.Drops[stats.DropNoFlow].Add(1)
+		if errors.Is(err, unix.EACCES) {
+			// A port below net.ipv4.ip_unprivileged_port_start after
+			// vunet's sandbox dropped CAP_NET_BIND_SERVICE (README
+			// "Security"): say so rather than a bare EACCES.
+			err = fmt.Errorf("%w: binding port %d needs CAP_NET_BIND_SERVICE, which vunet gave up after start-up; forward a host port at or above net.ipv4.ip_unprivileged_port_start to this guest port instead",
+				err, hostsock.AddrPortOf(lis.local).Port())
+		}
 		ft.warn("cannot open reply socket for forwarded UDP peer", "peer", peer, "err", err)
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package isolation
 
 import "testing"
 
@@ -21,7 +21,7 @@ func TestLookupRunAs(t *testing.T) {
 		{"root:no-such-group-vunet", 0, 0, true},
 	}
 	for _, tt := range tests {
-		uid, gid, err := lookupRunAs(tt.spec)
+		uid, gid, err := LookupRunAs(tt.spec)
 		if (err != nil) != tt.err || !tt.err && (uid != tt.uid || gid != tt.gid) {
 			t.Errorf("%q: %d:%d %v, want %d:%d err=%v", tt.spec, uid, gid, err, tt.uid, tt.gid, tt.err)
 		}

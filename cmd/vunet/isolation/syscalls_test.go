@@ -1,0 +1,125 @@
+package isolation
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// allNames is every system call name the filters mention.
+func allNames() []string {
+	names := append(append(append(append(append([]string(nil), runtimeSyscalls...), daemonSyscalls...),
+		keeperSyscalls...), metricsSyscalls...), enosysSyscalls...)
+	for _, r := range []role{roleDaemon, roleKeeper} {
+		for _, c := range conditionalSyscalls(r, 1) {
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
+
+// TestNamesExistOnBothArchitectures: a name unknown to an architecture
+// would fail the policy there at start-up; arm64 must at least build and
+// assemble.
+func TestNamesExistOnBothArchitectures(t *testing.T) {
+	for goarch, a := range map[string]*arch.Info{"amd64": arch.X86_64, "arm64": arch.AARCH64} {
+		for _, n := range append(allNames(), archSyscalls[goarch]...) {
+			if _, ok := a.SyscallNames[n]; !ok {
+				t.Errorf("%s: no system call %q", a.Name, n)
+			}
+		}
+	}
+}
+
+// TestForbiddenCallsStayOut: what the sandbox exists to refuse is in no
+// list, and opening files is allowed only with --metrics.
+func TestForbiddenCallsStayOut(t *testing.T) {
+	forbidden := []string{"execve", "execveat", "ptrace", "mount", "umount2", "pivot_root", "chroot",
+		"open", "creat", "open_by_handle_at", "openat2", "unshare", "setns", "setuid", "setresuid", "capset",
+		"process_vm_readv", "process_vm_writev", "kexec_load", "init_module", "finit_module", "bpf",
+		"keyctl", "add_key", "userfaultfd", "perf_event_open", "fork", "vfork", "clone3", "io_uring_setup",
+		"chmod", "fchmod", "chown", "fchown", "symlink", "link", "rename", "renameat2", "mkdir", "mknod"}
+	for _, spec := range []filterSpec{{role: roleDaemon}, {role: roleDaemon, metrics: true}, {role: roleKeeper}} {
+		allowed := allowedSyscalls(policy(spec))
+		for _, n := range forbidden {
+			if slices.Contains(allowed, n) {
+				t.Errorf("%+v allows %s", spec, n)
+			}
+		}
+		if spec.role == roleDaemon && slices.Contains(allowed, "unlinkat") {
+			t.Errorf("%+v: the daemon may unlink (only its keeper removes files)", spec)
+		}
+		if got := slices.Contains(allowed, "openat"); got != spec.metrics {
+			t.Errorf("%+v: openat allowed = %v", spec, got)
+		}
+	}
+}
+
+// TestProgramAssembles: every policy assembles for this architecture, and
+// with notify its default return, and nothing else, becomes USER_NOTIF.
+func TestProgramAssembles(t *testing.T) {
+	for _, spec := range []filterSpec{{role: roleDaemon, pid: os.Getpid()}, {role: roleDaemon, metrics: true, pid: 7}, {role: roleKeeper, pid: 9}} {
+		plain, err := program(policy(spec), false)
+		if err != nil {
+			t.Fatalf("%+v: %v", spec, err)
+		}
+		notify, err := program(policy(spec), true)
+		if err != nil {
+			t.Fatalf("%+v: %v", spec, err)
+		}
+		if len(plain) != len(notify) {
+			t.Fatalf("%+v: %d and %d instructions", spec, len(plain), len(notify))
+		}
+		for i := range plain {
+			if i == len(plain)-1 {
+				if plain[i] != missEPERM || notify[i] != (bpf.RetConstant{Val: unix.SECCOMP_RET_USER_NOTIF}) {
+					t.Errorf("%+v: last instructions %v / %v", spec, plain[i], notify[i])
+				}
+			} else if plain[i] != notify[i] {
+				t.Errorf("%+v: instruction %d differs: %v / %v", spec, i, plain[i], notify[i])
+			}
+		}
+		if _, err := bpf.Assemble(notify); err != nil {
+			t.Errorf("%+v: %v", spec, err)
+		}
+	}
+}
+
+// TestRefusalRoundTrip: the keeper's report decodes to what it encoded.
+func TestRefusalRoundTrip(t *testing.T) {
+	nr, a, err := parseRefusal(refusal(59, 0xc000003e))
+	if err != nil || nr != 59 || a != 0xc000003e {
+		t.Fatalf("%d %#x %v", nr, a, err)
+	}
+	if _, _, err := parseRefusal([]byte{1, 2, 3}); err == nil {
+		t.Fatal("a short report decoded")
+	}
+}
+
+// TestREADMECounts: the README's Security section quotes the lists' sizes;
+// they must stay true.
+func TestREADMECounts(t *testing.T) {
+	b, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := strings.Join(strings.Fields(string(b)), " ")
+	daemon := len(allowedSyscalls(policy(filterSpec{role: roleDaemon})))
+	metrics := len(allowedSyscalls(policy(filterSpec{role: roleDaemon, metrics: true})))
+	keeper := len(allowedSyscalls(policy(filterSpec{role: roleKeeper})))
+	for _, want := range []string{
+		fmt.Sprintf("permits %d system calls (%d with `--metrics`", daemon, metrics),
+		fmt.Sprintf("seccomp_allowed_syscalls=%d", daemon),
+		fmt.Sprintf("seccomp list of %d calls", keeper),
+	} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README.md does not say %q", want)
+		}
+	}
+}

@@ -82,7 +82,16 @@ func startWith(t *testing.T, bin string, args ...string) *daemon {
 func startBinary(t *testing.T, wrapper []string, bin string, args ...string) *daemon {
 	t.Helper()
 	argv := append(append(append([]string(nil), wrapper...), bin, "--log-format", "json"), args...)
-	cmd := exec.Command(argv[0], argv[1:]...)
+	return startCmd(t, exec.Command(argv[0], argv[1:]...), nil)
+}
+
+// startCmd starts a vunet command line (JSON logs on standard error) with
+// extra environment.
+func startCmd(t *testing.T, cmd *exec.Cmd, env []string) *daemon {
+	t.Helper()
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

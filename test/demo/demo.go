@@ -194,7 +194,31 @@ func (d *demo) runGuest(ctx context.Context, qemu string, img initramfs.Image) e
 	if err := d.vunet.stop(5 * time.Second); err != nil {
 		return fmt.Errorf("vunet did not exit cleanly on SIGTERM: %w", err)
 	}
+	return d.checkRefusals()
+}
+
+// checkRefusals fails the demo if vunet's seccomp allow-list refused a
+// system call: vunet needed one the list lacks.
+func (d *demo) checkRefusals() error {
+	if r := d.vunetLog.Match(qemu.MsgIs(qemu.SandboxRefusal)); len(r) > 0 {
+		return fmt.Errorf("vunet's sandbox refused system call %s: its allow-list lacks a call vunet needs", r[0].Attr("syscall"))
+	}
 	return nil
+}
+
+// describeSandbox says how vunet confined itself after start-up (README
+// "Security").
+func (d *demo) describeSandbox() {
+	for _, msg := range []string{"sandbox applied", "sandbox applied in part"} {
+		if l := d.vunetLog.Match(qemu.MsgIs(msg)); len(l) > 0 {
+			d.detail("vunet confined itself after start-up: user %s (uid %s), no capabilities, Landlock ABI %s, seccomp allow-list of %s system calls",
+				l[0].Attr("user"), l[0].Attr("uid"), l[0].Attr("landlock_abi"), l[0].Attr("seccomp_allowed_syscalls"))
+			if na := l[0].Attr("not_applied"); na != "" {
+				d.detail("not applied (an unprivileged start): %s", na)
+			}
+			return
+		}
+	}
 }
 
 func (d *demo) buildVunet(ctx context.Context, goTool, root string) error {
@@ -264,6 +288,7 @@ func (d *demo) startVunet(ctx context.Context) error {
 	}
 	d.rep.Gateway = started.Attr("gateway4")
 	d.detail("vhost-user socket %s", socket)
+	d.describeSandbox()
 	d.detail("metrics at http://%s/metrics", d.metrics)
 	source := "copied from this host's default route"
 	if n := started.Attr("notes"); n != "" {

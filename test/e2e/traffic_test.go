@@ -57,6 +57,9 @@ func TestQEMUGuestTCPTransfer(t *testing.T) {
 		xferParams(params, srv, [2]string{"down4", guest.XferDown + "@" + guest.TargetGW4}, [2]string{"up4", guest.XferUp + "@" + guest.TargetGW4})...)
 	vm := qemu.StartVM(t, qemu.VMConfig{Socket: d.Socket, Checks: checks, Params: params, Timeout: 5 * time.Minute})
 	vm.RequireResult(t, guest.CheckDHCP, 60*time.Second)
+	// Started by root with no sandbox flags, the daemon moves the data
+	// confined: nobody, no capability, no_new_privs, seccomp.
+	checkConfinedDuringDownload(t, d, srv, confinedNobody)
 	srv.CheckXfer(t, vm.RequireResult(t, guest.XferCheck("down4"), 150*time.Second), guest.XferDown, xferSize)
 	srv.CheckXfer(t, vm.RequireResult(t, guest.XferCheck("up4"), 150*time.Second), guest.XferUp, xferSize)
 	vm.Finish(t)
@@ -79,7 +82,13 @@ func checkNoRingErrors(t *testing.T, d *qemu.Daemon) {
 		t.Errorf("vunet_queue_bad_chains_total = %v", v)
 	}
 	if v := m.Sum("vunet_vhost_user_errors_total"); v != 0 {
-		t.Errorf("vunet_vhost_user_errors_total = %v", v)
+		var by []string
+		for k, n := range m {
+			if strings.HasPrefix(k, "vunet_vhost_user_errors_total{") && n != 0 {
+				by = append(by, fmt.Sprintf("%s = %v", k, n))
+			}
+		}
+		t.Errorf("vunet_vhost_user_errors_total = %v: %s", v, strings.Join(by, ", "))
 	}
 }
 

@@ -40,6 +40,11 @@ func DaemonBinary(t testing.TB) string {
 		if build.err != nil {
 			return
 		}
+		// A daemon started as another user (DaemonConfig.Wrapper) must
+		// reach the binary.
+		if build.err = os.Chmod(build.dir, 0o755); build.err != nil {
+			return
+		}
 		build.bin = filepath.Join(build.dir, "vunet")
 		cmd := exec.Command("go", "build", "-o", build.bin, "./cmd/vunet")
 		cmd.Dir = root
@@ -84,6 +89,9 @@ type DaemonConfig struct {
 	Metrics bool
 	// NetNS runs the daemon inside this namespace (see NewNetNS).
 	NetNS *NetNS
+	// Wrapper is a command prefix the daemon runs under (inside NetNS),
+	// such as setpriv to start it unprivileged.
+	Wrapper []string
 }
 
 // Daemon is a running back-end process, stopped by t.Cleanup.
@@ -148,7 +156,7 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 	if err != nil {
 		t.Fatalf("daemon log: %v", err)
 	}
-	argv := append([]string{bin}, args...)
+	argv := append(append(append([]string(nil), cfg.Wrapper...), bin), args...)
 	if cfg.NetNS != nil {
 		argv = cfg.NetNS.Command(argv...)
 	}
@@ -181,6 +189,9 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 		if err := d.Stop(5 * time.Second); err != nil && !d.killed && !d.Passt {
 			t.Errorf("%s: %v", cfg.Name, err)
 		}
+		if !d.Passt {
+			checkSandbox(t, cfg.Name, d.Log)
+		}
 		if t.Failed() {
 			t.Logf("%s log tail (%s):\n%s", cfg.Name, d.LogPath, d.Log.Tail(60))
 		}
@@ -199,6 +210,26 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 	}
 	return d
 }
+
+// checkSandbox fails the test unless the daemon ran sandboxed (the
+// default: no suite may turn it off) and its seccomp allow-list refused
+// nothing: a refusal means a feature the test used needs a system call
+// the list lacks.
+func checkSandbox(t testing.TB, name string, log *LogSink) {
+	t.Helper()
+	if len(log.Match(MsgIs("sandbox applied"))) == 0 && len(log.Match(MsgIs("sandbox applied in part"))) == 0 {
+		if len(log.Match(MsgIs("vunet starting"))) > 0 {
+			t.Errorf("%s ran without the sandbox (no \"sandbox applied\" line)", name)
+		}
+	}
+	for _, l := range log.Match(MsgIs(SandboxRefusal)) {
+		t.Errorf("%s: the sandbox refused system call %s (add it to cmd/vunet/isolation's allow-list if vunet needs it)", name, l.Attr("syscall"))
+	}
+}
+
+// SandboxRefusal is the daemon's log message when its seccomp allow-list
+// refuses a system call.
+const SandboxRefusal = "sandbox refused a system call"
 
 // waitSocket waits for path to appear as a socket (the daemon listens before
 // it creates nothing else, so existence means connectable).

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -300,6 +301,24 @@ func (r *Rig) Socket() string { return r.socket }
 // BackendLog is the file the back-end's stdout and stderr go to.
 func (r *Rig) BackendLog() string { return filepath.Join(r.dir, "backend.log") }
 
+// refusedCall finds vunet's "sandbox refused a system call" log line, in
+// its text or JSON form, and the call's name.
+var refusedCall = regexp.MustCompile(`"?msg"?[=:]"sandbox refused a system call".*?"?syscall"?[=:]"?([a-z0-9_#]+)`)
+
+// sandboxRefusals lists the system calls a vunet back-end's log says its
+// seccomp allow-list refused.
+func sandboxRefusals(logPath string) []string {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return nil
+	}
+	var calls []string
+	for _, m := range refusedCall.FindAllStringSubmatch(string(b), -1) {
+		calls = append(calls, m[1])
+	}
+	return calls
+}
+
 // BackendPID is the back-end's process id (0 before it started).
 func (r *Rig) BackendPID() int {
 	if r.backend == nil {
@@ -405,6 +424,9 @@ func (r *Rig) Close() error {
 	if r.backend != nil {
 		if err := r.backend.stop(3 * time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("back-end pid %d: %w", r.backend.pid(), err))
+		}
+		if calls := sandboxRefusals(r.BackendLog()); len(calls) > 0 {
+			errs = append(errs, fmt.Errorf("back-end's sandbox refused system calls %s: vunet's allow-list lacks what it needed (cmd/vunet/isolation)", strings.Join(calls, ",")))
 		}
 	}
 	for _, fd := range []*int{&r.tap, &r.tap2} {

@@ -50,10 +50,13 @@ func setUpMigration(ctx context.Context, o *options, stack *tcpstack.Stack, logg
 		if err != nil {
 			return fmt.Errorf("--migrate-to: %w", err)
 		}
-		// The listener lives as long as the daemon; its file goes with it.
+		// The listener lives as long as the daemon; its file goes with it
+		// (removed by the sandbox's keeper unless the sandbox is off).
 		context.AfterFunc(ctx, func() {
 			l.Close()
-			os.Remove(o.migrateTo)
+			if o.sandbox == "off" {
+				os.Remove(o.migrateTo)
+			}
 		})
 		stack.ServeMigration(l)
 	}

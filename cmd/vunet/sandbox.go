@@ -25,7 +25,7 @@ func (o *options) givenFDs() []int {
 func startSandbox(o *options, sc *stackConfig, logger *slog.Logger, activated bool, closedFDs []int) (*isolation.Sandbox, error) {
 	var remove []isolation.FileID
 	var own []string
-	ours := []string{o.pidFile}
+	ours := []string{o.pidFile, o.migrateTo}
 	if o.socket != "" && !activated { // systemd's socket file is systemd's
 		own = append(own, o.socket)
 		ours = append(ours, o.socket)

@@ -52,6 +52,10 @@ var daemonSyscalls = []string{
 	"sendmsg", "recvmsg", "recvfrom", // vhost-user messages and descriptors; flows
 	"accept4", "bind", "connect", "getsockname", "getpeername", "getsockopt", "setsockopt", "shutdown",
 	"timerfd_create", "timerfd_settime",
+	// Guest kick/call/err eventfds that cannot block us (virtqueue):
+	// reads with preadv2 RWF_NOWAIT, signals through one Linux AIO
+	// context made on first use, poll-then-write without it.
+	"preadv2", "ppoll", "io_setup", "io_submit", "io_getevents", "io_destroy",
 	// A background daemon points its standard streams at /dev/null
 	// (opened before the sandbox) when it becomes ready (x/sys's Dup2 is
 	// dup3 on amd64 and arm64 alike).

@@ -51,7 +51,11 @@ func setUpMigration(ctx context.Context, o *options, stack *tcpstack.Stack, logg
 			return fmt.Errorf("--migrate-to: %w", err)
 		}
 		// The listener lives as long as the daemon; its file goes with it
-		// (removed by the sandbox's keeper unless the sandbox is off).
+		// (removed by the sandbox's keeper unless the sandbox is off: the
+		// confined daemon may unlink nothing).
+		if o.sandbox != "off" {
+			l.SetUnlinkOnClose(false)
+		}
 		context.AfterFunc(ctx, func() {
 			l.Close()
 			if o.sandbox == "off" {

@@ -56,6 +56,10 @@ var daemonSyscalls = []string{
 	// reads with preadv2 RWF_NOWAIT, signals through one Linux AIO
 	// context made on first use, poll-then-write without it.
 	"preadv2", "ppoll", "io_setup", "io_submit", "io_getevents", "io_destroy",
+	// A descriptor from the front-end is checked to be an eventfd by its
+	// /proc/self/fd link (vhostuser). Landlock has no right for readlink;
+	// the daemon only reads its own descriptors' links.
+	"readlinkat",
 	// A background daemon points its standard streams at /dev/null
 	// (opened before the sandbox) when it becomes ready (x/sys's Dup2 is
 	// dup3 on amd64 and arm64 alike).

@@ -38,9 +38,16 @@ func setUpMigration(ctx context.Context, o *options, stack *tcpstack.Stack, logg
 		if err != nil {
 			return fmt.Errorf("--repair-path: %w", err)
 		}
+		// Like --migrate-to's, the file is the keeper's to remove when
+		// the sandbox is on.
+		if o.sandbox != "off" {
+			h.LeaveFile()
+		}
 		context.AfterFunc(ctx, func() {
 			h.Close()
-			os.Remove(o.repairPath)
+			if o.sandbox == "off" {
+				os.Remove(o.repairPath)
+			}
 		})
 		stack.SetRepairHelper(h)
 		logger.Info("migration: waiting for the TCP_REPAIR helper", "socket", o.repairPath)

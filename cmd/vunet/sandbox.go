@@ -26,6 +26,9 @@ func startSandbox(o *options, sc *stackConfig, logger *slog.Logger, activated bo
 	var remove []isolation.FileID
 	var own []string
 	ours := []string{o.pidFile, o.migrateTo}
+	if o.repairPath != "none" {
+		ours = append(ours, o.repairPath)
+	}
 	if o.socket != "" && !activated { // systemd's socket file is systemd's
 		own = append(own, o.socket)
 		ours = append(ours, o.socket)

@@ -197,10 +197,21 @@ func (ft *Table) forwardFlow(lis *udpListener, key *flowKey, peer netip.AddrPort
 			// vunet's sandbox dropped CAP_NET_BIND_SERVICE (README
 			// "Security"): say so rather than a bare EACCES.
 			err = fmt.Errorf("%w: binding port %d needs CAP_NET_BIND_SERVICE, which vunet gave up after start-up; forward a host port at or above net.ipv4.ip_unprivileged_port_start to this guest port instead",
-				err, hostsock.AddrPortOf(lis.local).Port())
+				err, sockaddrPort(lis.local))
 		}
 		ft.warn("cannot open reply socket for forwarded UDP peer", "peer", peer, "err", err)
 		return
 	}
 	ft.adoptAs(key, fd, classInbound)
+}
+
+// sockaddrPort is the port of an IPv4 or IPv6 socket address.
+func sockaddrPort(sa unix.Sockaddr) int {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return a.Port
+	case *unix.SockaddrInet6:
+		return a.Port
+	}
+	return 0
 }

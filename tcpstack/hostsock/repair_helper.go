@@ -57,6 +57,10 @@ func ListenRepair(path string) (*RepairHelper, error) {
 	return &RepairHelper{l: l}, nil
 }
 
+// LeaveFile makes Close leave the socket file for someone else to remove
+// (a sandboxed daemon, which may unlink nothing, has its keeper do it).
+func (h *RepairHelper) LeaveFile() { h.l.SetUnlinkOnClose(false) }
+
 // Close closes the listener and the helper's connection.
 func (h *RepairHelper) Close() error {
 	h.mu.Lock()

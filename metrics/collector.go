@@ -221,6 +221,8 @@ func collectTCP(ch chan<- prometheus.Metric, st *stats.TCP, q string) {
 		}
 		counter(ch, descTCPRetrans, st.Retransmits[c].Load(), q, c.String())
 	}
+	sparseCounter(ch, descTCPOOO, st.OutOfOrderKept.Load(), q)
+	sparseCounter(ch, descTCPOOOFull, st.OutOfOrderNoBuffer.Load(), q)
 	counter(ch, descTCPRSTSent, st.RSTSent.Load(), q)
 	counter(ch, descTCPRSTRecv, st.RSTReceived.Load(), q)
 	counter(ch, descTCPBytes, st.BytesToGuest.Load(), q, dirToGuest)

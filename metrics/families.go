@@ -111,6 +111,8 @@ var (
 	descTCPClampsEff = counterFam("tcp_window_clamp_effective_total", "Window workarounds after which the host socket's receive window state (rcv_ssthresh, advertised window) grew; the series appears at the first.", "queue")
 	descTCPProbes    = counterFam("tcp_window_probes_total", "Zero-window probes sent to the guest (its window shut with nothing in flight and data waiting); the series appears at the first.", "queue")
 	descTCPRetrans   = counterFam("tcp_retransmissions_total", "Rewinds of the sequence sent to the guest, by cause (dup_ack: the guest asked again, once per loss; timeout; window_reopened: it reopened a window it had shut on data in flight, a series that appears at the first).", "queue", "cause")
+	descTCPOOO       = counterFam("tcp_out_of_order_bytes_total", "Guest payload bytes that came past a hole (a frame lost on the way) and were kept and SACKed until it was filled; the series appears at the first.", "queue")
+	descTCPOOOFull   = counterFam("tcp_out_of_order_no_buffer_total", "Guest segments past a hole that could not be kept because the queue's table held all its out-of-order buffers (dropped, sent again by the guest); the series appears at the first.", "queue")
 	descTCPRSTSent   = counterFam("tcp_resets_sent_total", "RSTs sent to the guest.", "queue")
 	descTCPRSTRecv   = counterFam("tcp_resets_received_total", "RSTs received from the guest.", "queue")
 	descTCPBytes     = counterFam("tcp_payload_bytes_total", "TCP payload bytes translated (to_guest: committed to guest frames, from_guest: written to host sockets).", queueDir...)

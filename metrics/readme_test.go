@@ -71,6 +71,8 @@ func everySeries() Sources {
 	st[0].FlowsMovedIn.Add(1)
 	st[0].FlowFetches.Add(1)
 	st[0].FlowFetchMisses.Add(1)
+	tcps[0].OutOfOrderKept.Add(1)
+	tcps[0].OutOfOrderNoBuffer.Add(1)
 	tcps[0].ClampAttempts.Add(1)
 	tcps[0].ClampEffective.Add(1)
 	tcps[0].WindowProbes.Add(1)

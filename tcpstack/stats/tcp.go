@@ -82,6 +82,11 @@ type TCP struct {
 	// BytesToGuest and BytesFromGuest count payload bytes committed to guest
 	// frames and written to host sockets.
 	BytesToGuest, BytesFromGuest atomic.Uint64
+	// OutOfOrderKept counts guest payload bytes that came past a hole and
+	// were kept (and SACKed) until it was filled; OutOfOrderNoBuffer the
+	// times none could be kept because the table held all the buffers it
+	// may.
+	OutOfOrderKept, OutOfOrderNoBuffer atomic.Uint64
 	// MovedIn and MovedOut count connections taken over from, and handed
 	// to, another queue pair (the guest sent their segments on another TX
 	// queue) or, in a live migration, another vunet.

@@ -55,6 +55,10 @@ type Config struct {
 	// NoPeekOffset forces the discard-buffer fallback even where SO_PEEK_OFF
 	// works (tests, comparisons).
 	NoPeekOffset bool
+	// NoSACK stops offering SACK to the guest, so data after a hole is
+	// dropped and sent again rather than kept (outoforder.go; tests,
+	// comparisons).
+	NoSACK bool
 	// NoWindowClamp disables the TCP_WINDOW_CLAMP window workaround and
 	// the start-up experiment that decides whether this kernel needs it
 	// (hostsock.ProbeWindowKernel; on the kernels measured it does not).

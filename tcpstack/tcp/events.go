@@ -49,7 +49,7 @@ func (t *Table) HandleSocketEvent(now time.Time, token hostsock.Token, events ui
 		// (the output pass decides whether that is worth an update). The
 		// wake-up cleared SOCK_NOSPACE: the next full spell polls again.
 		f.flags &^= flOutArmed
-		t.markDirty(f)
+		t.markDirty(f) // the output pass also writes data kept out of order
 	}
 	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP) != 0 {
 		f.events |= evSockRdHup

@@ -90,8 +90,9 @@ type conn struct {
 	dupAckSeq        uint32 // seqFromGuest the last duplicate ACKs announced
 	dupAckSent       bool
 	dupAcksDue       uint8
-	guestSACK        bool
-	senderPeriod     int64 // senderPeriod in which it last wrote guest data (ring_budget.go)
+	guestSACK        bool    // the guest offered SACK: we accept it (outoforder.go)
+	ooo              *oooBuf // data past a hole, kept and SACKed; nil: none
+	senderPeriod     int64   // senderPeriod in which it last wrote guest data (ring_budget.go)
 
 	epollEvents uint32 // events currently registered
 	inEpoll     bool

@@ -14,14 +14,22 @@ import (
 // had no RX buffer.
 func (t *Table) sendFlags(f *conn, w guestring.Sink, fl header.TCPFlags, seq uint32) bool {
 	var opts []byte
-	var ob [8]byte
-	if fl.Has(header.TCPFlagSYN) {
+	o := &t.opts
+	switch {
+	case fl.Has(header.TCPFlagSYN):
 		mss := min(t.cfg.MTU-t.ipHdrLen(f.key.v6)-header.TCPMinimumSize, 0xffff)
-		o := header.TCPOptions{HasMSS: true, MSS: uint16(mss)}
+		*o = header.TCPOptions{HasMSS: true, MSS: uint16(mss)}
 		if f.wsToGuest > 0 {
 			o.HasWindowScale, o.WindowScale = true, f.wsToGuest
 		}
-		opts = ob[:header.EncodeTCPOptions(ob[:], &o)]
+		// SACK: offered in our SYN (a forwarded connection; the guest's
+		// SYN-ACK decides), accepted in our SYN-ACK if the guest offered it.
+		o.SACKPermitted = !t.cfg.NoSACK && (!fl.Has(header.TCPFlagACK) || f.guestSACK)
+		opts = t.optBuf[:header.EncodeTCPOptions(t.optBuf[:], o)]
+	case fl.Has(header.TCPFlagACK) && f.ooo != nil:
+		*o = header.TCPOptions{}
+		t.sackBlocks(f, o)
+		opts = t.optBuf[:header.EncodeTCPOptions(t.optBuf[:], o)]
 	}
 	hdrLen := header.EthernetMinimumSize + t.ipHdrLen(f.key.v6) + header.TCPMinimumSize + len(opts)
 	hdr, _, st := w.Reserve(hdrLen, 0)

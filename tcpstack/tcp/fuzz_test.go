@@ -32,6 +32,7 @@ func FuzzTCPGuestFrame(f *testing.F) {
 	f.Add(h.frame(header.TCPFlagACK, 1001, 5001, 65535, nil, []byte("payload")), 0)
 	f.Add(h.frame(header.TCPFlagACK|header.TCPFlagFIN, 1001, 5001, 100, nil, nil), 3)
 	f.Add(h.frame(header.TCPFlagRST, 1001, 0, 0, nil, nil), 0)
+	f.Add(h.frame(header.TCPFlagACK, 3001, 5001, 65535, nil, []byte("past a hole")), 20) // kept (SACK)
 	h.guest = netip.MustParseAddrPort("[fd00::15]:40000")
 	h.remote = netip.MustParseAddrPort("[fd00::2]:80")
 	f.Add(h.frame(header.TCPFlagSYN, 7, 0, 65535, ob[:n], nil), 10)
@@ -49,6 +50,7 @@ func FuzzTCPGuestFrame(f *testing.F) {
 			fl.iss, fl.seqToGuest, fl.sndMax, fl.seqAckFromGuest = 5000, 5001, 5001, 5001
 			fl.seqInitFromGuest, fl.seqFromGuest, fl.seqAckToGuest = 1000, 1001, 1001
 			fl.mssToGuest, fl.wndFromGuest = 1400, 65535
+			fl.guestSACK = g.Addr().Is4() // data past a hole is kept on one of them
 			tab.setState(fl, stats.TCPEstablished)
 		}
 		head := frame[:min(len(frame), 256)]

@@ -282,6 +282,38 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 	return true
 }
 
+// toSocket writes n bytes of bufs, from offset off, to f's socket: what
+// it took extends the data from the guest. ok is false when the write
+// failed (f was reset).
+func (t *Table) toSocket(now time.Time, f *conn, bufs [][]byte, off, n int) (written int, ok bool) {
+	w, err := t.io.Send(f.fd, bufs, off, n)
+	switch err {
+	case nil:
+	case unix.EAGAIN, unix.ENOBUFS, unix.ENOMEM:
+		// Full, or the kernel short of memory for now: nothing was
+		// written.
+		w = 0
+	default:
+		t.log.Debug("tcp write to host failed", "err", err)
+		t.resetFlow(f, now)
+		return 0, false
+	}
+	f.seqFromGuest += uint32(w)
+	t.stats.BytesFromGuest.Add(uint64(w))
+	if w > 0 {
+		t.noteSender(now, f)
+	}
+	if w < n {
+		// The socket is full: the guest retransmits the rest (or, kept
+		// out of order, it goes at EPOLLOUT); we tell the guest when
+		// space frees up (EPOLLOUT → window update). The refused write
+		// set SOCK_NOSPACE, so the kernel wakes us without a poll.
+		f.flags |= flWantOut | flOutArmed
+		t.updateEpoll(f)
+	}
+	return w, true
+}
+
 // dupAcksToSend is how many duplicate ACKs announce a gap (Linux's default
 // reordering threshold).
 const dupAcksToSend = 3
@@ -306,10 +338,13 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 	}
 	off := int32(f.seqFromGuest - sg.seq)
 	if off < 0 {
-		// A gap: something before this segment is missing (a write to the
-		// host socket came up short). Drop it and repeat our ACK, three
+		// A gap: something before this segment is missing (lost on the
+		// way, or a write to the host socket came up short). With SACK we
+		// keep it and say so (outoforder.go); otherwise, or when it does
+		// not fit, it is dropped. Either way our ACK goes again, three
 		// times over once per gap, so the guest's fast retransmit resends
 		// from there instead of waiting for its retransmission timeout.
+		t.keepOutOfOrder(f, sg, frame, skip)
 		f.flags |= flAckDue
 		if !f.dupAckSent || f.dupAckSeq != f.seqFromGuest {
 			f.dupAckSent, f.dupAckSeq, f.dupAcksDue = true, f.seqFromGuest, dupAcksToSend
@@ -326,30 +361,16 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 			f.flags |= flAckDue // all old: the guest missed our ACK
 			t.markDirty(f)
 		} else if f.fd >= 0 {
-			n, err := t.io.Send(f.fd, frame, skip+sg.payloadOff+int(off), l-int(off))
-			switch err {
-			case nil:
-			case unix.EAGAIN, unix.ENOBUFS, unix.ENOMEM:
-				// Full, or the kernel short of memory for now: nothing
-				// was written, the guest retransmits.
-				n = 0
-			default:
-				t.log.Debug("tcp write to host failed", "err", err)
-				t.resetFlow(f, now)
+			n, ok := t.toSocket(now, f, frame, skip+sg.payloadOff+int(off), l-int(off))
+			if !ok {
 				return
 			}
-			f.seqFromGuest += uint32(n)
-			t.stats.BytesFromGuest.Add(uint64(n))
-			if n > 0 {
-				t.noteSender(now, f)
-			}
-			if n < l-int(off) {
-				// The socket is full: the guest retransmits the rest; we
-				// tell it when space frees up (EPOLLOUT → window update).
-				// The refused write set SOCK_NOSPACE, so the kernel wakes
-				// us without a poll.
-				f.flags |= flWantOut | flOutArmed
-				t.updateEpoll(f)
+			if n == l-int(off) && f.ooo != nil {
+				// The hole may be filled: what was kept after it follows.
+				t.writeOutOfOrder(now, f)
+				if f.fd < 0 {
+					return
+				}
 			}
 			f.flags |= flAckDue
 			t.markDirty(f)

@@ -50,6 +50,11 @@ func (t *Table) Flush(now time.Time, w guestring.Sink) (blocked bool) {
 // output writes everything due for f. It returns false when the guest had
 // no RX buffer for something that was due.
 func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
+	if f.oooReady() {
+		// Data kept past a filled hole that a full socket held back: the
+		// guest has it SACKed and will not send it again (outoforder.go).
+		t.writeOutOfOrder(now, f)
+	}
 	if f.flags&flRstDue != 0 {
 		// At the highest sequence sent, not seqToGuest, which a rewind
 		// moved back: the guest may have everything up to sndMax, and an

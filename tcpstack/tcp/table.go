@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/header"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 
@@ -73,6 +74,14 @@ type Table struct {
 	// policy decides which guest connections may be made, and to where.
 	policy stats.PolicyGate
 
+	// Buffers of out-of-order guest data (outoforder.go): the pool and
+	// how many are out; the iovecs that write one.
+	oooPool []*oooBuf
+	oooLive int
+	oooIov  [2][]byte
+	opts    header.TCPOptions              // of the flag frame being built
+	optBuf  [header.TCPMaxOptionsSize]byte // its encoding
+
 	// dir shares the connections with the other queue pairs' tables
 	// (directory.go); nil: this table is alone.
 	dir Directory
@@ -129,6 +138,7 @@ func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 		},
 		setPeekOff: hostsock.SetPeekOffset,
 		bufs:       make([][]byte, 0, hostsock.MaxIovecs),
+		oooPool:    make([]*oooBuf, 0, oooMaxBuffers),
 		dial:       dialer(cfg.Source),
 		policy:     stats.PolicyGate{Policy: cfg.Policy, Stats: qs, Log: cfg.Logger},
 	}
@@ -324,6 +334,7 @@ func (t *Table) release(f *conn) {
 		t.dir.Remove(f.fp)
 	}
 	f.fp = 0
+	t.oooDrop(f)
 	for i, s := range t.active {
 		if s == f.slot {
 			last := len(t.active) - 1

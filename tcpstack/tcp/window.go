@@ -159,7 +159,9 @@ func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 		if f.flags&flOutArmed == 0 {
 			t.armOut(f)
 		}
-	} else if f.flags&flWantOut != 0 {
+	} else if f.flags&flWantOut != 0 && !f.oooReady() {
+		// (Kept data waiting for the socket keeps EPOLLOUT: only the
+		// socket's room brings it out.)
 		f.flags &^= flWantOut | flOutArmed
 		t.updateEpoll(f)
 	}

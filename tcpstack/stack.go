@@ -37,9 +37,10 @@ type Stack struct {
 
 	faultLog stats.Limiter // memory-fault log lines, across the Stack's loops
 
-	mu    sync.Mutex
-	loops map[int]*loop
-	pairs map[int]*pairState
+	mu       sync.Mutex
+	loops    map[int]*loop
+	stopping map[*loop]struct{} // taken out of loops by StopPair, not stopped yet
+	pairs    map[int]*pairState
 
 	// dir names the pair holding each flow, and byIndex finds a pair's
 	// state, both without s.mu: the loops hand flows to each other
@@ -101,12 +102,13 @@ func New(cfg Config) *Stack {
 		cfg.ICMPTimeout = 60 * time.Second
 	}
 	s := &Stack{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		policy: newAddrPolicy(&cfg),
-		loops:  make(map[int]*loop),
-		pairs:  make(map[int]*pairState),
-		dir:    flowdir.New(),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		policy:   newAddrPolicy(&cfg),
+		loops:    make(map[int]*loop),
+		stopping: make(map[*loop]struct{}),
+		pairs:    make(map[int]*pairState),
+		dir:      flowdir.New(),
 	}
 	s.mtu.Store(int64(cfg.Addr.EffectiveMTU()))
 	tcp.ProbeKernel(cfg.TCP)
@@ -173,11 +175,17 @@ func (s *Stack) StopPair(index int) {
 	s.mu.Lock()
 	l := s.loops[index]
 	delete(s.loops, index)
+	if l != nil {
+		s.stopping[l] = struct{}{}
+	}
 	s.mu.Unlock()
 	if l == nil {
 		return
 	}
 	l.stop()
+	s.mu.Lock()
+	delete(s.stopping, l)
+	s.mu.Unlock()
 	s.log.Debug("queue pair stopped", "pair", index)
 }
 
@@ -230,9 +238,18 @@ func (s *Stack) stopAllPairs() {
 	for i := range s.loops {
 		idx = append(idx, i)
 	}
+	// Loops another goroutine is stopping (it took them out of s.loops
+	// first) have not left the tables yet either.
+	var others []*loop
+	for l := range s.stopping {
+		others = append(others, l)
+	}
 	s.mu.Unlock()
 	for _, i := range idx {
 		s.StopPair(i)
+	}
+	for _, l := range others {
+		<-l.done
 	}
 }
 

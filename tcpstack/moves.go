@@ -141,9 +141,10 @@ func (l *loop) fetch(kind moveKind, fp uint64) bool {
 			return true
 		}
 	}
-	if !f.fetchable {
-		// A reassembled datagram: its fragments' chains are gone. The
-		// flow comes here all the same, for the guest's next datagram.
+	if !f.fetchable || l.stream != nil {
+		// A reassembled datagram: its fragments' chains are gone (and a
+		// stream's frame has no chain to keep). The flow comes here all
+		// the same, for the guest's next datagram.
 		l.st.TX.Drops[stats.DropFlowMoving].Add(1)
 		return true
 	}

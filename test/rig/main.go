@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -113,26 +114,40 @@ func up(args []string) error {
 	hostSys, guestSys := kvFlag{}, kvFlag{}
 	fs.Var(hostSys, "host-sysctl", "key=value set in the back-end's namespace (repeatable), e.g. net.ipv4.tcp_rmem='4096 16384 65536'")
 	fs.Var(guestSys, "guest-sysctl", "key=value set in the guest namespace (repeatable)")
+	queues := fs.Int("queues", 1, "queue pairs (the default back-end gets --queues); the guest's frames go to one TX ring at a time")
+	rotate := fs.Duration("tx-rotate", 0, "move the guest's transmissions to the next TX ring this often (after the old ring drained)")
+	eager := fs.Bool("tx-rotate-eager", false, "with -tx-rotate: move at once, frames still on the old ring")
+	loss := fs.Float64("loss", 0, "lose this fraction of the frames, each way (e.g. 0.01)")
+	reorder := fs.Float64("reorder", 0, "deliver this fraction of the frames after the next one, each way")
+	dup := fs.Float64("dup", 0, "duplicate this fraction of the frames, each way")
+	seed := fs.Uint64("seed", 1, "seed of -loss, -reorder and -dup")
 	verbose := fs.Bool("v", false, "log the rig's steps")
 	fs.Parse(args)
+	if *queues > 1 && *backend == strings.Join(rig.DefaultBackend, " ") {
+		*backend += " --queues " + strconv.Itoa(*queues)
+	}
 
 	lvl := slog.LevelWarn
 	if *verbose {
 		lvl = slog.LevelDebug
 	}
 	opts := rig.Options{
-		Backend:      strings.Fields(*backend),
-		RingSize:     uint16(*ring),
-		RXRingSize:   uint16(*rxRing),
-		TXRingSize:   uint16(*txRing),
-		SlowRX:       *slowRX,
-		MTU:          *mtu,
-		DHCP:         !*static,
-		NoHostNetns:  *noHostNS,
-		HostSysctls:  hostSys,
-		GuestSysctls: guestSys,
-		Loopback:     *alone,
-		Log:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
+		Backend:       strings.Fields(*backend),
+		RingSize:      uint16(*ring),
+		RXRingSize:    uint16(*rxRing),
+		TXRingSize:    uint16(*txRing),
+		SlowRX:        *slowRX,
+		MTU:           *mtu,
+		DHCP:          !*static,
+		NoHostNetns:   *noHostNS,
+		HostSysctls:   hostSys,
+		GuestSysctls:  guestSys,
+		Loopback:      *alone,
+		QueuePairs:    *queues,
+		TXRotate:      *rotate,
+		TXRotateEager: *eager,
+		Impair:        rig.Impairment{Loss: *loss, Reorder: *reorder, Duplicate: *dup, Seed: *seed},
+		Log:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
 	}
 	if *testpmd {
 		opts.Frontend = rig.FrontendTestpmd

@@ -15,8 +15,10 @@
 //     distinct addresses and ports (half never answered), UDP to 2,000
 //     ports, 500 overlapping and 1,000 never-completed fragmented
 //     datagrams, a second of 5,000 ARP, NDP and DHCP requests each;
-//   - at 45 s vunet's resident memory (VmRSS), open descriptors and
-//     goroutines (go_goroutines from its metrics) are sampled;
+//   - from 25 s to 45 s vunet's resident memory (VmRSS), open descriptors
+//     and goroutines (go_goroutines from its metrics) are sampled six
+//     times; the minute's values are the medians (a garbage collection
+//     cycle moves RSS by several MB);
 //   - at 50 s the traffic stops (the streams must end byte-exact) and the
 //     front-end reconnects (a new vhost-user session: new guest memory,
 //     rings and the guest's flows reset, as when QEMU reconnects).
@@ -35,8 +37,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,7 +109,10 @@ func run(minutes int, rate int64, refMinute int) error {
 			fmt.Fprintln(os.Stderr, "soak: close rig:", err)
 		}
 	}()
-	if err := ownPrefixes(r); err != nil {
+	if err := load.OwnPrefixes(func(name string, args ...string) error {
+		_, err := r.HostExec(ctx, name, args...)
+		return err
+	}); err != nil {
 		return err
 	}
 	pid := r.BackendPID()
@@ -169,32 +174,6 @@ func flat(curve []sample, refMinute int) []string {
 	return out
 }
 
-// The flood targets, owned by the back-end's namespace (as in
-// TestRigGuestFloods): local addresses nobody listens on, and a prefix
-// routed to a neighbour that never answers.
-const (
-	floodLocal  = "10.214.0.0/16"
-	floodSilent = "10.215.0.0/16"
-)
-
-func ownPrefixes(r *rig.Rig) error {
-	for _, args := range [][]string{
-		{"ip", "route", "add", "local", floodLocal, "dev", "lo"},
-		{"ip", "route", "add", floodSilent, "via", "10.213.0.250", "dev", "rig0"},
-	} {
-		if out, err := r.HostExec(context.Background(), args[0], args[1:]...); err != nil {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-	}
-	return nil
-}
-
-func prefixAddr(prefix string, i int) netip.Addr {
-	b := netip.MustParsePrefix(prefix).Addr().As4()
-	b[2], b[3] = byte(i/254), byte(1+i%254)
-	return netip.AddrFrom4(b)
-}
-
 func streamEnds(r *rig.Rig) load.Ends {
 	return load.Ends{
 		Listen: func() (net.Listener, error) { return r.HostListen("tcp4", "127.0.0.1:0") },
@@ -252,19 +231,31 @@ func minute(ctx context.Context, r *rig.Rig, m int, rate int64, began time.Time)
 	floods, ferr := burst(r, m)
 	s.floods = floods
 
-	at(45 * time.Second)
+	// Six samples from 25 s (the burst's connections are gone) to 45 s;
+	// the minute's values are their medians, so that where the Go
+	// runtime's garbage collection cycle happens to be does not decide.
 	pid := r.BackendPID()
-	s.at = time.Since(began)
-	s.rss = statusKB(pid, "VmRSS")
-	s.anon, s.shm = statusKB(pid, "RssAnon"), statusKB(pid, "RssShmem")
-	s.fds = countFDs(pid) // before the scrape's own connection
-	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	met, merr := r.Metrics(mctx)
-	cancel()
-	if merr == nil {
-		s.goroutines = int(met.Sum("go_goroutines"))
-		s.heap = met.Sum("go_memstats_heap_inuse_bytes")
+	var rss, anon, shm, fds, gor, heap []float64
+	var merr error
+	for t := 25 * time.Second; t <= 45*time.Second; t += 4 * time.Second {
+		at(t)
+		rss = append(rss, float64(load.ProcStatusKB(pid, "VmRSS")))
+		anon = append(anon, float64(load.ProcStatusKB(pid, "RssAnon")))
+		shm = append(shm, float64(load.ProcStatusKB(pid, "RssShmem")))
+		fds = append(fds, float64(load.ProcFDs(pid))) // before the scrape's own connection
+		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		met, err := r.Metrics(mctx)
+		cancel()
+		if err != nil {
+			merr = err
+			continue
+		}
+		gor = append(gor, met.Sum("go_goroutines"))
+		heap = append(heap, met.Sum("go_memstats_heap_inuse_bytes"))
 	}
+	s.at = time.Since(began)
+	s.rss, s.anon, s.shm = int64(median(rss)), int64(median(anon)), int64(median(shm))
+	s.fds, s.goroutines, s.heap = int(median(fds)), int(median(gor)), median(heap)
 
 	at(50 * time.Second)
 	var errs []error
@@ -313,6 +304,16 @@ func minute(ctx context.Context, r *rig.Rig, m int, rate int64, began time.Time)
 	}
 	at(time.Minute)
 	return s, errors.Join(errs...)
+}
+
+// median of v (the lower of the middle two); 0 for none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[(len(v)-1)/2]
 }
 
 func dirName(toHost bool) string {
@@ -375,71 +376,20 @@ func burst(r *rig.Rig, m int) (string, error) {
 	}
 	defer fl.Close()
 	const rate = 5000
-	syn, err := fl.Paced(2000, rate, func(i int) []byte {
-		prefix := floodSilent
-		if i >= 1000 {
-			prefix = floodLocal
-		}
-		dst := netip.AddrPortFrom(prefixAddr(prefix, (m*1000+i)%20000), uint16(1000+i))
-		return fl.SYN(dst, uint16(20000+(m%2)*5000+i), uint32(i))
-	})
+	syn, err := fl.SYNFlood(2000, rate, uint16(20000+(m%2)*5000))
 	if err != nil {
 		return "", err
 	}
-	udp, err := fl.Paced(2000, rate, func(i int) []byte {
-		return fl.UDP(netip.AddrPortFrom(prefixAddr(floodLocal, 0), uint16(1000+i)), 33333, 32)
-	})
+	udp, err := fl.UDPFlood(2000, rate)
 	if err != nil {
 		return "", err
 	}
-	dst := netip.AddrPortFrom(prefixAddr(floodLocal, 1), 9)
-	id0 := uint16(m * 2000)
-	frag, err := fl.Paced(2000, rate, func(i int) []byte {
-		if k := i / 2; k < 500 {
-			if i%2 == 0 {
-				return fl.Fragment(dst, id0+uint16(k), 0, 1000, 3000, true)
-			}
-			return fl.Fragment(dst, id0+uint16(k), 504, 1000, 3000, true)
-		}
-		return fl.Fragment(dst, id0+uint16(i-500), 0, 1000, 3000, true)
-	})
+	frag, err := fl.FragFlood(500, 1000, rate, uint16(m*2000))
 	if err != nil {
 		return "", err
 	}
-	link, err := fl.Paced(3*rate, 3*rate, func(i int) []byte {
-		switch i % 3 {
-		case 0:
-			return fl.ARP(prefixAddr("10.216.0.0/16", i/3))
-		case 1:
-			a := netip.MustParseAddr("fd00:216::1").As16()
-			a[14], a[15] = byte(i/3>>8), byte(i/3)
-			return fl.NeighborSolicit(netip.AddrFrom16(a))
-		}
-		return fl.DHCPDiscover(uint32(m<<24 | i))
-	})
+	link, err := fl.LinkFlood(rate, rate, uint8(m))
 	return fmt.Sprintf("%d/%d/%d/%d", syn, udp, frag, link), err
-}
-
-func statusKB(pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, field+":"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return -1
-}
-
-func countFDs(pid int) int {
-	es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		return -1
-	}
-	return len(es)
 }
 
 func logTail(path string, n int) string {

@@ -2,10 +2,7 @@ package rig
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,62 +11,6 @@ import (
 	"vunet/tcpstack/linksvc"
 	"vunet/test/load"
 )
-
-// The flood targets, all owned by the back-end's namespace (never an
-// outside address): floodLocal is a local prefix with nothing listening
-// (connections are refused at once, UDP answered by port unreachable),
-// floodSilent is routed to a neighbour that never answers (connections
-// wait until the neighbour is given up).
-const (
-	floodLocal     = "10.214.0.0/16"
-	floodSilent    = "10.215.0.0/16"
-	floodSilentHop = "10.213.0.250"
-)
-
-// ownFloodPrefixes routes the flood prefixes in the back-end's namespace.
-func ownFloodPrefixes(t testing.TB, r *Rig) {
-	t.Helper()
-	ctx := context.Background()
-	for _, args := range [][]string{
-		{"ip", "route", "add", "local", floodLocal, "dev", "lo"},
-		{"ip", "route", "add", floodSilent, "via", floodSilentHop, "dev", "rig0"},
-	} {
-		if out, err := r.HostExec(ctx, args[0], args[1:]...); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-	}
-}
-
-// prefixAddr is the i-th address of an IPv4 /16 (skipping .0 and .255).
-func prefixAddr(prefix string, i int) netip.Addr {
-	b := netip.MustParsePrefix(prefix).Addr().As4()
-	b[2], b[3] = byte(i/254), byte(1+i%254)
-	return netip.AddrFrom4(b)
-}
-
-// procStatus reads a field of /proc/PID/status in kB.
-func procStatus(pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, field+":"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return -1
-}
-
-// procFDs counts a process's open descriptors.
-func procFDs(pid int) int {
-	es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		return -1
-	}
-	return len(es)
-}
 
 // guestTxDropped is what the guest's TAP dropped of its transmissions
 // (its queue was full): frames the back-end never saw.
@@ -153,15 +94,7 @@ func (f *floodRound) syn() {
 	before := metrics(t, f.r)
 	drop0 := guestTxDropped(t, f.r)
 	v0 := f.stream.Verified()
-	base := uint16(20000 + f.round*floodTCPPorts%20000)
-	sent, err := f.fl.Paced(floodTCPPorts, floodRate, func(i int) []byte {
-		prefix := floodSilent
-		if i >= floodTCPPorts/2 {
-			prefix = floodLocal
-		}
-		dst := netip.AddrPortFrom(prefixAddr(prefix, i%(floodTCPPorts/2)), uint16(1000+i))
-		return f.fl.SYN(dst, base+uint16(i), uint32(i)*7919)
-	})
+	sent, err := f.fl.SYNFlood(floodTCPPorts, floodRate, uint16(20000+f.round*floodTCPPorts%20000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,11 +139,7 @@ func (f *floodRound) udp() {
 	before := metrics(t, f.r)
 	drop0 := guestTxDropped(t, f.r)
 	v0 := f.stream.Verified()
-	dst := prefixAddr(floodLocal, 0)
-	sent, err := f.fl.Paced(floodUDPPorts, floodRate, func(i int) []byte {
-		// From port 1000 on: below it is 67, which the DHCP server takes.
-		return f.fl.UDP(netip.AddrPortFrom(dst, uint16(1000+i)), 33333, 32)
-	})
+	sent, err := f.fl.UDPFlood(floodUDPPorts, floodRate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,19 +173,7 @@ func (f *floodRound) frag() {
 	before := metrics(t, f.r)
 	drop0 := guestTxDropped(t, f.r)
 	v0 := f.stream.Verified()
-	dst := netip.AddrPortFrom(prefixAddr(floodLocal, 1), 9)
-	id0 := uint16(f.round * (fragOverlapping + fragIncomplete))
-	sent, err := f.fl.Paced(2*fragOverlapping+fragIncomplete, floodRate, func(i int) []byte {
-		if k := i / 2; k < fragOverlapping {
-			// Overlapping: [0, 1000) then [504, 1504) of one datagram.
-			if i%2 == 0 {
-				return f.fl.Fragment(dst, id0+uint16(k), 0, 1000, 3000, true)
-			}
-			return f.fl.Fragment(dst, id0+uint16(k), 504, 1000, 3000, true)
-		}
-		// Never completed: the first fragment of a new datagram each.
-		return f.fl.Fragment(dst, id0+uint16(i-fragOverlapping), 0, 1000, 3000, true)
-	})
+	sent, err := f.fl.FragFlood(fragOverlapping, fragIncomplete, floodRate, uint16(f.round*(fragOverlapping+fragIncomplete)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,17 +211,7 @@ func (f *floodRound) link() {
 	drop0 := guestTxDropped(t, f.r)
 	v0 := f.stream.Verified()
 	n := floodLinkRate * floodLinkSecs
-	sent, err := f.fl.Paced(3*n, 3*floodLinkRate, func(i int) []byte {
-		switch i % 3 {
-		case 0:
-			return f.fl.ARP(prefixAddr("10.216.0.0/16", i/3))
-		case 1:
-			a := netip.MustParseAddr("fd00:216::1").As16()
-			a[14], a[15] = byte(i/3>>8), byte(i/3)
-			return f.fl.NeighborSolicit(netip.AddrFrom16(a))
-		}
-		return f.fl.DHCPDiscover(uint32(f.round<<24 | i))
-	})
+	sent, err := f.fl.LinkFlood(n, floodLinkRate, uint8(f.round))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +265,12 @@ func TestRigGuestFloods(t *testing.T) {
 	// namespace has no IPv6 route to take it from).
 	r := startRig(t, Options{Backend: append(append([]string{}, DefaultBackend...),
 		"--address", "fd00:213::2/64", "--gateway", "fd00:213::1")})
-	ownFloodPrefixes(t, r)
+	if err := load.OwnPrefixes(func(name string, args ...string) error {
+		_, err := r.HostExec(context.Background(), name, args...)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream, err := load.StartStream(ctx, rigStreamEnds(r), false, 20<<20)
@@ -378,7 +290,7 @@ func TestRigGuestFloods(t *testing.T) {
 	}
 	measure := func() sample {
 		m := metrics(t, r)
-		return sample{procStatus(pid, "VmRSS"), procFDs(pid), m.Sum("go_goroutines")}
+		return sample{load.ProcStatusKB(pid, "VmRSS"), load.ProcFDs(pid), m.Sum("go_goroutines")}
 	}
 	var after []sample
 	for round := range 3 {

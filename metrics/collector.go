@@ -24,6 +24,12 @@ type Sources struct {
 	// PairTCPStats returns the TCP translation counters of a queue pair,
 	// nil for a pair that never ran. Usually tcpstack.Stack.PairTCPStats.
 	PairTCPStats func(pair int) *stats.TCP
+	// Forwards counts the forwarded host ports. Usually
+	// tcpstack.Stack.ForwardStats.
+	Forwards *stats.Forwards
+	// DNSForward says a DNS forward is configured: its counters are
+	// exported (they stay zero without one).
+	DNSForward bool
 	// Build is exported as vunet_build_info.
 	Build BuildInfo
 }
@@ -98,13 +104,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			if st == nil {
 				st = &zeroPair
 			}
-			collectPair(ch, st, q)
+			collectPair(ch, st, q, c.src.DNSForward)
 		}
 		if c.src.PairTCPStats != nil {
 			if tcp == nil {
 				tcp = &zeroTCP
 			}
-			collectTCP(ch, tcp, q)
+			collectTCP(ch, tcp, q, c.src.DNSForward)
+		}
+	}
+	if f := c.src.Forwards; f != nil {
+		for _, p := range []stats.FlowProto{stats.FlowTCP, stats.FlowUDP} {
+			gauge(ch, descFwdPorts, float64(f.Ports[p].Load()), p.String())
+			counter(ch, descFwdBindFail, f.BindFailures[p].Load(), p.String())
 		}
 	}
 	if s := c.src.Control; s != nil {
@@ -137,7 +149,7 @@ func collectRing(ch chan<- prometheus.Metric, st *virtqueue.Stats, q, dir string
 	sparseCounter(ch, descDirtyMiss, st.DirtyLogMisses.Load(), q, dir)
 }
 
-func collectPair(ch chan<- prometheus.Metric, st *stats.Queue, q string) {
+func collectPair(ch chan<- prometheus.Metric, st *stats.Queue, q string, dnsForward bool) {
 	for _, d := range []struct {
 		name string
 		s    *stats.Dir
@@ -159,11 +171,23 @@ func collectPair(ch chan<- prometheus.Metric, st *stats.Queue, q string) {
 			sparseCounter(ch, descPolicy, st.PolicyDrops[p][r].Load(), q, p.String(), r.String())
 		}
 	}
-	counter(ch, descFlowsOpen, st.FlowsOpened.Load(), q)
-	counter(ch, descFlowsClose, st.FlowsClosed.Load(), q)
-	counter(ch, descFlowsEvict, st.FlowsEvicted.Load(), q)
-	sparseCounter(ch, descFlowMoves, st.FlowsMovedIn.Load(), q, "datagram", "in")
-	sparseCounter(ch, descFlowMoves, st.FlowsMovedOut.Load(), q, "datagram", "out")
+	fl := &st.Flows
+	for p := stats.FlowProto(0); p < stats.NumFlowProtos; p++ {
+		gauge(ch, descFlows, float64(fl.Live[p].Load()), q, p.String())
+		gauge(ch, descFlowCap, float64(fl.Capacity[p].Load()), q, p.String())
+		counter(ch, descFlowsOpen, fl.Opened[p].Load(), q, p.String())
+		counter(ch, descFlowsClose, fl.Closed[p].Load(), q, p.String())
+		if p != stats.FlowTCP { // TCP refuses a SYN rather than evict
+			counter(ch, descFlowsEvict, fl.Evicted[p].Load(), q, p.String())
+		}
+	}
+	if dnsForward {
+		counter(ch, descDNSFwdUDP, st.Proto.DNSForwardDatagrams.Load(), q)
+	}
+	for p := stats.FlowProto(0); p < stats.NumFlowProtos; p++ {
+		sparseCounter(ch, descFlowMoves, fl.MovedIn[p].Load(), q, p.String(), "in")
+		sparseCounter(ch, descFlowMoves, fl.MovedOut[p].Load(), q, p.String(), "out")
+	}
 	sparseCounter(ch, descFetches, st.FlowFetches.Load(), q)
 	sparseCounter(ch, descFetchMiss, st.FlowFetchMisses.Load(), q)
 	for e := stats.EtherClass(0); e < stats.NumEtherClasses; e++ {
@@ -176,8 +200,6 @@ func collectPair(ch chan<- prometheus.Metric, st *stats.Queue, q string) {
 }
 
 func collectProto(ch chan<- prometheus.Metric, p *stats.Proto, q string) {
-	gauge(ch, descUDPFlows, float64(p.UDPFlows.Load()), q)
-	gauge(ch, descICMPFlows, float64(p.ICMPFlows.Load()), q)
 	for d := stats.FlowDir(0); d < stats.NumFlowDirs; d++ {
 		counter(ch, descUDPDatagrams, p.UDPDatagrams[d].Load(), q, d.String())
 		counter(ch, descUDPBytes, p.UDPBytes[d].Load(), q, d.String())
@@ -196,19 +218,26 @@ func collectProto(ch chan<- prometheus.Metric, p *stats.Proto, q string) {
 	}
 }
 
-func collectTCP(ch chan<- prometheus.Metric, st *stats.TCP, q string) {
+func collectTCP(ch chan<- prometheus.Metric, st *stats.TCP, q string, dnsForward bool) {
 	// State 0 is a free slot, not a connection.
 	for i := 1; i < len(st.ConnsByState); i++ {
 		gauge(ch, descTCPConns, float64(st.ConnsByState[i].Load()), q, stats.TCPStateName(i))
 	}
 	counter(ch, descTCPConnects, st.Connects.Load(), q)
-	counter(ch, descTCPConnFail, st.ConnectFailures.Load(), q)
-	counter(ch, descTCPTableFull, st.TableFull.Load(), q)
+	// Each reason counter exports the reasons that can happen to it.
+	for _, r := range stats.TCPConnectFailReasons {
+		counter(ch, descTCPConnFail, st.ConnectFailures[r].Load(), q, r.String())
+	}
 	counter(ch, descTCPAccepted, st.Accepted.Load(), q)
+	for _, r := range stats.TCPAcceptRefusalReasons {
+		counter(ch, descTCPRefusals, st.AcceptRefusals[r].Load(), q, r.String())
+	}
 	counter(ch, descTCPBackoffs, st.AcceptBackoffs.Load(), q)
+	for _, r := range stats.TCPResetReasons {
+		counter(ch, descTCPResets, st.Resets[r].Load(), q, r.String())
+	}
 	counter(ch, descTCPStalls, st.Stalls.Load(), q)
-	sparseCounter(ch, descFlowMoves, st.MovedIn.Load(), q, "tcp", "in")
-	sparseCounter(ch, descFlowMoves, st.MovedOut.Load(), q, "tcp", "out")
+	gauge(ch, descTCPStalled, float64(st.Stalled.Load()), q)
 	// On the kernels measured the window workaround is never needed:
 	// its series appear only where it runs.
 	sparseCounter(ch, descTCPClamps, st.ClampAttempts.Load(), q)
@@ -227,6 +256,9 @@ func collectTCP(ch chan<- prometheus.Metric, st *stats.TCP, q string) {
 	counter(ch, descTCPRSTRecv, st.RSTReceived.Load(), q)
 	counter(ch, descTCPBytes, st.BytesToGuest.Load(), q, dirToGuest)
 	counter(ch, descTCPBytes, st.BytesFromGuest.Load(), q, dirFromGuest)
+	if dnsForward {
+		counter(ch, descDNSFwdTCP, st.DNSForwardConnects.Load(), q)
+	}
 }
 
 func eachBit(v uint64, fn func(bit int)) {

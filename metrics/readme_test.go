@@ -68,7 +68,7 @@ func everySeries() Sources {
 		st[0].Proto.UDPDrops[stats.ToGuest][r].Add(1)
 	}
 	st[0].PolicyDrops[addrpolicy.TCP][addrpolicy.DstLoopback].Add(1)
-	st[0].FlowsMovedIn.Add(1)
+	st[0].Flows.MovedIn[stats.FlowUDP].Add(1)
 	st[0].FlowFetches.Add(1)
 	st[0].FlowFetchMisses.Add(1)
 	tcps[0].OutOfOrderKept.Add(1)
@@ -77,6 +77,8 @@ func everySeries() Sources {
 	tcps[0].ClampEffective.Add(1)
 	tcps[0].WindowProbes.Add(1)
 	tcps[0].Retransmits[stats.TCPRetransWindow].Add(1)
+	src.Forwards = &stats.Forwards{}
+	src.DNSForward = true
 	ctl.Rings[0].DirtyLogWrites.Add(1)
 	ctl.Rings[0].DirtyLogMisses.Add(1)
 	return src

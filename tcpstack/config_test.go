@@ -66,7 +66,7 @@ func TestProtocolKnobs(t *testing.T) {
 			if got := st.TX.Drops[stats.DropProtocolDisabled].Load(); got != tc.wantDrop {
 				t.Errorf("protocol_disabled drops %d, want %d", got, tc.wantDrop)
 			}
-			if got := st.FlowsOpened.Load(); got != tc.wantFlows {
+			if got := dgramOpened(st); got != tc.wantFlows {
 				t.Errorf("flows opened %d, want %d", got, tc.wantFlows)
 			}
 			if got := p.s.PairTCPStats(0).Connects.Load(); got != tc.wantTCP {
@@ -126,7 +126,7 @@ func TestOutboundSourceUnusable(t *testing.T) {
 	p.tx.Send()
 	waitFor(t, "frame consumed", 2*time.Second, func() bool { return p.tx.UsedIdx() == 1 })
 	p.s.StopPair(0)
-	if st := p.stats(); st.FlowsOpened.Load() != 0 || st.TX.Drops[stats.DropNoFlow].Load() != 1 {
-		t.Errorf("flows %d no_flow drops %d, want 0 and 1", st.FlowsOpened.Load(), st.TX.Drops[stats.DropNoFlow].Load())
+	if st := p.stats(); dgramOpened(st) != 0 || st.TX.Drops[stats.DropNoFlow].Load() != 1 {
+		t.Errorf("flows %d no_flow drops %d, want 0 and 1", dgramOpened(st), st.TX.Drops[stats.DropNoFlow].Load())
 	}
 }

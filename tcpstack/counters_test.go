@@ -12,6 +12,16 @@ import (
 	"vunet/test/testenv"
 )
 
+// dgramOpened and dgramClosed count the datagram flows (UDP and ICMP
+// echo) a pair opened and closed.
+func dgramOpened(st *stats.Queue) uint64 {
+	return st.Flows.Opened[stats.FlowUDP].Load() + st.Flows.Opened[stats.FlowICMP].Load()
+}
+
+func dgramClosed(st *stats.Queue) uint64 {
+	return st.Flows.Closed[stats.FlowUDP].Load() + st.Flows.Closed[stats.FlowICMP].Load()
+}
+
 // TestUDPStats: a UDP echo counts one datagram and its payload bytes each
 // way and one live flow, which the gauge drops when the flow closes; a
 // datagram that cannot be translated is a UDP drop with its reason.
@@ -34,8 +44,8 @@ func TestUDPStats(t *testing.T) {
 		name      string
 		got, want int64
 	}{
-		{"udp flows", ps.UDPFlows.Load(), 1},
-		{"icmp flows", ps.ICMPFlows.Load(), 0},
+		{"udp flows", p.stats().Flows.Live[stats.FlowUDP].Load(), 1},
+		{"icmp flows", p.stats().Flows.Live[stats.FlowICMP].Load(), 0},
 		{"datagrams to guest", int64(ps.UDPDatagrams[stats.ToGuest].Load()), 1},
 		{"datagrams from guest", int64(ps.UDPDatagrams[stats.FromGuest].Load()), 1},
 		{"bytes to guest", int64(ps.UDPBytes[stats.ToGuest].Load()), 123},
@@ -48,7 +58,7 @@ func TestUDPStats(t *testing.T) {
 		}
 	}
 	p.s.Close()
-	if n := ps.UDPFlows.Load(); n != 0 {
+	if n := p.stats().Flows.Live[stats.FlowUDP].Load(); n != 0 {
 		t.Errorf("udp flows after close = %d", n)
 	}
 }

@@ -167,7 +167,7 @@ func guestUDPQuery(t *testing.T, p *testPair, guest, gw netip.Addr, sport uint16
 			drops = append(drops, fmt.Sprintf("%v=%d", stats.DropReason(r), n))
 		}
 	}
-	t.Fatalf("no DNS answer over UDP from %v: flows opened %d, TX drops %v", gw, st.FlowsOpened.Load(), drops)
+	t.Fatalf("no DNS answer over UDP from %v: flows opened %d, TX drops %v", gw, dgramOpened(st), drops)
 	return nil
 }
 

@@ -192,8 +192,8 @@ func TestUDPFlowEcho(t *testing.T) {
 			}
 			checkUDPFrame(t, hdrs[0], frames[0], gw, src, port, 40000, payload)
 			st := p.stats()
-			if st.FlowsOpened.Load() != 1 || st.TX.Drops[stats.DropSendError].Load() != 0 {
-				t.Errorf("flows opened %d send errors %d", st.FlowsOpened.Load(), st.TX.Drops[stats.DropSendError].Load())
+			if dgramOpened(st) != 1 || st.TX.Drops[stats.DropSendError].Load() != 0 {
+				t.Errorf("flows opened %d send errors %d", dgramOpened(st), st.TX.Drops[stats.DropSendError].Load())
 			}
 		})
 	}
@@ -243,10 +243,10 @@ func TestUDPFlowSurvivesRestartAndExpires(t *testing.T) {
 	p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte("b")))
 	p.tx.Send()
 	waitFor(t, "echo 2", 2*time.Second, func() bool { return p.rxFrames(2) == 2 })
-	if st.FlowsOpened.Load() != 1 {
-		t.Errorf("flows opened %d, want 1 (flow kept across restart)", st.FlowsOpened.Load())
+	if dgramOpened(st) != 1 {
+		t.Errorf("flows opened %d, want 1 (flow kept across restart)", dgramOpened(st))
 	}
-	waitFor(t, "idle flow closed", 5*time.Second, func() bool { return st.FlowsClosed.Load() == 1 })
+	waitFor(t, "idle flow closed", 5*time.Second, func() bool { return dgramClosed(st) == 1 })
 }
 
 func TestUDPToMulticastDropped(t *testing.T) {
@@ -256,7 +256,7 @@ func TestUDPToMulticastDropped(t *testing.T) {
 	p.tx.Send()
 	st := p.stats()
 	waitFor(t, "drop", 2*time.Second, func() bool { return st.TX.Drops[stats.DropPolicy].Load() == 1 })
-	if st.FlowsOpened.Load() != 0 {
+	if dgramOpened(st) != 0 {
 		t.Error("flow opened for multicast")
 	}
 	if n := st.PolicyDrops[addrpolicy.UDP][addrpolicy.DstMulticast].Load(); n != 1 {
@@ -329,9 +329,9 @@ func TestICMPEcho(t *testing.T) {
 			t.Errorf("payload %q", msg[header.ICMPMinimumSize:])
 		}
 		if st.ServiceReplies[stats.SvcICMPEcho].Load() != 1 || st.Proto.ICMPEchoRequests.Load() != 1 ||
-			st.Proto.ICMPEchoReplies.Load() != 1 || st.Proto.ICMPFlows.Load() != 1 {
+			st.Proto.ICMPEchoReplies.Load() != 1 || st.Flows.Live[stats.FlowICMP].Load() != 1 {
 			t.Errorf("echo replies %d, proto stats: requests %d replies %d flows %d", st.ServiceReplies[stats.SvcICMPEcho].Load(),
-				st.Proto.ICMPEchoRequests.Load(), st.Proto.ICMPEchoReplies.Load(), st.Proto.ICMPFlows.Load())
+				st.Proto.ICMPEchoRequests.Load(), st.Proto.ICMPEchoReplies.Load(), st.Flows.Live[stats.FlowICMP].Load())
 		}
 	}
 }
@@ -346,8 +346,8 @@ func TestUDPFlowTableFullEvictsOldest(t *testing.T) {
 		waitFor(t, "sent", 2*time.Second, func() bool { return p.tx.UsedIdx() == uint16(i+1) })
 	}
 	st := p.stats()
-	if st.FlowsOpened.Load() != 3 || st.FlowsEvicted.Load() != 1 || st.FlowsClosed.Load() != 1 {
-		t.Errorf("opened %d evicted %d closed %d, want 3 1 1", st.FlowsOpened.Load(), st.FlowsEvicted.Load(), st.FlowsClosed.Load())
+	if dgramOpened(st) != 3 || st.Flows.Evicted[stats.FlowUDP].Load() != 1 || dgramClosed(st) != 1 {
+		t.Errorf("opened %d evicted %d closed %d, want 3 1 1", dgramOpened(st), st.Flows.Evicted[stats.FlowUDP].Load(), dgramClosed(st))
 	}
 	if st.TX.Drops[stats.DropNoFlow].Load() != 0 {
 		t.Errorf("datagram dropped instead of evicting")

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 
 	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/stats"
 )
 
 // Forward is one forwarded host port (passt's -t and -u): connections or
@@ -88,38 +90,58 @@ func (s *Stack) openForwards(tcp, udp []Forward) (res ForwardResult, err error) 
 	}
 	ps.tcp.SetGuest(a.GuestMAC, v4, v6)
 	firstTCP, firstUDP := ps.tcp.NumListeners(), ps.flows.NumForwards()
+	fs := &s.fwdStats
 	undo := func() {
 		ps.tcp.CloseListenersFrom(firstTCP)
 		ps.flows.CloseForwardsFrom(firstUDP)
+		fs.Ports[stats.FlowTCP].Add(-int64(len(res.TCPPorts) - countZero(res.TCPPorts)))
+		fs.Ports[stats.FlowUDP].Add(-int64(len(res.UDPPorts) - countZero(res.UDPPorts)))
 	}
 	kinds := [...]struct {
-		name   string
+		proto  stats.FlowProto
 		fws    []Forward
 		listen func(addr netip.AddrPort, iface string, guestPort uint16) (uint16, error)
 		ports  *[]uint16
 	}{
-		{"tcp", tcp, ps.tcp.Listen, &res.TCPPorts},
-		{"udp", udp, ps.flows.Listen, &res.UDPPorts},
+		{stats.FlowTCP, tcp, ps.tcp.Listen, &res.TCPPorts},
+		{stats.FlowUDP, udp, ps.flows.Listen, &res.UDPPorts},
 	}
 	for _, k := range kinds {
 		for _, fw := range k.fws {
 			p, err := k.listen(netip.AddrPortFrom(forwardAddr(fw), fw.HostPort), fw.Iface, fw.GuestPort)
 			if err != nil {
+				fs.BindFailures[k.proto].Add(1)
 				if fw.Optional && !fatalForwardError(err) {
 					res.Failed++
 					*k.ports = append(*k.ports, 0)
-					s.log.Debug(k.name+" forward not bound", "addr", fw.HostAddr, "port", fw.HostPort, "err", err)
+					s.log.Debug(k.proto.String()+" forward not bound", "addr", fw.HostAddr, "port", fw.HostPort, "err", err)
 					continue
 				}
 				undo()
-				return res, fmt.Errorf("open %s forward %v:%d: %w", k.name, fw.HostAddr, fw.HostPort, err)
+				return res, fmt.Errorf("open %s forward %v:%d: %w", k.proto, fw.HostAddr, fw.HostPort, err)
 			}
+			fs.Ports[k.proto].Add(1)
 			res.Bound++
 			*k.ports = append(*k.ports, p)
 		}
 	}
 	return res, nil
 }
+
+// countZero counts the zero entries of ports (forwards not bound).
+func countZero(ports []uint16) int {
+	n := 0
+	for _, p := range ports {
+		if p == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// ForwardStats returns the counters of the forwarded host ports. The
+// pointer stays valid for the Stack's lifetime.
+func (s *Stack) ForwardStats() *stats.Forwards { return &s.fwdStats }
 
 // forwardAddr is the address a forward listens on: all IPv4 addresses when
 // none is set.

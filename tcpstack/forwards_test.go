@@ -100,13 +100,13 @@ func TestUDPForward(t *testing.T) {
 			if len(got) != 2 {
 				t.Fatalf("%d UDP frames to the guest, want 2", len(got))
 			}
-			if st.FlowsOpened.Load() != 1 || st.TX.Drops[stats.DropNoFlow].Load() != 0 || st.TX.Drops[stats.DropSendError].Load() != 0 {
-				t.Errorf("flows %d no_flow %d send errors %d", st.FlowsOpened.Load(),
+			if dgramOpened(st) != 1 || st.TX.Drops[stats.DropNoFlow].Load() != 0 || st.TX.Drops[stats.DropSendError].Load() != 0 {
+				t.Errorf("flows %d no_flow %d send errors %d", dgramOpened(st),
 					st.TX.Drops[stats.DropNoFlow].Load(), st.TX.Drops[stats.DropSendError].Load())
 			}
-			if st.Proto.UDPDatagrams[stats.ToGuest].Load() != 2 || st.Proto.UDPDatagrams[stats.FromGuest].Load() != 1 || st.Proto.UDPFlows.Load() != 1 {
+			if st.Proto.UDPDatagrams[stats.ToGuest].Load() != 2 || st.Proto.UDPDatagrams[stats.FromGuest].Load() != 1 || st.Flows.Live[stats.FlowUDP].Load() != 1 {
 				t.Errorf("udp datagrams to guest %d from guest %d, flows %d", st.Proto.UDPDatagrams[stats.ToGuest].Load(),
-					st.Proto.UDPDatagrams[stats.FromGuest].Load(), st.Proto.UDPFlows.Load())
+					st.Proto.UDPDatagrams[stats.FromGuest].Load(), st.Flows.Live[stats.FlowUDP].Load())
 			}
 			s.Close()
 			if c2, err := net.ListenUDP(tc.network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(tc.host, port))); err != nil {
@@ -150,6 +150,10 @@ func TestOpenForwardsOptional(t *testing.T) {
 			if res.Bound != 2 || res.Failed != 1 || len(res.UDPPorts) != 2 || res.UDPPorts[1] != 0 || res.UDPPorts[0] == 0 || res.TCPPorts[0] == 0 {
 				t.Errorf("result %+v", res)
 			}
+			fs := s.ForwardStats()
+			if u, tc, f := fs.Ports[stats.FlowUDP].Load(), fs.Ports[stats.FlowTCP].Load(), fs.BindFailures[stats.FlowUDP].Load(); u != 1 || tc != 1 || f != 1 {
+				t.Errorf("forward ports udp %d tcp %d, udp bind failures %d; want 1 1 1", u, tc, f)
+			}
 		})
 	}
 }
@@ -175,6 +179,9 @@ func TestOpenTCPForwards(t *testing.T) {
 	}
 	if n := s.pairs[0].tcp.NumListeners(); n != 2 {
 		t.Fatalf("%d listeners", n)
+	}
+	if n := s.ForwardStats().Ports[stats.FlowTCP].Load(); n != 2 {
+		t.Fatalf("forward ports gauge %d, want 2", n)
 	}
 	// The kernel completes the handshake into the backlog: the port is live.
 	c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(int(ports[0])))
@@ -207,5 +214,8 @@ func TestOpenTCPForwards(t *testing.T) {
 	if c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(int(ports[1]))); err == nil {
 		c.Close()
 		t.Fatal("listener still open after Close")
+	}
+	if n := s.ForwardStats().Ports[stats.FlowTCP].Load(); n != 0 {
+		t.Fatalf("forward ports gauge %d after Close", n)
 	}
 }

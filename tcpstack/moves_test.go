@@ -215,7 +215,7 @@ func TestMovesTCPAcrossTXQueues(t *testing.T) {
 			g.send(header.TCPFlagACK|header.TCPFlagPSH, chunk)
 		}
 		hostRead(len(up) - len(upGot))
-		movedIn := pairs[pair].s.PairTCPStats(pair).MovedIn.Load()
+		movedIn := pairs[pair].s.PairStats(pair).Flows.MovedIn[stats.FlowTCP].Load()
 		if step > 0 && route[step-1] != pair && movedIn == 0 {
 			t.Fatalf("step %d: pair %d never took the connection over", step, pair)
 		}
@@ -259,8 +259,8 @@ func TestMovesTCPAcrossTXQueues(t *testing.T) {
 			moves++
 		}
 	}
-	in := tcpTotals(pairs, func(s *stats.TCP) uint64 { return s.MovedIn.Load() })
-	out := tcpTotals(pairs, func(s *stats.TCP) uint64 { return s.MovedOut.Load() })
+	in := dgramTotals(pairs, func(s *stats.Queue) uint64 { return s.Flows.MovedIn[stats.FlowTCP].Load() })
+	out := dgramTotals(pairs, func(s *stats.Queue) uint64 { return s.Flows.MovedOut[stats.FlowTCP].Load() })
 	rst := tcpTotals(pairs, func(s *stats.TCP) uint64 { return s.RSTSent.Load() })
 	conns := tcpTotals(pairs, func(s *stats.TCP) uint64 { return s.Connects.Load() })
 	if in != uint64(moves) || out != uint64(moves) || rst != 0 || conns != 1 {
@@ -309,7 +309,7 @@ func TestMovesTCPEverySegment(t *testing.T) {
 		misses += st.FlowFetchMisses.Load()
 	}
 	rst := tcpTotals(pairs, func(s *stats.TCP) uint64 { return s.RSTSent.Load() })
-	in := tcpTotals(pairs, func(s *stats.TCP) uint64 { return s.MovedIn.Load() })
+	in := dgramTotals(pairs, func(s *stats.Queue) uint64 { return s.Flows.MovedIn[stats.FlowTCP].Load() })
 	if g.rsts != 0 || rst != 0 || drops != 0 || misses != 0 || in < segs-1 {
 		t.Errorf("RSTs seen %d sent %d, frames dropped moving %d, fetch misses %d, moves %d (want ≥ %d)",
 			g.rsts, rst, drops, misses, in, segs-1)
@@ -326,7 +326,7 @@ func TestMovesUnknownSegmentStillReset(t *testing.T) {
 	g := &mqGuest{t: t, pairs: pairs, on: 2, sport: 42000, dport: 9, seq: 5}
 	g.send(header.TCPFlagACK, []byte("nobody knows me"))
 	g.until("RST", func(s header.TCP) bool { return s.Flags().Has(header.TCPFlagRST) })
-	if n := tcpTotals(pairs, func(s *stats.TCP) uint64 { return s.MovedIn.Load() }); n != 0 {
+	if n := dgramTotals(pairs, func(s *stats.Queue) uint64 { return s.Flows.MovedIn[stats.FlowTCP].Load() }); n != 0 {
 		t.Errorf("moved in %d", n)
 	}
 	var fetches uint64
@@ -336,6 +336,16 @@ func TestMovesUnknownSegmentStillReset(t *testing.T) {
 	if fetches != 0 {
 		t.Errorf("fetches %d for a flow nobody holds", fetches)
 	}
+}
+
+// dgramMovedIn and dgramMovedOut count the datagram flows (UDP and ICMP
+// echo) a pair took over and handed on.
+func dgramMovedIn(st *stats.Queue) uint64 {
+	return st.Flows.MovedIn[stats.FlowUDP].Load() + st.Flows.MovedIn[stats.FlowICMP].Load()
+}
+
+func dgramMovedOut(st *stats.Queue) uint64 {
+	return st.Flows.MovedOut[stats.FlowUDP].Load() + st.Flows.MovedOut[stats.FlowICMP].Load()
 }
 
 // dgramTotals sums a queue counter over the pairs.
@@ -399,9 +409,9 @@ func TestMovesUDPAcrossTXQueues(t *testing.T) {
 	if len(srcPorts) != 1 {
 		t.Errorf("host saw %d source ports, want 1 (the flow's socket moved)", len(srcPorts))
 	}
-	opened := dgramTotals(pairs, func(s *stats.Queue) uint64 { return s.FlowsOpened.Load() })
-	in := dgramTotals(pairs, func(s *stats.Queue) uint64 { return s.FlowsMovedIn.Load() })
-	out := dgramTotals(pairs, func(s *stats.Queue) uint64 { return s.FlowsMovedOut.Load() })
+	opened := dgramTotals(pairs, dgramOpened)
+	in := dgramTotals(pairs, dgramMovedIn)
+	out := dgramTotals(pairs, dgramMovedOut)
 	drops := dgramTotals(pairs, func(s *stats.Queue) uint64 { return s.TX.Drops[stats.DropFlowMoving].Load() })
 	if opened != 1 || in != n-1 || out != n-1 || drops != 0 {
 		t.Errorf("flows opened %d (want 1), moved in %d out %d (want %d), dropped moving %d", opened, in, out, n-1, drops)
@@ -448,8 +458,8 @@ func TestMovesICMPAcrossTXQueues(t *testing.T) {
 			return ok
 		})
 	}
-	opened := dgramTotals(pairs, func(s *stats.Queue) uint64 { return s.FlowsOpened.Load() })
-	in := dgramTotals(pairs, func(s *stats.Queue) uint64 { return s.FlowsMovedIn.Load() })
+	opened := dgramTotals(pairs, dgramOpened)
+	in := dgramTotals(pairs, dgramMovedIn)
 	if opened != 1 || in == 0 {
 		t.Errorf("ping flows opened %d (want 1), moved in %d", opened, in)
 	}
@@ -478,7 +488,7 @@ func TestMovesWaitForStoppedHolder(t *testing.T) {
 	if got := readFull(t, host, 5); got != "first" {
 		t.Fatalf("host got %q", got)
 	}
-	if pairs[1].s.PairTCPStats(1).MovedIn.Load() != 1 {
+	if pairs[1].s.PairStats(1).Flows.MovedIn[stats.FlowTCP].Load() != 1 {
 		t.Error("the connection did not move to pair 1")
 	}
 }
@@ -527,7 +537,7 @@ func BenchmarkUDPMove(b *testing.B) {
 			if move {
 				var in uint64
 				for _, p := range pairs {
-					in += p.stats().FlowsMovedIn.Load()
+					in += dgramMovedIn(p.stats())
 				}
 				b.ReportMetric(float64(in)/float64(b.N), "moves/op")
 			}

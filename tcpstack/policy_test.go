@@ -186,7 +186,7 @@ func TestPolicyHostLoopbackUnreachable(t *testing.T) {
 		if got, want := st.Proto.UDPDrops[stats.FromGuest][stats.DropPolicy].Load(), n+2; got != want {
 			t.Errorf("map=%v: udp drops policy = %d, want %d", mapGW, got, want)
 		}
-		if got, want := st.FlowsOpened.Load(), uint64(0); mapGW && got != 1 || !mapGW && got != want {
+		if got, want := dgramOpened(st), uint64(0); mapGW && got != 1 || !mapGW && got != want {
 			t.Errorf("map=%v: %d flows opened", mapGW, got)
 		}
 		// Refused segments get no RST and refused pings no reply: the only

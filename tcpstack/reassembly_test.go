@@ -229,7 +229,7 @@ func TestReassemblyRejects(t *testing.T) {
 			if d := f.l.st.TX.Drops[stats.DropFragment].Load(); d != tc.wantDrops {
 				t.Errorf("fragment drops %d, want %d", d, tc.wantDrops)
 			}
-			if n := f.l.st.FlowsOpened.Load(); n != 0 {
+			if n := dgramOpened(f.l.st); n != 0 {
 				t.Errorf("%d flows opened for an incomplete datagram", n)
 			}
 		})

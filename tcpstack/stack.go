@@ -36,6 +36,7 @@ type Stack struct {
 	noHostSockets bool
 
 	faultLog stats.Limiter // memory-fault log lines, across the Stack's loops
+	fwdStats stats.Forwards
 
 	mu       sync.Mutex
 	loops    map[int]*loop
@@ -264,6 +265,9 @@ func (s *Stack) Close() {
 		ps.flows.Close()
 		ps.tcp.Close()
 		ps.mail.close()
+	}
+	for p := range s.fwdStats.Ports {
+		s.fwdStats.Ports[p].Store(0)
 	}
 }
 

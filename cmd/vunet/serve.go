@@ -80,8 +80,10 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		if err != nil {
 			return err
 		}
+		a := &sc.cfg.Addr
 		reg := metrics.NewRegistry(metrics.Sources{QueuePairs: o.queues, Control: dev.Stats,
-			PairStats: stack.PairStats, PairTCPStats: stack.PairTCPStats, Build: buildInfo()})
+			PairStats: stack.PairStats, PairTCPStats: stack.PairTCPStats, Forwards: stack.ForwardStats(),
+			DNSForward: a.DNSForward4.IsValid() || a.DNSForward6.IsValid(), Build: buildInfo()})
 		go func() {
 			if err := metrics.Serve(ctx, ln, reg, logger); err != nil {
 				logger.Error("metrics server stopped", "err", err)

@@ -190,6 +190,9 @@ type Verdict struct {
 	// destination, or the loopback address or DNS resolver a gateway
 	// address maps to. ICMP verdicts carry port 0.
 	Host netip.AddrPort
+	// DNSForward is set when Host is the DNS forward's resolver (a
+	// gateway address's port 53 with a DNS forward configured).
+	DNSForward bool
 }
 
 // Allowed reports whether the flow may be opened.
@@ -210,16 +213,16 @@ func (p *Policy) Outbound(proto Proto, src netip.Addr, dst netip.AddrPort) Verdi
 	if proto == ICMP {
 		port = 0
 	}
-	h := p.hostAddr(proto, d, port)
+	h, dns := p.hostAddr(proto, d, port)
 	if h.Is6() && h.IsLinkLocalUnicast() {
 		return Verdict{Reason: DstLinkLocal}
 	}
-	return Verdict{Host: netip.AddrPortFrom(h, port)}
+	return Verdict{Host: netip.AddrPortFrom(h, port), DNSForward: dns}
 }
 
 // hostAddr is the address a host socket uses for destination d (a plain
-// IPv4 or IPv6 unicast address by now).
-func (p *Policy) hostAddr(proto Proto, d netip.Addr, port uint16) netip.Addr {
+// IPv4 or IPv6 unicast address by now); dns: it is the DNS forward's.
+func (p *Policy) hostAddr(proto Proto, d netip.Addr, port uint16) (h netip.Addr, dns bool) {
 	var fwd, loop netip.Addr
 	switch {
 	case d.Is4() && p.gw4.IsValid() && d == p.gw4:
@@ -227,15 +230,15 @@ func (p *Policy) hostAddr(proto Proto, d netip.Addr, port uint16) netip.Addr {
 	case d.Is6() && (p.gw6.IsValid() && d == p.gw6 || p.gw6Global.IsValid() && d == p.gw6Global):
 		fwd, loop = p.dns6, p.loop6
 	default:
-		return d
+		return d, false
 	}
 	if port == 53 && proto != ICMP && fwd.IsValid() {
-		return fwd
+		return fwd, true
 	}
 	if p.mapGateway {
-		return loop
+		return loop, false
 	}
-	return d
+	return d, false
 }
 
 // class4 sorts IPv4 addresses for both rule sets.

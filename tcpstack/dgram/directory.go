@@ -90,7 +90,7 @@ func (ft *Table) HandOff(now time.Time, fp uint64) (state []byte, fd int, ok boo
 			_ = ft.ep.Del(fd)
 		}
 		ft.release(int32(i))
-		ft.st.FlowsMovedOut.Add(1)
+		ft.st.Flows.MovedOut[f.key.kind.proto()].Add(1)
 		return b, fd, true
 	}
 	return nil, -1, false

@@ -58,6 +58,7 @@ type flow struct {
 	inUse    bool
 	queued   bool // in the ready list (may outlive the flow: skipped then)
 	class    flowClass
+	dns      bool // a UDP flow to the DNS forward's resolver (counted per datagram)
 	lastUsed time.Time
 	// prev and next link the flow into its class's LRU list (lru.go).
 	prev, next int32

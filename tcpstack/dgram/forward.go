@@ -52,6 +52,7 @@ func (ft *Table) Listen(addr netip.AddrPort, iface string, guestPort uint16) (ui
 			return 0, fmt.Errorf("forward epoll: %w", err)
 		}
 	}
+	ft.publishCapacity()
 	return port, nil
 }
 
@@ -78,6 +79,7 @@ func (ft *Table) CloseForwardsFrom(first int) {
 		unix.Close(l.fd)
 	}
 	ft.fwd = ft.fwd[:first]
+	ft.publishCapacity()
 }
 
 // forwardReady handles an epoll event of a forwarded port.

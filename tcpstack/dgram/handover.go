@@ -84,7 +84,7 @@ func (ft *Table) Forget(ex []Exported) int {
 		}
 		unix.Close(f.fd)
 		ft.release(e.slot)
-		ft.st.FlowsMovedOut.Add(1)
+		ft.st.Flows.MovedOut[f.key.kind.proto()].Add(1)
 		n++
 	}
 	return n
@@ -134,7 +134,7 @@ func (ft *Table) Import(now time.Time, state []byte, fd int) error {
 	// Its place in the LRU list is the most recent: close enough for the
 	// rare hand-over, whatever its age says.
 	ft.flows[i].lastUsed = now.Add(-time.Duration(a))
-	ft.st.FlowsMovedIn.Add(1)
+	ft.st.Flows.MovedIn[key.kind.proto()].Add(1)
 	if ft.ep != nil {
 		ft.enqueue(i) // datagrams may be queued already
 	}

@@ -119,7 +119,7 @@ func TestInboundFlowsSpareGuestFlows(t *testing.T) {
 	if inbound < 1 || inbound > maxFlows/4 {
 		t.Errorf("%d flows for forwarded peers, want 1..%d (their quota)", inbound, maxFlows/4)
 	}
-	if ev := ft.st.FlowsEvicted.Load(); ev != uint64(peers-inbound) {
+	if ev := ft.st.Flows.Evicted[stats.FlowUDP].Load(); ev != uint64(peers-inbound) {
 		t.Errorf("%d evictions counted, want %d", ev, peers-inbound)
 	}
 }

@@ -87,7 +87,8 @@ func (ft *Table) makeRoom(c flowClass) bool {
 	if l.n < ft.quota(c) || l.head < 0 {
 		return false
 	}
+	p := ft.flows[l.head].key.kind.proto()
 	ft.closeFlow(l.head)
-	ft.st.FlowsEvicted.Add(1)
+	ft.st.Flows.Evicted[p].Add(1)
 	return true
 }

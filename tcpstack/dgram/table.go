@@ -3,7 +3,6 @@ package dgram
 import (
 	"log/slog"
 	"net/netip"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -122,6 +121,7 @@ func New(cfg Config, st *stats.Queue) *Table {
 		ft.lru[c].init()
 	}
 	ft.discardIO[0] = ft.discard[:]
+	ft.publishCapacity()
 	return ft
 }
 
@@ -210,6 +210,7 @@ func (ft *Table) lookup(key *flowKey) (i int32, why stats.DropReason, ok bool) {
 		ft.st.TX.Drops[stats.DropNoFlow].Add(1)
 		return 0, stats.DropNoFlow, false
 	}
+	ft.flows[i].dns = v.DNSForward
 	return i, 0, true
 }
 
@@ -230,7 +231,7 @@ func (ft *Table) adoptAs(key *flowKey, fd int, c flowClass) (int32, bool) {
 		unix.Close(fd)
 		return 0, false
 	}
-	ft.st.FlowsOpened.Add(1)
+	ft.st.Flows.Opened[key.kind.proto()].Add(1)
 	return i, true
 }
 
@@ -241,7 +242,7 @@ func (ft *Table) place(key *flowKey, fd int, c flowClass) (int32, bool) {
 	i := ft.free[len(ft.free)-1]
 	ft.free = ft.free[:len(ft.free)-1]
 	f := &ft.flows[i]
-	f.key, f.fd, f.inUse, f.lastUsed, f.class = *key, fd, true, ft.now, c
+	f.key, f.fd, f.inUse, f.lastUsed, f.class, f.dns = *key, fd, true, ft.now, c, false
 	f.gen++
 	// Counted before the registration, so that release undoes exactly
 	// this when it fails.
@@ -252,7 +253,7 @@ func (ft *Table) place(key *flowKey, fd int, c flowClass) (int32, bool) {
 		ft.dir.Add(f.fp)
 	}
 	ft.live++
-	ft.kindGauge(key.kind).Add(1)
+	ft.st.Flows.Live[key.kind.proto()].Add(1)
 	if ft.ep != nil {
 		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, ft.token(i)); err != nil {
 			ft.warn("register flow socket", "err", err)
@@ -273,8 +274,8 @@ func (ft *Table) closeFlow(i int32) {
 		return
 	}
 	unix.Close(f.fd) // also leaves the epoll set
+	ft.st.Flows.Closed[f.key.kind.proto()].Add(1)
 	ft.release(i)
-	ft.st.FlowsClosed.Add(1)
 }
 
 // release frees flow i's slot; its socket is closed or someone else's now.
@@ -292,15 +293,27 @@ func (ft *Table) release(i int32) {
 	f.fp = 0
 	ft.free = append(ft.free, i)
 	ft.live--
-	ft.kindGauge(f.key.kind).Add(-1)
+	ft.st.Flows.Live[f.key.kind.proto()].Add(-1)
 }
 
-// kindGauge is the live-flow gauge of a flow kind.
-func (ft *Table) kindGauge(k flowKind) *atomic.Int64 {
+// proto is the flow counters' protocol of a flow kind.
+func (k flowKind) proto() stats.FlowProto {
 	if k == flowICMP {
-		return &ft.st.Proto.ICMPFlows
+		return stats.FlowICMP
 	}
-	return &ft.st.Proto.UDPFlows
+	return stats.FlowUDP
+}
+
+// publishCapacity says how many flows of each kind the table holds: the
+// guest's share for either kind, and for UDP also the share of forwarded
+// ports' peers while the table has forwarded ports.
+func (ft *Table) publishCapacity() {
+	udp := ft.cfg.MaxFlows
+	if len(ft.fwd) > 0 {
+		udp += ft.cfg.MaxInboundFlows
+	}
+	ft.st.Flows.Capacity[stats.FlowUDP].Store(int64(udp))
+	ft.st.Flows.Capacity[stats.FlowICMP].Store(int64(ft.cfg.MaxFlows))
 }
 
 // CloseFlows closes every flow; forwarded ports stay (the guest is gone, the

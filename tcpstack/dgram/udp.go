@@ -61,7 +61,7 @@ func (ft *Table) UDP(now time.Time, p *header.Packet, frame [][]byte, skip int, 
 		}
 		return
 	}
-	fd := ft.flows[i].fd
+	fd, dns := ft.flows[i].fd, ft.flows[i].dns
 	off := skip + p.L4Off + udpHdrLen
 	n := ulen - udpHdrLen
 	seg := n
@@ -87,6 +87,9 @@ func (ft *Table) UDP(now time.Time, p *header.Packet, frame [][]byte, skip int, 
 		} else {
 			st.Proto.UDPDatagrams[stats.FromGuest].Add(1)
 			st.Proto.UDPBytes[stats.FromGuest].Add(uint64(m))
+			if dns {
+				st.Proto.DNSForwardDatagrams.Add(1)
+			}
 		}
 		off += m
 		n -= m

@@ -22,14 +22,16 @@ func (d FlowDir) String() string { return label(flowDirNames[:], d) }
 // handed out. All fields are atomics, written by the pair's loop and read
 // by metrics at scrape time.
 type Proto struct {
-	// UDPFlows and ICMPFlows are the live flows (gauges).
-	UDPFlows, ICMPFlows atomic.Int64
 	// UDPDatagrams and UDPBytes (payload) count datagrams translated, by
 	// direction.
 	UDPDatagrams, UDPBytes [NumFlowDirs]atomic.Uint64
 	// UDPDrops counts UDP datagrams dropped, by direction and reason (they
 	// are counted in Dir.Drops as well).
 	UDPDrops [NumFlowDirs][NumDropReasons]atomic.Uint64
+	// DNSForwardDatagrams counts guest UDP datagrams sent to the DNS
+	// forward (--dns-forward: the gateway's port 53 goes to a resolver):
+	// one per query.
+	DNSForwardDatagrams atomic.Uint64
 	// ICMPEchoRequests counts guest echo requests sent out of a ping
 	// socket; ICMPEchoReplies the replies delivered to the guest.
 	ICMPEchoRequests, ICMPEchoReplies atomic.Uint64

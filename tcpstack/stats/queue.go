@@ -78,14 +78,9 @@ type Queue struct {
 	Wakeups atomic.Uint64
 	// LoopStarts counts how many times the pair's loop was started.
 	LoopStarts atomic.Uint64
-	// FlowsOpened and FlowsClosed count host-socket flows (UDP, ICMP echo).
-	FlowsOpened, FlowsClosed atomic.Uint64
-	// FlowsEvicted counts flows closed early to make room in a full table.
-	FlowsEvicted atomic.Uint64
-	// FlowsMovedIn and FlowsMovedOut count datagram flows taken over from,
-	// and handed to, another queue pair or, in a live migration, another
-	// vunet; per pair, opened + moved in − closed − moved out is live.
-	FlowsMovedIn, FlowsMovedOut atomic.Uint64
+	// Flows counts the pair's flows by protocol (TCP, UDP, ICMP echo):
+	// live, capacity, opened, closed, evicted.
+	Flows Flows
 	// FlowFetches counts guest frames whose flow (TCP, UDP, ICMP echo)
 	// another queue pair held: the frame waited while the flow came here.
 	// FlowFetchMisses counts fetches the other pair could not serve (the

@@ -46,27 +46,91 @@ var retransCauseNames = [NumTCPRetransCauses]string{"dup_ack", "timeout", "windo
 // String returns the metric label value of the cause.
 func (c TCPRetransCause) String() string { return label(retransCauseNames[:], c) }
 
+// TCPReason says why a TCP connection failed, was refused or was reset:
+// one vocabulary for [TCP.ConnectFailures], [TCP.AcceptRefusals] and
+// [TCP.Resets], each of which uses the reasons that can happen to it
+// (TCPConnectFailReasons, TCPAcceptRefusalReasons, TCPResetReasons).
+type TCPReason uint8
+
+// TCP reasons. Metrics export them by [TCPReason.String]; keep names stable.
+const (
+	// TCPRefused: the host peer refused the connection (ECONNREFUSED).
+	TCPRefused TCPReason = iota
+	// TCPUnreachable: no route to the host peer (ENETUNREACH,
+	// EHOSTUNREACH, ENETDOWN, EHOSTDOWN).
+	TCPUnreachable
+	// TCPTimeout: a handshake, retransmission or idle timeout, ours or
+	// the kernel's (ETIMEDOUT).
+	TCPTimeout
+	// TCPPolicy: the address policy refused the guest's SYN.
+	TCPPolicy
+	// TCPTableFull: every connection slot of the pair was taken.
+	TCPTableFull
+	// TCPGuestUnknown: a forwarded connection arrived before the guest's
+	// MAC and address were known.
+	TCPGuestUnknown
+	// TCPDuplicate: a forwarded connection whose addresses and ports a
+	// connection still in the table has.
+	TCPDuplicate
+	// TCPGuestRST: the guest reset the connection.
+	TCPGuestRST
+	// TCPHostReset: the host peer reset the connection, or its socket
+	// reported an error (ECONNRESET, EPIPE).
+	TCPHostReset
+	// TCPSessionEnd: the front-end left or reset the device, or vunet
+	// stopped: every connection is reset.
+	TCPSessionEnd
+	// TCPError: any other failure of a socket call, or a guest segment
+	// that broke the handshake.
+	TCPError
+	// NumTCPReasons is the number of reasons (array size).
+	NumTCPReasons
+)
+
+var tcpReasonNames = [NumTCPReasons]string{"refused", "unreachable", "timeout", "policy", "table_full",
+	"guest_unknown", "duplicate", "guest_rst", "host_reset", "session_end", "error"}
+
+// String returns the metric label value of the reason.
+func (r TCPReason) String() string { return label(tcpReasonNames[:], r) }
+
+// The reasons each counter uses; the others stay zero.
+var (
+	TCPConnectFailReasons   = []TCPReason{TCPRefused, TCPUnreachable, TCPTimeout, TCPPolicy, TCPTableFull, TCPError}
+	TCPAcceptRefusalReasons = []TCPReason{TCPTableFull, TCPGuestUnknown, TCPDuplicate}
+	TCPResetReasons         = []TCPReason{TCPGuestRST, TCPHostReset, TCPTimeout, TCPSessionEnd, TCPError}
+)
+
 // TCP counts TCP translation events of one queue pair. All fields are
 // atomics so metrics read them at scrape time while the loop writes them.
 type TCP struct {
 	// ConnsByState is a gauge of live connections per state, indexed by the
 	// state number (see TCPStateName).
 	ConnsByState [NumTCPStates]atomic.Int64
-	// Connects counts host connect() attempts; ConnectFailures those refused,
-	// unreachable or timed out.
-	Connects, ConnectFailures atomic.Uint64
-	// TableFull counts guest SYNs refused because every slot was taken.
-	TableFull atomic.Uint64
+	// Connects counts host connect() attempts.
+	Connects atomic.Uint64
+	// ConnectFailures counts guest connections that were not made, by
+	// reason: SYNs the address policy refused or no slot was left for,
+	// and host connect() attempts that failed (TCPConnectFailReasons).
+	ConnectFailures [NumTCPReasons]atomic.Uint64
 	// Accepted counts connections accepted on forwarded host ports;
-	// AcceptRefused those closed at once (no slot, guest unknown).
-	Accepted, AcceptRefused atomic.Uint64
+	// AcceptRefusals those closed at once, by reason
+	// (TCPAcceptRefusalReasons).
+	Accepted       atomic.Uint64
+	AcceptRefusals [NumTCPReasons]atomic.Uint64
 	// AcceptBackoffs counts accepts on forwarded ports that failed for want
 	// of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) and paused
 	// the listener.
 	AcceptBackoffs atomic.Uint64
+	// Resets counts connections ended by a reset (an RST to the guest, to
+	// the host peer or both), by reason (TCPResetReasons). A failed
+	// connect also resets the guest's side, counted in ConnectFailures
+	// only.
+	Resets [NumTCPReasons]atomic.Uint64
 	// Stalls counts transitions into STALLED (guest window exhausted or all
-	// socket data in flight).
-	Stalls atomic.Uint64
+	// socket data in flight); Stalled is the number of connections
+	// STALLED now (gauge).
+	Stalls  atomic.Uint64
+	Stalled atomic.Int64
 	// ClampAttempts counts applications of the TCP_WINDOW_CLAMP window
 	// workaround (made only where the kernel needs it, after a guest ACK
 	// of a stalled connection let bytes be consumed); ClampEffective those
@@ -87,10 +151,9 @@ type TCP struct {
 	// times none could be kept because the table held all the buffers it
 	// may.
 	OutOfOrderKept, OutOfOrderNoBuffer atomic.Uint64
-	// MovedIn and MovedOut count connections taken over from, and handed
-	// to, another queue pair (the guest sent their segments on another TX
-	// queue) or, in a live migration, another vunet.
-	MovedIn, MovedOut atomic.Uint64
+	// DNSForwardConnects counts guest connections to the DNS forward
+	// (--dns-forward: the gateway's port 53 goes to a resolver).
+	DNSForwardConnects atomic.Uint64
 }
 
 // TCPStateName returns the label of state number i of ConnsByState.

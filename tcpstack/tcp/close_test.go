@@ -126,6 +126,9 @@ func TestTCPGuestReset(t *testing.T) {
 	if h.flow() != nil || h.stats.RSTReceived.Load() != 1 {
 		t.Fatalf("RST not handled")
 	}
+	if h.stats.Resets[stats.TCPGuestRST].Load() != 1 || sumReasons(&h.stats.Resets) != 1 {
+		t.Fatalf("resets %v, want one guest_rst", reasonCounts(&h.stats.Resets))
+	}
 	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := peer.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("peer read: %v, want connection reset", err)
@@ -146,6 +149,9 @@ func TestTCPPeerReset(t *testing.T) {
 	}
 	if h.flow() != nil || h.stats.RSTSent.Load() != 1 {
 		t.Fatalf("flow %v rst %d", h.flow() != nil, h.stats.RSTSent.Load())
+	}
+	if h.stats.Resets[stats.TCPHostReset].Load() != 1 || sumReasons(&h.stats.Resets) != 1 {
+		t.Fatalf("resets %v, want one host_reset", reasonCounts(&h.stats.Resets))
 	}
 }
 
@@ -168,8 +174,8 @@ func TestTCPHandshakeTimeout(t *testing.T) {
 	if len(got) != 1 || !got[0].flags.Has(header.TCPFlagRST) || h.flow() != nil {
 		t.Fatalf("no RST after the handshake timeout: %+v", got)
 	}
-	if h.stats.ConnectFailures.Load() != 1 {
-		t.Fatalf("connect failures %d", h.stats.ConnectFailures.Load())
+	if h.stats.ConnectFailures[stats.TCPTimeout].Load() != 1 || sumReasons(&h.stats.ConnectFailures) != 1 {
+		t.Fatalf("connect failures %v, want one timeout", reasonCounts(&h.stats.ConnectFailures))
 	}
 }
 
@@ -227,6 +233,9 @@ func TestTCPIdleTimeout(t *testing.T) {
 	h.tab.Timers(h.now.Add(time.Hour))
 	if got := h.flush(); !hasFlag(got, header.TCPFlagRST) || h.flow() != nil {
 		t.Fatalf("idle connection not reset: %+v", got)
+	}
+	if h.stats.Resets[stats.TCPTimeout].Load() != 1 || sumReasons(&h.stats.Resets) != 1 {
+		t.Fatalf("resets %v, want one timeout", reasonCounts(&h.stats.Resets))
 	}
 	tcpReadN(t, peer, 1)
 	peer.SetReadDeadline(time.Now().Add(5 * time.Second))

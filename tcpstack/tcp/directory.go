@@ -101,8 +101,7 @@ func (t *Table) HandOff(now time.Time, fp uint64) (state []byte, fd int, ok bool
 			_ = t.poll.Del(fd)
 		}
 		f.inEpoll, f.epollEvents, f.fd = false, 0, -1
-		t.release(f)
-		t.stats.MovedOut.Add(1)
+		t.handedOff(f)
 		return b, fd, true
 	}
 	return nil, -1, false

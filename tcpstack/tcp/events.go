@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"vunet/tcpstack/hostsock"
+	"vunet/tcpstack/stats"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,9 +29,12 @@ func (t *Table) HandleSocketEvent(now time.Time, token hostsock.Token, events ui
 		}
 		soErr, err := hostsock.GetInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
 		if err != nil || soErr != 0 || events&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
-			t.stats.ConnectFailures.Add(1)
+			why := stats.TCPError
+			if soErr != 0 {
+				why = connectReason(unix.Errno(soErr))
+			}
 			t.log.Debug("tcp connect failed", "remote", f.remoteAddr, "port", f.remotePort, "err", unix.Errno(soErr))
-			t.resetFlow(f, now)
+			t.connectFailed(f, now, why)
 			return
 		}
 		t.connected(f)
@@ -41,7 +45,11 @@ func (t *Table) HandleSocketEvent(now time.Time, token hostsock.Token, events ui
 	if events&unix.EPOLLERR != 0 {
 		soErr, _ := hostsock.GetInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
 		t.log.Debug("tcp host socket error", "err", unix.Errno(soErr))
-		t.resetFlow(f, now)
+		why := stats.TCPError
+		if soErr != 0 {
+			why = resetReason(unix.Errno(soErr))
+		}
+		t.resetFlow(f, now, why)
 		return
 	}
 	if events&unix.EPOLLOUT != 0 {

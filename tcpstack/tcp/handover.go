@@ -148,8 +148,7 @@ func (t *Table) Forget(ex []Exported) int {
 			continue
 		}
 		t.closeSocket(f, false)
-		t.release(f)
-		t.stats.MovedOut.Add(1)
+		t.handedOff(f)
 		n++
 	}
 	return n
@@ -208,7 +207,6 @@ func (t *Table) importConn(now time.Time, state []byte, fd int) (*conn, error) {
 	}
 	f := t.alloc(key)
 	if f == nil {
-		t.stats.TableFull.Add(1)
 		return nil, fmt.Errorf("table full: %w", ErrImportTaken)
 	}
 	*f = conn{
@@ -237,13 +235,16 @@ func (t *Table) importConn(now time.Time, state []byte, fd int) (*conn, error) {
 		f.epollEvents = 0
 	}
 	t.setState(f, stats.TCPState(w.State))
+	if f.flags&flStalled != 0 {
+		t.stats.Stalled.Add(1)
+	}
 	if t.poll != nil {
 		f.inEpoll = false
 		t.updateEpoll(f)
 	}
 	t.markDirty(f)
 	t.noteTimer(t.deadline(f))
-	t.stats.MovedIn.Add(1)
+	t.qstats.Flows.MovedIn[stats.FlowTCP].Add(1)
 	return f, nil
 }
 

@@ -2,9 +2,9 @@ package tcp
 
 import (
 	"math/rand/v2"
-	"net/netip"
 	"time"
 
+	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/stats"
 )
@@ -31,18 +31,20 @@ func (t *Table) ipHdrLen(v6 bool) int {
 	return header.IPv4MinimumSize
 }
 
-// connect starts a host connection to host (where the address policy sends
-// the guest's destination) for a guest SYN.
-func (t *Table) connect(now time.Time, sg *segment, host netip.AddrPort) {
+// connect starts a host connection for a guest SYN to where the address
+// policy's verdict v sends the guest's destination.
+func (t *Table) connect(now time.Time, sg *segment, v addrpolicy.Verdict) {
+	host := v.Host
 	if sg.srcPort == 0 || sg.dstPort == 0 {
 		return
 	}
 	f := t.alloc(sg.key)
 	if f == nil {
-		t.stats.TableFull.Add(1)
+		t.stats.ConnectFailures[stats.TCPTableFull].Add(1)
 		t.queueRST(sg)
 		return
 	}
+	t.qstats.Flows.Opened[stats.FlowTCP].Add(1)
 	f.guestMAC = sg.srcMAC
 	f.guestAddr, f.remoteAddr = sg.src, sg.dst
 	f.guestPort, f.remotePort = sg.srcPort, sg.dstPort
@@ -60,12 +62,14 @@ func (t *Table) connect(now time.Time, sg *segment, host netip.AddrPort) {
 		f.flags |= flLocal
 	}
 	t.stats.Connects.Add(1)
+	if v.DNSForward {
+		t.stats.DNSForwardConnects.Add(1)
+	}
 	fd, inProgress, err := t.dial(host, t.cfg.SndBuf, t.cfg.RcvBuf)
 	t.setState(f, stats.TCPConnecting)
 	if err != nil {
-		t.stats.ConnectFailures.Add(1)
 		t.log.Debug("tcp connect failed", "dst", host, "err", err)
-		t.resetFlow(f, now)
+		t.connectFailed(f, now, connectReason(err))
 		return
 	}
 	f.fd = fd

@@ -99,8 +99,8 @@ func TestTCPSynAckOnlyAfterConnect(t *testing.T) {
 	if sa.src != h.remote || sa.dst != h.guest {
 		t.Fatalf("SYN-ACK addresses %v -> %v", sa.src, sa.dst)
 	}
-	if h.stats.Connects.Load() != 1 || h.stats.ConnectFailures.Load() != 0 {
-		t.Fatalf("connects %d failures %d", h.stats.Connects.Load(), h.stats.ConnectFailures.Load())
+	if h.stats.Connects.Load() != 1 || sumReasons(&h.stats.ConnectFailures) != 0 {
+		t.Fatalf("connects %d failures %d", h.stats.Connects.Load(), sumReasons(&h.stats.ConnectFailures))
 	}
 	// Guest ACK completes the handshake.
 	h.ack = sa.seq + 1
@@ -135,8 +135,11 @@ func TestTCPConnectRefused(t *testing.T) {
 	if len(got) != 1 || !got[0].flags.Has(header.TCPFlagRST) || got[0].ack != h.isn+1 {
 		t.Fatalf("want RST acking the SYN, got %+v", got)
 	}
-	if h.stats.ConnectFailures.Load() != 1 || h.stats.RSTSent.Load() != 1 {
-		t.Fatalf("failures %d rst %d", h.stats.ConnectFailures.Load(), h.stats.RSTSent.Load())
+	if h.stats.ConnectFailures[stats.TCPRefused].Load() != 1 || sumReasons(&h.stats.ConnectFailures) != 1 || h.stats.RSTSent.Load() != 1 {
+		t.Fatalf("failures %v rst %d", reasonCounts(&h.stats.ConnectFailures), h.stats.RSTSent.Load())
+	}
+	if n := sumReasons(&h.stats.Resets); n != 0 {
+		t.Fatalf("a failed connect counted as %d resets too", n)
 	}
 	if h.tab.Len() != 0 || h.flow() != nil {
 		t.Fatalf("flow kept after refusal")

@@ -113,15 +113,15 @@ func (t *Table) accept(now time.Time, i int) {
 			return // EAGAIN, or an error the next event retries
 		}
 		t.acceptDelay = 0
-		if !t.inbound(now, fd, peer, l.guestPort) {
-			t.stats.AcceptRefused.Add(1)
+		if why, ok := t.inbound(now, fd, peer, l.guestPort); !ok {
+			t.stats.AcceptRefusals[why].Add(1)
 			hostsock.CloseWithReset(fd)
 		}
 	}
 }
 
-// inbound opens the guest side of an accepted connection.
-func (t *Table) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort uint16) bool {
+// inbound opens the guest side of an accepted connection, or says why not.
+func (t *Table) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort uint16) (stats.TCPReason, bool) {
 	// A loopback peer appears as the gateway, which the guest answers.
 	remote, _ := t.policy.Policy.InboundSource(peer.Addr())
 	guest := t.guestV4
@@ -130,18 +130,18 @@ func (t *Table) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort ui
 	}
 	if !guest.IsValid() || t.guestMAC == ([6]byte{}) || !remote.IsValid() {
 		t.log.Debug("tcp forward: guest address unknown, connection refused", "peer", peer)
-		return false
+		return stats.TCPGuestUnknown, false
 	}
 	key := connKey{guestAddr: guest.As16(), remoteAddr: remote.As16(), guestPort: guestPort,
 		remotePort: peer.Port(), v6: guest.Is6()}
 	if _, busy := t.byKey[key]; busy {
-		return false
+		return stats.TCPDuplicate, false
 	}
 	f := t.alloc(key)
 	if f == nil {
-		t.stats.TableFull.Add(1)
-		return false
+		return stats.TCPTableFull, false
 	}
+	t.qstats.Flows.Opened[stats.FlowTCP].Add(1)
 	t.stats.Accepted.Add(1)
 	f.fd = fd
 	f.guestMAC = t.guestMAC
@@ -162,7 +162,7 @@ func (t *Table) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort ui
 	t.updateEpoll(f)
 	t.markDirty(f)
 	t.noteTimer(t.deadline(f))
-	return true
+	return 0, true
 }
 
 // guestSynAck handles the guest's answer to our SYN. It reports whether the

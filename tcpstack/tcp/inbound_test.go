@@ -97,11 +97,11 @@ func TestTCPForwardGuestUnknown(t *testing.T) {
 	h := tcpNewHarness(t, Config{})
 	h.dialForward(t, 0)
 	deadline := time.Now().Add(5 * time.Second)
-	for h.stats.AcceptRefused.Load() == 0 && time.Now().Before(deadline) {
+	for h.stats.AcceptRefusals[stats.TCPGuestUnknown].Load() == 0 && time.Now().Before(deadline) {
 		h.pump(10 * time.Millisecond)
 	}
-	if h.stats.AcceptRefused.Load() != 1 || h.tab.Len() != 0 {
-		t.Fatalf("refused %d len %d", h.stats.AcceptRefused.Load(), h.tab.Len())
+	if h.stats.AcceptRefusals[stats.TCPGuestUnknown].Load() != 1 || h.tab.Len() != 0 {
+		t.Fatalf("refused %d len %d", h.stats.AcceptRefusals[stats.TCPGuestUnknown].Load(), h.tab.Len())
 	}
 }
 

@@ -90,12 +90,16 @@ func (t *Table) HandleGuestFrame(now time.Time, p *header.Packet, frame [][]byte
 		// Connections exist only where the address policy let them; a
 		// segment without one is judged before it opens one or gets an RST.
 		v := t.policy.Outbound(now, addrpolicy.TCP, sg.src, netip.AddrPortFrom(sg.dst, sg.dstPort))
+		syn := sg.flags&(header.TCPFlagSYN|header.TCPFlagACK|header.TCPFlagRST|header.TCPFlagFIN) == header.TCPFlagSYN
 		if !v.Allowed() {
+			if syn {
+				t.stats.ConnectFailures[stats.TCPPolicy].Add(1)
+			}
 			return true
 		}
 		t.learnGuest(sg)
-		if sg.flags&(header.TCPFlagSYN|header.TCPFlagACK|header.TCPFlagRST|header.TCPFlagFIN) == header.TCPFlagSYN {
-			t.connect(now, sg, v.Host)
+		if syn {
+			t.connect(now, sg, v)
 		} else {
 			t.queueRST(sg)
 		}
@@ -120,6 +124,9 @@ func (t *Table) guestSegment(now time.Time, f *conn, sg *segment, frame [][]byte
 	if sg.flags.Has(header.TCPFlagRST) {
 		if t.guestRSTAcceptable(f, sg) {
 			t.stats.RSTReceived.Add(1)
+			if f.state != stats.TCPResetting {
+				t.stats.Resets[stats.TCPGuestRST].Add(1)
+			}
 			t.dropFlow(f, true)
 		}
 		return
@@ -150,7 +157,7 @@ func (t *Table) guestSegment(now time.Time, f *conn, sg *segment, frame [][]byte
 		// it is good even if a retransmitted SYN, in the same batch, asked
 		// for it again; that repeat is then moot.
 		if sg.ack != f.iss+1 || f.seqToGuest != f.iss+1 {
-			t.resetFlow(f, now)
+			t.resetFlow(f, now, stats.TCPError)
 			return
 		}
 		f.flags &^= flSynAckDue
@@ -221,7 +228,7 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 			r, err := hostsock.Discard(f.fd, int(n))
 			if err != nil || r != int(n) {
 				t.log.Debug("tcp consume failed", "want", n, "got", r, "err", err)
-				t.resetFlow(f, now)
+				t.resetFlow(f, now, resetReason(err))
 				return false
 			}
 			t.reopenWindow(f)
@@ -295,7 +302,7 @@ func (t *Table) toSocket(now time.Time, f *conn, bufs [][]byte, off, n int) (wri
 		w = 0
 	default:
 		t.log.Debug("tcp write to host failed", "err", err)
-		t.resetFlow(f, now)
+		t.resetFlow(f, now, resetReason(err))
 		return 0, false
 	}
 	f.seqFromGuest += uint32(w)

@@ -135,8 +135,8 @@ func TestTCPTableFull(t *testing.T) {
 	h.establish(ln, tcpMss1400ws7)
 	h.guest = netip.MustParseAddrPort("10.0.2.15:40001")
 	h.sendSYN(tcpMss1400ws7)
-	if h.tab.Len() != 1 || h.stats.TableFull.Load() != 1 {
-		t.Fatalf("len %d tableFull %d", h.tab.Len(), h.stats.TableFull.Load())
+	if h.tab.Len() != 1 || h.stats.ConnectFailures[stats.TCPTableFull].Load() != 1 {
+		t.Fatalf("len %d tableFull %d", h.tab.Len(), h.stats.ConnectFailures[stats.TCPTableFull].Load())
 	}
 	// The established flow may announce its grown window in the same pass;
 	// the refused port gets exactly one RST.
@@ -169,8 +169,8 @@ func TestTCPTableFullFlood(t *testing.T) {
 			rsts++
 		}
 	}
-	if rsts != n || h.stats.TableFull.Load() != n {
-		t.Fatalf("%d SYNs refused (table full %d), %d RSTs to the guest", n, h.stats.TableFull.Load(), rsts)
+	if rsts != n || h.stats.ConnectFailures[stats.TCPTableFull].Load() != n {
+		t.Fatalf("%d SYNs refused (table full %d), %d RSTs to the guest", n, h.stats.ConnectFailures[stats.TCPTableFull].Load(), rsts)
 	}
 }
 

@@ -107,7 +107,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			w.Abort()
 			t.bufs = t.bufs[:0]
 			t.log.Debug("tcp read from host failed", "err", err)
-			t.resetFlow(f, now)
+			t.resetFlow(f, now, resetReason(err))
 			return true
 		}
 		startedIdle := already == 0
@@ -146,16 +146,14 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 		case got < reserved && got > 0 && !eof && f.has(evSockRdHup):
 			// Short, but the peer's FIN is queued behind this data: peek
 			// again, to reach it (EOF) in this pass.
-			if f.flags&flStalled != 0 {
-				f.flags &^= flStalled | flWndStall
+			if t.clearStalled(f) {
 				t.updateEpoll(f)
 			}
 			continue
 		case got < reserved:
 			// The socket had less than we had room for: done for now.
 			t.rxBlocked(f, false)
-			if f.flags&flStalled != 0 && got > 0 {
-				f.flags &^= flStalled | flWndStall
+			if got > 0 && t.clearStalled(f) {
 				t.updateEpoll(f)
 			}
 			return true
@@ -164,8 +162,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			return false
 		}
 		// Every reserved byte was filled: there may be more, go on.
-		if f.flags&flStalled != 0 {
-			f.flags &^= flStalled | flWndStall
+		if t.clearStalled(f) {
 			t.updateEpoll(f)
 		}
 	}
@@ -183,10 +180,21 @@ func (t *Table) stall(f *conn, wnd bool) {
 	}
 	if was&flStalled == 0 {
 		t.stats.Stalls.Add(1)
+		t.stats.Stalled.Add(1)
 	}
 	if was != f.flags&(flStalled|flWndStall) {
 		t.updateEpoll(f)
 	}
+}
+
+// clearStalled takes f out of STALLED; it reports whether f was.
+func (t *Table) clearStalled(f *conn) bool {
+	was := f.flags&flStalled != 0
+	f.flags &^= flStalled | flWndStall
+	if was {
+		t.stats.Stalled.Add(-1)
+	}
+	return was
 }
 
 // rxBlocked records whether f waits for guest RX buffers. While it does,

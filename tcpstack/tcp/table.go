@@ -108,8 +108,8 @@ type reservedFrame struct {
 }
 
 // New allocates a table of cfg.MaxFlows connections counting into st, and
-// into qs what the address policy refuses. st and qs may be nil (private
-// sets are used). Attach gives it a loop's epoll set.
+// into qs its flows and what the address policy refuses. st and qs may be
+// nil (private sets are used). Attach gives it a loop's epoll set.
 func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 	cfg.setDefaults()
 	if st == nil {
@@ -159,6 +159,7 @@ func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 				"applied", t.clampNeeded, "probe", k.String())
 		})
 	}
+	t.qstats.Flows.Capacity[stats.FlowTCP].Store(int64(cfg.MaxFlows))
 	return t
 }
 
@@ -267,6 +268,9 @@ func (t *Table) Close() {
 func (t *Table) ResetConnections() {
 	for len(t.active) > 0 {
 		f := &t.flows[t.active[len(t.active)-1]]
+		if f.state != stats.TCPResetting {
+			t.stats.Resets[stats.TCPSessionEnd].Add(1)
+		}
 		t.closeSocket(f, true)
 		t.release(f)
 	}
@@ -318,6 +322,7 @@ func (t *Table) alloc(key connKey) *conn {
 	}
 	t.byKey[key] = s
 	t.active = append(t.active, s)
+	t.qstats.Flows.Live[stats.FlowTCP].Add(1)
 	return f
 }
 
@@ -327,6 +332,22 @@ func (t *Table) release(f *conn) {
 	if f.state == stats.TCPFree {
 		return
 	}
+	t.qstats.Flows.Closed[stats.FlowTCP].Add(1)
+	t.freeSlot(f)
+}
+
+// handedOff returns the slot of a connection another table took over,
+// counted as moved out.
+func (t *Table) handedOff(f *conn) {
+	if f.state == stats.TCPFree {
+		return
+	}
+	t.qstats.Flows.MovedOut[stats.FlowTCP].Add(1)
+	t.freeSlot(f)
+}
+
+// freeSlot is release without the count.
+func (t *Table) freeSlot(f *conn) {
 	if s, ok := t.byKey[f.key]; ok && s == f.slot {
 		delete(t.byKey, f.key)
 	}
@@ -343,7 +364,9 @@ func (t *Table) release(f *conn) {
 			break
 		}
 	}
+	t.clearStalled(f)
 	t.setState(f, stats.TCPFree)
+	t.qstats.Flows.Live[stats.FlowTCP].Add(-1)
 	f.gen++
 	if f.flags&flDirty == 0 {
 		t.free = append(t.free, f.slot)
@@ -375,8 +398,22 @@ func (t *Table) closeSocket(f *conn, reset bool) {
 }
 
 // resetFlow closes the host socket with RST and schedules an RST to the
+// guest, counted by why; the slot is released once the RST is out.
+func (t *Table) resetFlow(f *conn, now time.Time, why stats.TCPReason) {
+	t.stats.Resets[why].Add(1)
+	t.abortFlow(f, now)
+}
+
+// connectFailed ends a guest connection whose host connect() failed, as
+// resetFlow does, counted as a connect failure.
+func (t *Table) connectFailed(f *conn, now time.Time, why stats.TCPReason) {
+	t.stats.ConnectFailures[why].Add(1)
+	t.abortFlow(f, now)
+}
+
+// abortFlow closes the host socket with RST and schedules an RST to the
 // guest; the slot is released once the RST is out.
-func (t *Table) resetFlow(f *conn, now time.Time) {
+func (t *Table) abortFlow(f *conn, now time.Time) {
 	t.closeSocket(f, true)
 	f.flags |= flRstDue
 	f.lastActivity = now // the deadline for getting the RST out runs from here

@@ -99,14 +99,15 @@ func (t *Table) fire(now time.Time, f *conn) {
 			return
 		}
 		t.log.Debug("tcp handshake timeout (forwarded)", "remote", f.remoteAddr, "port", f.remotePort)
-		t.resetFlow(f, now)
+		t.resetFlow(f, now, stats.TCPTimeout)
 		return
 	case stats.TCPConnecting, stats.TCPSynAckSent:
 		t.log.Debug("tcp handshake timeout", "remote", f.remoteAddr, "port", f.remotePort)
 		if f.state == stats.TCPConnecting {
-			t.stats.ConnectFailures.Add(1)
+			t.connectFailed(f, now, stats.TCPTimeout)
+		} else {
+			t.resetFlow(f, now, stats.TCPTimeout)
 		}
-		t.resetFlow(f, now)
 		return
 	case stats.TCPResetting:
 		t.release(f) // the RST never found a buffer
@@ -122,7 +123,7 @@ func (t *Table) fire(now time.Time, f *conn) {
 	if f.inFlight() > 0 && !f.lastAckProg.Add(t.ackTimeout(f)).After(now) {
 		if int(f.retrans) >= t.cfg.MaxRetrans {
 			t.log.Debug("tcp retransmissions exceeded", "remote", f.remoteAddr, "port", f.remotePort)
-			t.resetFlow(f, now)
+			t.resetFlow(f, now, stats.TCPTimeout)
 			return
 		}
 		f.retrans++
@@ -145,7 +146,7 @@ func (t *Table) fire(now time.Time, f *conn) {
 	}
 	if !f.lastActivity.Add(t.quietTimeout(f)).After(now) {
 		t.log.Debug("tcp idle timeout", "remote", f.remoteAddr, "port", f.remotePort, "closing", f.state == stats.TCPClosing)
-		t.resetFlow(f, now)
+		t.resetFlow(f, now, stats.TCPTimeout)
 	}
 }
 

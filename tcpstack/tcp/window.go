@@ -18,7 +18,7 @@ import (
 // output pass this iteration), not waiting for epoll. The window
 // workaround went with the consume (reopenWindow).
 func (t *Table) unstall(f *conn) {
-	f.flags &^= flStalled | flWndStall
+	t.clearStalled(f)
 	t.updateEpoll(f)
 	t.markDirty(f)
 }
@@ -69,8 +69,7 @@ func (t *Table) rewind(f *conn, cause stats.TCPRetransCause) {
 		}
 	}
 	t.stats.Retransmits[cause].Add(1)
-	if f.flags&flStalled != 0 {
-		f.flags &^= flStalled | flWndStall
+	if t.clearStalled(f) {
 		t.updateEpoll(f)
 	}
 	t.markDirty(f)

@@ -61,6 +61,9 @@ func tcpRunStallTransfer(t *testing.T, cfg Config, peerSndBuf int, forceClamp bo
 		}
 		segs := h.pump(10 * time.Millisecond)
 		got = append(got, tcpPayloadOf(segs)...)
+		if stalled, n := f.flags&flStalled != 0, h.stats.Stalled.Load(); stalled != (n == 1) || n > 1 {
+			t.Fatalf("stalled connections gauge %d while the connection's STALLED is %v", n, stalled)
+		}
 		if f.flags&flStalled != 0 && f.flags&flWndStall != 0 {
 			sawWndStall = true
 			if f.epollEvents&unix.EPOLLIN != 0 {
@@ -107,6 +110,10 @@ func tcpRunStallTransfer(t *testing.T, cfg Config, peerSndBuf int, forceClamp bo
 		t.Fatalf("%d effective of %d attempts", effective, attempts)
 	}
 	t.Logf("stalls %d, window workaround: %d attempts, %d effective", h.stats.Stalls.Load(), attempts, effective)
+	h.tab.ResetConnections()
+	if n := h.stats.Stalled.Load(); n != 0 {
+		t.Fatalf("stalled connections gauge %d with no connection left", n)
+	}
 }
 
 // TestTCPGuestWindowLimitsPeek: we never read more than the guest's window

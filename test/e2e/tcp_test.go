@@ -84,7 +84,7 @@ func TestQEMUGuestPing(t *testing.T) {
 		// The echoes went through a host socket (a flow), not a reply
 		// made up by the daemon.
 		if _, err := d.WaitMetric(5*time.Second, "an ICMP echo flow opened", func(m qemu.Metrics) bool {
-			return m.Sum("vunet_flows_opened_total") >= 1
+			return m.Sum("vunet_flows_opened_total", "protocol", "icmp") >= 1
 		}); err != nil {
 			t.Error(err)
 		}

@@ -148,14 +148,14 @@ func (f *floodRound) udp() {
 	d := f.settle("udp", before, func(d func(string, ...string) float64) bool {
 		return d("vunet_udp_datagrams_total", out)+d("vunet_udp_drops_total", out) >= float64(sent)-dropped
 	})
-	got, drops, evicted := d("vunet_udp_datagrams_total", out), d("vunet_udp_drops_total", out), d("vunet_flows_evicted_total")
+	got, drops, evicted := d("vunet_udp_datagrams_total", out), d("vunet_udp_drops_total", out), d("vunet_flows_evicted_total", `protocol="udp"`)
 	m := metrics(t, f.r)
 	t.Logf("round %d, UDP flood: %d datagrams (%v dropped by the TAP), %v sent from host sockets, %v dropped (counted), %v flows evicted, %v UDP flows live",
-		f.round, sent, dropped, got, drops, evicted, m.Sum("vunet_udp_flows"))
+		f.round, sent, dropped, got, drops, evicted, m.Sum("vunet_flows", `protocol="udp"`))
 	if got+drops < float64(sent)-dropped || got+drops > float64(sent) {
 		t.Errorf("round %d: %v datagrams counted (sent + dropped), want %d (less the %v the TAP dropped)", f.round, got+drops, sent, dropped)
 	}
-	if live := m.Sum("vunet_udp_flows"); live > 1024 {
+	if live := m.Sum("vunet_flows", `protocol="udp"`); live > 1024 {
 		t.Errorf("round %d: %v UDP flows live, above the quota of 1024", f.round, live)
 	}
 	if evicted < float64(floodUDPPorts-1024)-dropped {

@@ -38,6 +38,8 @@ type loop struct {
 	quit atomic.Bool
 	done chan struct{}
 
+	requests requestQueue // work for the pair's tables from the control goroutine (loop_requests.go)
+
 	link      *linksvc.Link // ARP, DHCP, DHCPv6, NDP answers and announcements
 	nextRA    time.Time     // next unsolicited Router Advertisement; zero: none
 	tx        txPath
@@ -278,6 +280,9 @@ func (l *loop) run() {
 // guest, and one publication of the RX used ring.
 func (l *loop) iterate(tx bool) {
 	l.out.BeginIteration()
+	if l.requests.pending.Load() {
+		l.runRequests(false)
+	}
 	if l.ps.mail.pending() {
 		l.readMail() // flows given to us first: a frame may wait for one
 	}

@@ -37,6 +37,8 @@ func (l *loop) shutdown() {
 	if n := l.pending.replies(); n > 0 {
 		l.st.RX.Drops[stats.DropRingDisabled].Add(uint64(n))
 	}
+	// Requests posted before the loop ended run here, the last ones.
+	l.runRequests(true)
 	l.flows.Detach()
 	l.tcp.Detach()
 	l.ps.loop = nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,13 @@ type Stack struct {
 
 	faultLog stats.Limiter // memory-fault log lines, across the Stack's loops
 	fwdStats stats.Forwards
+
+	// The forwarded ports open (forwards.go). fwdMu serializes their
+	// changes and is taken before mu.
+	fwdMu     sync.Mutex
+	fwds      []openForward
+	fwdNext   uint64
+	fwdClosed bool // Close ran: no more forwards
 
 	mu       sync.Mutex
 	loops    map[int]*loop
@@ -256,6 +264,9 @@ func (s *Stack) stopAllPairs() {
 
 // Close stops every running pair and closes every flow's host socket.
 func (s *Stack) Close() {
+	// No forward changes from here on (fwdMu comes before mu).
+	s.fwdMu.Lock()
+	defer s.fwdMu.Unlock()
 	s.closeMigration()
 	s.stopAllPairs()
 	s.mu.Lock()
@@ -269,6 +280,8 @@ func (s *Stack) Close() {
 	for p := range s.fwdStats.Ports {
 		s.fwdStats.Ports[p].Store(0)
 	}
+	s.fwds = nil
+	s.fwdClosed = true
 }
 
 // EndSession closes every flow and connection of every pair, with an RST to
@@ -329,6 +342,17 @@ func (s *Stack) pairStateLocked(index int) (*pairState, error) {
 	ps := &pairState{index: index, st: new(stats.Queue), tcpStats: new(stats.TCP), mail: mail}
 	ps.flows = dgram.New(s.dgramConfig(index), ps.st)
 	ps.tcp = tcp.New(s.tcpConfig(index), ps.tcpStats, ps.st)
+	// Forwarded connections go to the configured guest until its traffic
+	// says otherwise.
+	a := &s.cfg.Addr
+	v4, v6 := a.IPv4.Addr, a.IPv6.Addr
+	if a.Disable4 {
+		v4 = netip.Addr{}
+	}
+	if a.Disable6 {
+		v6 = netip.Addr{}
+	}
+	ps.tcp.SetGuestDefaults(a.GuestMAC, v4, v6)
 	// Room for every flow and connection of the pair, and its fetches.
 	if ps.shard = s.dir.Shard(index, 2*s.cfg.MaxFlows+maxClaims); ps.shard != nil {
 		ps.self.Add(index)

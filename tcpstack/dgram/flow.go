@@ -58,7 +58,8 @@ type flow struct {
 	inUse    bool
 	queued   bool // in the ready list (may outlive the flow: skipped then)
 	class    flowClass
-	dns      bool // a UDP flow to the DNS forward's resolver (counted per datagram)
+	dns      bool  // a UDP flow to the DNS forward's resolver (counted per datagram)
+	fwd      int32 // classInbound: the slot of the forwarded port it answers from; else -1
 	lastUsed time.Time
 	// prev and next link the flow into its class's LRU list (lru.go).
 	prev, next int32

@@ -22,7 +22,8 @@ import (
 // port it sent to, and the kernel prefers the connected socket for the
 // peer's further datagrams, which then take the ordinary flow path.
 
-// udpListener is one forwarded host UDP port.
+// udpListener is one forwarded host UDP port; fd -1: a free slot (the
+// port was closed, and the slot is reused by the next Listen).
 type udpListener struct {
 	fd        int
 	v6        bool
@@ -34,26 +35,32 @@ type udpListener struct {
 
 // Listen opens a forwarded host UDP port on addr (port 0: the kernel
 // picks), restricted to interface iface when set, whose datagrams go to the
-// guest's guestPort (0: the port bound), and returns the port bound.
-func (ft *Table) Listen(addr netip.AddrPort, iface string, guestPort uint16) (uint16, error) {
+// guest's guestPort (0: the port bound). It returns the port's slot, which
+// CloseForward takes, and the port bound.
+func (ft *Table) Listen(addr netip.AddrPort, iface string, guestPort uint16) (slot int, port uint16, err error) {
 	fd, local, port, err := hostsock.ListenUDP(addr, iface)
 	if err != nil {
-		return 0, err
+		return -1, 0, err
 	}
 	if guestPort == 0 {
 		guestPort = port
 	}
 	i := len(ft.fwd)
-	ft.fwd = append(ft.fwd, udpListener{fd: fd, v6: addr.Addr().Is6(), guestPort: guestPort, iface: iface, local: local})
+	if n := len(ft.fwdFree); n > 0 {
+		i = ft.fwdFree[n-1]
+		ft.fwdFree = ft.fwdFree[:n-1]
+	} else {
+		ft.fwd = append(ft.fwd, udpListener{fd: -1})
+	}
+	ft.fwd[i] = udpListener{fd: fd, v6: addr.Addr().Is6(), guestPort: guestPort, iface: iface, local: local}
 	if ft.ep != nil {
 		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, hostsock.NewToken(hostsock.OwnerUDPForward, 0, uint32(i))); err != nil {
-			unix.Close(fd)
-			ft.fwd = ft.fwd[:i]
-			return 0, fmt.Errorf("forward epoll: %w", err)
+			ft.freeForward(i)
+			return -1, 0, fmt.Errorf("forward epoll: %w", err)
 		}
 	}
 	ft.publishCapacity()
-	return port, nil
+	return i, port, nil
 }
 
 // attachForwards registers the forwarded ports with a new loop's epoll set;
@@ -61,6 +68,9 @@ func (ft *Table) Listen(addr netip.AddrPort, iface string, guestPort uint16) (ui
 func (ft *Table) attachForwards(ep *hostsock.Epoll) {
 	for i := range ft.fwd {
 		l := &ft.fwd[i]
+		if l.fd < 0 {
+			continue
+		}
 		if err := ep.Add(l.fd, unix.EPOLLIN|unix.EPOLLET, hostsock.NewToken(hostsock.OwnerUDPForward, 0, uint32(i))); err != nil {
 			ft.log.Warn("register forwarded UDP port", "err", err)
 			continue
@@ -71,21 +81,47 @@ func (ft *Table) attachForwards(ep *hostsock.Epoll) {
 }
 
 // NumForwards is the number of forwarded ports open.
-func (ft *Table) NumForwards() int { return len(ft.fwd) }
+func (ft *Table) NumForwards() int { return len(ft.fwd) - len(ft.fwdFree) }
 
-// CloseForwardsFrom closes the forwarded ports from index first on.
-func (ft *Table) CloseForwardsFrom(first int) {
-	for _, l := range ft.fwd[first:] {
-		unix.Close(l.fd)
+// CloseForward closes the forwarded port in slot, and the flows opened for
+// its peers (their sockets are bound to the port too, and would keep
+// taking those peers' datagrams): the port is closed to everyone.
+func (ft *Table) CloseForward(slot int) error {
+	if slot < 0 || slot >= len(ft.fwd) || ft.fwd[slot].fd < 0 {
+		return fmt.Errorf("no forwarded port in slot %d", slot)
 	}
-	ft.fwd = ft.fwd[:first]
+	for i := ft.lru[classInbound].head; i >= 0; {
+		next := ft.flows[i].next
+		if ft.flows[i].fwd == int32(slot) {
+			ft.closeFlow(i)
+		}
+		i = next
+	}
+	ft.freeForward(slot) // closing the socket also leaves the epoll set
 	ft.publishCapacity()
+	return nil
+}
+
+// freeForward closes slot i's socket and makes the slot free.
+func (ft *Table) freeForward(i int) {
+	unix.Close(ft.fwd[i].fd)
+	ft.fwd[i] = udpListener{fd: -1}
+	ft.fwdFree = append(ft.fwdFree, i)
+}
+
+// CloseForwards closes every forwarded port.
+func (ft *Table) CloseForwards() {
+	for i := range ft.fwd {
+		if ft.fwd[i].fd >= 0 {
+			_ = ft.CloseForward(i)
+		}
+	}
 }
 
 // forwardReady handles an epoll event of a forwarded port.
 func (ft *Table) forwardReady(tok hostsock.Token) {
 	i := tok.Slot()
-	if int(i) < len(ft.fwd) {
+	if int(i) < len(ft.fwd) && ft.fwd[i].fd >= 0 {
 		ft.fwd[i].pending = true
 		ft.fwdPending = true
 	}
@@ -96,7 +132,7 @@ func (ft *Table) forwardReady(tok hostsock.Token) {
 func (ft *Table) flushForwards(w guestring.Sink) (more, blocked bool) {
 	still := false
 	for i := range ft.fwd {
-		if !ft.fwd[i].pending {
+		if !ft.fwd[i].pending || ft.fwd[i].fd < 0 {
 			continue
 		}
 		switch ft.readForward(w, i) {
@@ -143,7 +179,7 @@ func (ft *Table) readForward(w guestring.Sink, i int) flowRead {
 			continue
 		}
 		ft.commitDatagram(w, hdr, &key, pay, n)
-		ft.forwardFlow(lis, &key, peer)
+		ft.forwardFlow(lis, i, &key, peer)
 	}
 	return flowBudgetUsed
 }
@@ -175,8 +211,8 @@ func (ft *Table) forwardKey(lis *udpListener, peer netip.AddrPort) (flowKey, boo
 }
 
 // forwardFlow makes sure the guest's replies to peer have a flow leaving
-// from the forwarded port.
-func (ft *Table) forwardFlow(lis *udpListener, key *flowKey, peer netip.AddrPort) {
+// from the forwarded port (lis, in slot).
+func (ft *Table) forwardFlow(lis *udpListener, slot int, key *flowKey, peer netip.AddrPort) {
 	if i, ok := ft.byKey[*key]; ok {
 		ft.touch(i)
 		return
@@ -204,7 +240,9 @@ func (ft *Table) forwardFlow(lis *udpListener, key *flowKey, peer netip.AddrPort
 		ft.warn("cannot open reply socket for forwarded UDP peer", "peer", peer, "err", err)
 		return
 	}
-	ft.adoptAs(key, fd, classInbound)
+	if i, ok := ft.adoptAs(key, fd, classInbound); ok {
+		ft.flows[i].fwd = int32(slot)
+	}
 }
 
 // sockaddrPort is the port of an IPv4 or IPv6 socket address.

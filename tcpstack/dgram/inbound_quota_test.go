@@ -48,7 +48,7 @@ func forwardTable(t *testing.T, cfg Config) (*Table, *net.UDPAddr) {
 	})
 	ft := New(cfg, new(stats.Queue))
 	t.Cleanup(ft.Close)
-	port, err := ft.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", 53)
+	_, port, err := ft.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", 53)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,8 +85,10 @@ type Table struct {
 	discard   [65536]byte // datagrams the guest cannot take are read into it
 	discardIO [1][]byte
 
-	// Forwarded host UDP ports (pair 0 only), see forward.go.
+	// Forwarded host UDP ports (pair 0 only), see forward.go; fwdFree
+	// are the slots of closed ones.
 	fwd        []udpListener
+	fwdFree    []int
 	fwdPending bool                // some listener has unread datagrams
 	fwdFrom    unix.RawSockaddrAny // source address of the last forwarded datagram
 }
@@ -242,7 +244,7 @@ func (ft *Table) place(key *flowKey, fd int, c flowClass) (int32, bool) {
 	i := ft.free[len(ft.free)-1]
 	ft.free = ft.free[:len(ft.free)-1]
 	f := &ft.flows[i]
-	f.key, f.fd, f.inUse, f.lastUsed, f.class, f.dns = *key, fd, true, ft.now, c, false
+	f.key, f.fd, f.inUse, f.lastUsed, f.class, f.dns, f.fwd = *key, fd, true, ft.now, c, false, -1
 	f.gen++
 	// Counted before the registration, so that release undoes exactly
 	// this when it fails.
@@ -309,7 +311,7 @@ func (k flowKind) proto() stats.FlowProto {
 // ports' peers while the table has forwarded ports.
 func (ft *Table) publishCapacity() {
 	udp := ft.cfg.MaxFlows
-	if len(ft.fwd) > 0 {
+	if ft.NumForwards() > 0 {
 		udp += ft.cfg.MaxInboundFlows
 	}
 	ft.st.Flows.Capacity[stats.FlowUDP].Store(int64(udp))
@@ -418,5 +420,5 @@ func (ft *Table) openDgram(host netip.AddrPort, proto int) (int, error) {
 // Close closes every flow and forwarded port (the Stack is closing).
 func (ft *Table) Close() {
 	ft.CloseFlows()
-	ft.CloseForwardsFrom(0)
+	ft.CloseForwards()
 }

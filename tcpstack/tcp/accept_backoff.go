@@ -56,7 +56,7 @@ func (t *Table) unmaskListeners() {
 	t.acceptRetry = time.Time{}
 	for i := range t.listeners {
 		l := &t.listeners[i]
-		if !l.masked {
+		if !l.masked || l.fd < 0 {
 			continue
 		}
 		l.masked = false

@@ -21,7 +21,8 @@
 //	t := tcp.New(cfg, tcpStats, queueStats)   // once per pair; keep it across restarts
 //	t.Attach(ep) / t.Detach()                 // around each loop's life
 //	t.SetGuest(mac, v4, v6)                   // guest MAC/addresses for forwarded connections
-//	t.Listen(addr, iface, guestPort)          // a forwarded host port (passt's -t)
+//	t.Listen(addr, iface, guestPort)          // a forwarded host port (passt's -t): its slot
+//	t.Unlisten(slot)                          // close it (at run time too)
 //	t.SetFeatures(guestCsum, tso4, tso6)      // negotiated GUEST_CSUM/TSO4/TSO6
 //	t.SetMTU(mtu)
 //	t.HandleGuestFrame(now, p, frame, skip)   // a guest segment (false: malformed, count it)

@@ -17,7 +17,8 @@ import (
 // table opens the guest side with a SYN of its own; the guest's SYN-ACK
 // establishes it. After that it is translated like a guest connection.
 
-// listener is an open forwarded port.
+// listener is an open forwarded port; fd -1: a free slot (the port was
+// closed, and the slot is reused by the next Listen).
 type listener struct {
 	fd        int
 	v6        bool
@@ -47,6 +48,19 @@ func (t *Table) SetGuest(mac [6]byte, v4, v6 netip.Addr) {
 	}
 }
 
+// SetGuestDefaults tells the table the guest's MAC and addresses as
+// configured (what DHCP and DHCPv6 hand out): forwarded connections go
+// there until the guest's own traffic or SetGuest says otherwise.
+func (t *Table) SetGuestDefaults(mac [6]byte, v4, v6 netip.Addr) {
+	t.defaultMAC, t.defaultV4, t.defaultV6 = mac, v4, v6
+}
+
+// Guest returns the guest's MAC and addresses as learned (from its
+// segments, or SetGuest); zero values for what is not known.
+func (t *Table) Guest() (mac [6]byte, v4, v6 netip.Addr) {
+	return t.guestMAC, t.guestV4, t.guestV6
+}
+
 // learnGuest notes the guest's MAC and address from a segment it sent.
 func (t *Table) learnGuest(sg *segment) {
 	t.guestMAC = sg.srcMAC
@@ -59,25 +73,31 @@ func (t *Table) learnGuest(sg *segment) {
 
 // Listen opens a forwarded host port on addr (port 0: the kernel picks),
 // restricted to interface iface when set, whose connections go to the
-// guest's guestPort (0: the port bound), and returns the port it listens on.
-func (t *Table) Listen(addr netip.AddrPort, iface string, guestPort uint16) (uint16, error) {
+// guest's guestPort (0: the port bound). It returns the listener's slot,
+// which Unlisten takes, and the port it listens on.
+func (t *Table) Listen(addr netip.AddrPort, iface string, guestPort uint16) (slot int, port uint16, err error) {
 	fd, port, err := hostsock.ListenTCP(addr, iface)
 	if err != nil {
-		return 0, err
+		return -1, 0, err
 	}
 	if guestPort == 0 {
 		guestPort = port
 	}
 	i := len(t.listeners)
-	t.listeners = append(t.listeners, listener{fd: fd, v6: addr.Addr().Is6(), guestPort: guestPort})
+	if n := len(t.freeListeners); n > 0 {
+		i = t.freeListeners[n-1]
+		t.freeListeners = t.freeListeners[:n-1]
+	} else {
+		t.listeners = append(t.listeners, listener{fd: -1})
+	}
+	t.listeners[i] = listener{fd: fd, v6: addr.Addr().Is6(), guestPort: guestPort}
 	if t.poll != nil {
 		if err := t.poll.Add(fd, unix.EPOLLIN, t.listenerToken(i)); err != nil {
-			unix.Close(fd)
-			t.listeners = t.listeners[:i]
-			return 0, fmt.Errorf("forward epoll: %w", err)
+			t.freeListener(i)
+			return -1, 0, fmt.Errorf("forward epoll: %w", err)
 		}
 	}
-	return port, nil
+	return i, port, nil
 }
 
 func (t *Table) listenerToken(i int) hostsock.Token {
@@ -85,22 +105,40 @@ func (t *Table) listenerToken(i int) hostsock.Token {
 }
 
 // NumListeners is the number of forwarded ports open.
-func (t *Table) NumListeners() int { return len(t.listeners) }
+func (t *Table) NumListeners() int { return len(t.listeners) - len(t.freeListeners) }
 
-// CloseListenersFrom closes the forwarded ports from index first on.
-func (t *Table) CloseListenersFrom(first int) {
-	for _, l := range t.listeners[first:] {
-		if t.poll != nil {
-			_ = t.poll.Del(l.fd)
-		}
-		unix.Close(l.fd)
+// Unlisten closes the forwarded port in slot: connections waiting in its
+// backlog are reset by the kernel, connections accepted from it go on.
+func (t *Table) Unlisten(slot int) error {
+	if slot < 0 || slot >= len(t.listeners) || t.listeners[slot].fd < 0 {
+		return fmt.Errorf("no forwarded port in slot %d", slot)
 	}
-	t.listeners = t.listeners[:first]
+	if t.poll != nil {
+		_ = t.poll.Del(t.listeners[slot].fd)
+	}
+	t.freeListener(slot)
+	return nil
+}
+
+// freeListener closes slot i's socket and makes the slot free.
+func (t *Table) freeListener(i int) {
+	unix.Close(t.listeners[i].fd)
+	t.listeners[i] = listener{fd: -1}
+	t.freeListeners = append(t.freeListeners, i)
+}
+
+// CloseListeners closes every forwarded port.
+func (t *Table) CloseListeners() {
+	for i := range t.listeners {
+		if t.listeners[i].fd >= 0 {
+			_ = t.Unlisten(i)
+		}
+	}
 }
 
 // accept takes the pending connections of listener i.
 func (t *Table) accept(now time.Time, i int) {
-	if i >= len(t.listeners) {
+	if i >= len(t.listeners) || t.listeners[i].fd < 0 {
 		return
 	}
 	l := &t.listeners[i]
@@ -124,11 +162,20 @@ func (t *Table) accept(now time.Time, i int) {
 func (t *Table) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort uint16) (stats.TCPReason, bool) {
 	// A loopback peer appears as the gateway, which the guest answers.
 	remote, _ := t.policy.Policy.InboundSource(peer.Addr())
-	guest := t.guestV4
+	guest, mac := t.guestV4, t.guestMAC
 	if remote.Is6() {
 		guest = t.guestV6
 	}
-	if !guest.IsValid() || t.guestMAC == ([6]byte{}) || !remote.IsValid() {
+	if !guest.IsValid() {
+		guest = t.defaultV4
+		if remote.Is6() {
+			guest = t.defaultV6
+		}
+	}
+	if mac == ([6]byte{}) {
+		mac = t.defaultMAC
+	}
+	if !guest.IsValid() || mac == ([6]byte{}) || !remote.IsValid() {
 		t.log.Debug("tcp forward: guest address unknown, connection refused", "peer", peer)
 		return stats.TCPGuestUnknown, false
 	}
@@ -144,7 +191,7 @@ func (t *Table) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort ui
 	t.qstats.Flows.Opened[stats.FlowTCP].Add(1)
 	t.stats.Accepted.Add(1)
 	f.fd = fd
-	f.guestMAC = t.guestMAC
+	f.guestMAC = mac
 	f.guestAddr, f.remoteAddr = guest, remote
 	f.guestPort, f.remotePort = guestPort, peer.Port()
 	if peer.Addr().IsLoopback() {

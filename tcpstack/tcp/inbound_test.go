@@ -140,7 +140,7 @@ func TestTCPForwardAckOnPeerAck(t *testing.T) {
 // dialForward listens on a loopback port forwarded to guestPort and
 // connects a host client to it; the client is closed with the test.
 func (h *tcpHarness) dialForward(t *testing.T, guestPort uint16) net.Conn {
-	port, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", guestPort)
+	_, port, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "", guestPort)
 	if err != nil {
 		t.Fatal(err)
 	}

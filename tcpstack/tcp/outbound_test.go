@@ -26,7 +26,7 @@ func TestOutboundSourceTCP(t *testing.T) {
 // (SO_BINDTODEVICE); an unknown interface is an error.
 func TestForwardBindsInterface(t *testing.T) {
 	h := tcpNewHarness(t, Config{})
-	if _, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "lo", 0); err != nil {
+	if _, _, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "lo", 0); err != nil {
 		t.Fatal(err)
 	}
 	fd := h.tab.listeners[len(h.tab.listeners)-1].fd
@@ -34,7 +34,7 @@ func TestForwardBindsInterface(t *testing.T) {
 	if err != nil || dev != "lo" {
 		t.Errorf("SO_BINDTODEVICE %q (%v), want lo", dev, err)
 	}
-	if _, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "nosuchif0", 0); err == nil {
+	if _, _, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "nosuchif0", 0); err == nil {
 		t.Errorf("forward on a missing interface opened")
 	}
 }

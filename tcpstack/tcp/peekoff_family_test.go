@@ -170,7 +170,7 @@ func TestTCPPeekOffsetPerFamily(t *testing.T) {
 				h := tcpNewHarness(t, Config{MTU: 1500})
 				tcpKernelV4PeekOffOnly(h, probeV6)
 				h.tcpGuest6()
-				port, err := h.tab.Listen(netip.MustParseAddrPort("[::1]:0"), "", 8080)
+				_, port, err := h.tab.Listen(netip.MustParseAddrPort("[::1]:0"), "", 8080)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -61,8 +61,10 @@ type Table struct {
 	// clampNeeded: this kernel needs the window workaround (reopenWindow).
 	clampNeeded bool
 
-	// Forwarded ports and the guest they forward to.
-	listeners []listener
+	// Forwarded ports and the guest they forward to; freeListeners are
+	// the slots of closed ones.
+	listeners     []listener
+	freeListeners []int
 	// acceptRetry is when masked listeners are retried (zero: none is
 	// masked), acceptDelay the back-off that set it (accept_backoff.go).
 	acceptRetry      time.Time
@@ -70,6 +72,9 @@ type Table struct {
 	acceptLog        stats.Limiter
 	guestMAC         [6]byte
 	guestV4, guestV6 netip.Addr
+	// The configured guest (SetGuestDefaults), for what is not learned.
+	defaultMAC           [6]byte
+	defaultV4, defaultV6 netip.Addr
 
 	// policy decides which guest connections may be made, and to where.
 	policy stats.PolicyGate
@@ -240,6 +245,9 @@ func (t *Table) Attach(p *hostsock.Epoll) {
 	t.acceptRetry = time.Time{}
 	for i := range t.listeners {
 		l := &t.listeners[i]
+		if l.fd < 0 {
+			continue
+		}
 		l.masked = false
 		if err := p.Add(l.fd, unix.EPOLLIN, t.listenerToken(i)); err != nil {
 			t.log.Warn("tcp forward: epoll add failed", "err", err)
@@ -258,7 +266,7 @@ func (t *Table) Len() int { return len(t.active) }
 // Close resets every connection's host socket and frees the table's slots
 // (loop shutdown for good, not a pair restart).
 func (t *Table) Close() {
-	t.CloseListenersFrom(0)
+	t.CloseListeners()
 	t.ResetConnections()
 }
 

@@ -100,9 +100,9 @@ func (f *floodRound) syn() {
 	}
 	dropped := guestTxDropped(t, f.r) - drop0
 	d := f.settle("syn", before, func(d func(string, ...string) float64) bool {
-		return d("vunet_tcp_connects_total")+d("vunet_tcp_table_full_total") >= float64(sent)-dropped
+		return d("vunet_tcp_connects_total")+d("vunet_tcp_connect_failures_total", `reason="table_full"`) >= float64(sent)-dropped
 	})
-	connects, full := d("vunet_tcp_connects_total"), d("vunet_tcp_table_full_total")
+	connects, full := d("vunet_tcp_connects_total"), d("vunet_tcp_connect_failures_total", `reason="table_full"`)
 	t.Logf("round %d, SYN flood: %d SYNs (%v dropped by the TAP), %v host connects, %v refused for a full table, %v connect failures, %v RSTs to the guest",
 		f.round, sent, dropped, connects, full, d("vunet_tcp_connect_failures_total"), d("vunet_tcp_resets_sent_total"))
 	if got := connects + full; got < float64(sent)-dropped || got > float64(sent) {

@@ -161,7 +161,7 @@ func TestRigMultiQueueFollowsFlows(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer g.Close()
-		m0 := moves("datagram")
+		m0 := moves("udp")
 		buf := make([]byte, 2048)
 		lost := 0
 		const n = 600 // 3 s at 5 ms: a dozen TX moves
@@ -175,7 +175,7 @@ func TestRigMultiQueueFollowsFlows(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		m := moves("datagram") - m0
+		m := moves("udp") - m0
 		mu.Lock()
 		ports := len(srcPorts)
 		mu.Unlock()
@@ -185,9 +185,9 @@ func TestRigMultiQueueFollowsFlows(t *testing.T) {
 		}
 	})
 	t.Run("ping", func(t *testing.T) {
-		m0 := moves("datagram")
+		m0 := moves("icmp")
 		out, err := r.GuestExec(ctx, "busybox", "ping", "-c", "300", "-i", "0.01", "-W", "1", r.Gateway().String())
-		m := moves("datagram") - m0
+		m := moves("icmp") - m0
 		t.Logf("ping: the echo flow moved %v times\n%s", m, lastLines(string(out), 3))
 		if err != nil || !strings.Contains(string(out), " 0% packet loss") {
 			t.Errorf("ping: %v", err)

@@ -40,7 +40,8 @@
 //
 // Each virtio-net queue pair is served by one event loop on its own locked
 // OS thread. The loop waits in epoll on the TX and RX kick eventfds, a wake
-// eventfd for requests from the control goroutine, one timerfd and the
+// eventfd for requests from the control goroutine (loop_requests.go: a
+// forward added at run time, a look at the tables), one timerfd and the
 // flows' sockets; each fd's epoll token (hostsock.Token) names its owner, and
 // the loop hands the event to it. The hot path takes no locks, uses no
 // channels and does not allocate. Flows and connections outlive the loops:

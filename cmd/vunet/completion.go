@@ -70,7 +70,21 @@ func subcommandNames() []string {
 	for _, hc := range helperCommands {
 		out = append(out, hc.name)
 	}
-	return append(out, "man", "completion")
+	return append(out, "ctl", "man", "completion")
+}
+
+// ctlWords are what vunet ctl takes besides its options: its commands and
+// the spec options of add and remove.
+func ctlWords() []string {
+	var out []string
+	for _, c := range ctlCommands {
+		out = append(out, c.name)
+	}
+	for s := range ctlSpecFlags {
+		out = append(out, s)
+	}
+	slices.Sort(out[len(ctlCommands):])
+	return out
 }
 
 // writeBashCompletion writes a bash completion for vunet:
@@ -81,6 +95,7 @@ func writeBashCompletion(w io.Writer) {
 	for _, hc := range helperCommands {
 		all = append(all, helperFlagDocs(hc.name)...)
 	}
+	all = append(all, ctlFlagDocs()...)
 	// Options by what completes their value.
 	byKind := map[string][]string{}
 	var enums []string
@@ -137,6 +152,7 @@ func writeBashCompletion(w io.Writer) {
 	for _, hc := range helperCommands {
 		p("\t%s) words=%q ;;", hc.name, words(helperFlagDocs(hc.name))+" "+words(daemon))
 	}
+	p("\tctl) words=%q ;;", words(ctlFlagDocs())+" "+strings.Join(ctlWords(), " "))
 	p("\tcompletion) ((COMP_CWORD == 2)) && COMPREPLY=($(compgen -W \"bash zsh\" -- \"$cur\")); return ;;")
 	p("\tman) return ;;")
 	p("\t*) words=%q", words(daemon))
@@ -169,11 +185,19 @@ func writeZshCompletion(w io.Writer) {
 	for _, hc := range helperCommands {
 		specs(strings.ReplaceAll(hc.name, "-", "_"), helperFlagDocs(hc.name))
 	}
+	specs("ctl", ctlFlagDocs())
+	var ctlCmds []string
+	for _, c := range ctlCommands {
+		ctlCmds = append(ctlCmds, c.name)
+	}
 	p("\tif (( CURRENT > 2 )); then")
 	p("\t\tcase $words[2] in")
 	for _, hc := range helperCommands {
 		p("\t\t%s) shift words; (( CURRENT-- )); _arguments -s : $daemon $%s; return ;;", hc.name, strings.ReplaceAll(hc.name, "-", "_"))
 	}
+	p("\t\tctl) shift words; (( CURRENT-- )); _arguments -s : $ctl %s %s %s; return ;;",
+		zshQuote("*"+"-t[a TCP forward: SPEC]:SPEC: "), zshQuote("*"+"-u[a UDP forward: SPEC]:SPEC: "),
+		zshQuote("*::command:("+strings.Join(ctlCmds, " ")+")"))
 	p("\t\tcompletion) (( CURRENT == 3 )) && _values shell bash zsh; return ;;")
 	p("\t\tman) return ;;")
 	p("\t\tesac")
@@ -182,7 +206,8 @@ func writeZshCompletion(w io.Writer) {
 	for _, hc := range helperCommands {
 		subs = append(subs, zshQuote(hc.name+":"+hc.does))
 	}
-	subs = append(subs, zshQuote("man:print the manual page"), zshQuote("completion:print a shell completion script"))
+	subs = append(subs, zshQuote("ctl:change forwards or read the status of a running daemon"),
+		zshQuote("man:print the manual page"), zshQuote("completion:print a shell completion script"))
 	p("\tlocal -a commands=(%s)", strings.Join(subs, " "))
 	p("\t_arguments -s : $daemon '1: :->first' && return")
 	p("\t[[ $state == first ]] && _describe command commands")

@@ -25,7 +25,7 @@ func allSpellings() []string {
 // TestHelpFitsIn100Columns: --help and the helpers' help fit a 100-column
 // terminal, and --help lists every option.
 func TestHelpFitsIn100Columns(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"qemu-args", "--help"}, {"libvirt-xml", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"qemu-args", "--help"}, {"libvirt-xml", "--help"}, {"ctl", "--help"}} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 0 {
 			t.Fatalf("vunet %q: exit %d: %s", args, code, errb.String())
@@ -95,6 +95,21 @@ func TestManPageRenders(t *testing.T) {
 			}
 		}
 	}
+	for _, want := range []string{"vunet ctl", "CONTROL", "/v1/forwards", "/v1/status"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("rendered page lacks %q", want)
+		}
+	}
+	for _, c := range ctlCommands {
+		if !strings.Contains(text, c.does) && !strings.Contains(text, c.name+" ") {
+			t.Errorf("rendered page lacks vunet ctl %s", c.name)
+		}
+	}
+	for _, d := range ctlFlagDocs() {
+		if !strings.Contains(text, d.spelled()[0]) {
+			t.Errorf("rendered page lacks vunet ctl %s", d.spelled()[0])
+		}
+	}
 }
 
 // bashComplete runs the generated bash completion for a command line (the
@@ -146,6 +161,11 @@ func TestBashCompletion(t *testing.T) {
 		{[]string{"vunet", "qemu-args", "--me"}, []string{"--mem", "--metrics"}},
 		{[]string{"vunet", "libvirt-xml", "--dom"}, []string{"--domain"}},
 		{[]string{"vunet", "completion", ""}, []string{"bash", "zsh"}},
+		{[]string{"vunet", "c"}, []string{"completion", "ctl"}},
+		{[]string{"vunet", "ctl", "--con"}, []string{"--control"}},
+		{[]string{"vunet", "ctl", "--control", files + "/vm1"}, []string{files + "/vm1.sock"}},
+		{[]string{"vunet", "ctl", "re"}, []string{"remove"}},
+		{[]string{"vunet", "ctl", "--control", "x", "add", "-"}, []string{"--control", "--json", "--tcp-ports", "--udp-ports", "-t", "-u"}},
 	} {
 		got := bashComplete(t, script, tc.words...)
 		slices.Sort(got)
@@ -209,6 +229,8 @@ func TestZshCompletion(t *testing.T) {
 		{"vunet --log-format ", []string{"json", "text"}},
 		{"vunet qemu-args --me", []string{"--mem", "--metrics"}},
 		{"vunet completion ", []string{"bash", "zsh"}},
+		{"vunet ctl --con", []string{"--control"}},
+		{"vunet ctl --control x st", []string{"status"}},
 	} {
 		if got := zshComplete(t, dir, tc.line); !slices.Equal(got, tc.want) {
 			t.Errorf("%q: %q, want %q", tc.line, got, tc.want)

@@ -68,6 +68,10 @@ type options struct {
 	noMapGW             bool
 	noSplice            bool
 
+	// Control endpoint.
+	control     string
+	controlMode os.FileMode
+
 	// Limits.
 	maxFlows, maxTCPFlows int
 	udpTimeout            time.Duration
@@ -108,14 +112,14 @@ type option struct {
 }
 
 // groups is the --help order.
-var groups = []string{"Socket", "Guest addressing", "Forwarding", "Limits", "Live migration", "Observability", "Information", passtOnlyGroup}
+var groups = []string{"Socket", "Guest addressing", "Forwarding", "Control", "Limits", "Live migration", "Observability", "Information", passtOnlyGroup}
 
 // passtOnlyGroup lists passt options accepted with a start-up warning.
 const passtOnlyGroup = "Accepted for passt compatibility, not supported (a start-up warning names each)"
 
 func newOptions() *options {
 	return &options{
-		socketMode: 0o600, fd: -1, queues: 1, prefix4: -1, prefix6: -1, mtu: -1,
+		socketMode: 0o600, controlMode: 0o600, fd: -1, queues: 1, prefix4: -1, prefix6: -1, mtu: -1,
 		logLevel: "info", logFormat: "text",
 		sandbox: "on", logSize: logfile.DefaultMax,
 	}
@@ -185,6 +189,10 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 	str(&o.mapHostLoopback, "guest `ADDR` that reaches the host's loopback: the gateway (default) or none", "map-host-loopback")
 	boolean(&o.noMapGW, "do not map the gateway address to the host's loopback", "no-map-gw")
 	boolean(&o.noSplice, "accepted for passt compatibility: passt's vhost-user mode never splices either", "no-splice")
+
+	group = "Control"
+	str(&o.control, "serve the control endpoint on the UNIX socket `PATH` (off by default): forwards added and removed while running, status (vunet ctl)", "control")
+	add(fileMode{&o.controlMode}, "permissions of the control socket, octal `MODE` (default 0600: only vunet's user may connect)", "control-mode")
 
 	group = "Limits"
 	integer(&o.maxFlows, "UDP and ICMP flows per queue pair `N` (default 1024)", "max-flows")
@@ -403,6 +411,9 @@ func (o *options) validate() error {
 	if o.queues < 1 || o.queues > 128 {
 		return fmt.Errorf("--queues %d: want 1..128", o.queues)
 	}
+	if o.control != "" && (o.control == o.socket || o.control == o.pidFile || o.control == o.logFile) {
+		return fmt.Errorf("--control %s: the path is taken by another option", o.control)
+	}
 	switch o.logFormat {
 	case "text", "json":
 	default:
@@ -463,6 +474,7 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "       vunet --fd FD [options]            serve an inherited, connected socket")
 	fmt.Fprintln(w, "       vunet qemu-args [options]          print QEMU arguments for the socket")
 	fmt.Fprintln(w, "       vunet libvirt-xml [options]        print libvirt XML for the socket")
+	fmt.Fprintln(w, "       vunet ctl --control PATH COMMAND   list, add or remove forwards at run time; status")
 	fmt.Fprintln(w, "       vunet man | completion bash|zsh    print the manual page or a shell completion")
 	group := ""
 	for _, d := range daemonFlagDocs() {

@@ -32,6 +32,8 @@ func runProgram(p program, args []string, stdout, stderr io.Writer) int {
 			return runHelper(args[0], args[1:], stdout, stderr)
 		case "man", "completion":
 			return runDocs(args[0], args[1:], stdout, stderr)
+		case "ctl":
+			return runCtl(args[1:], stdout, stderr)
 		}
 	}
 	readyPipe, err := takeReadyPipe()

@@ -19,7 +19,9 @@ func writeManPage(w io.Writer, b metrics.BuildInfo) {
 	p(`vunet \- vhost\-user network back\-end that translates guest frames to host sockets`)
 	p(".SH SYNOPSIS")
 	for _, syn := range []string{"--socket PATH [options]", "--connect PATH [options]", "--fd FD [options]",
-		"qemu-args --socket PATH [options]", "libvirt-xml --socket PATH [options]", "man", "completion bash|zsh"} {
+		"qemu-args --socket PATH [options]", "libvirt-xml --socket PATH [options]",
+		"ctl --control PATH [--json] list|status", "ctl --control PATH [--json] add -t|-u SPEC ...",
+		"ctl --control PATH [--json] remove -t|-u SPEC|ID ...", "man", "completion bash|zsh"} {
 		p(".br")
 		p(`\fBvunet\fR %s`, roffText(syn))
 	}
@@ -44,10 +46,24 @@ func writeManPage(w io.Writer, b metrics.BuildInfo) {
 			manEntry(p, d)
 		}
 	}
+	p(".SS vunet ctl")
+	text("talk to a running daemon's control endpoint (its --control PATH): change the forwarded ports without a restart, or read its status. Each -t or -u SPEC (and each ID) is one request, in order; the first refused one stops, and the exit status is 1. Options:")
+	for _, d := range ctlFlagDocs() {
+		manEntry(p, d)
+	}
+	p(".PP")
+	text("Commands:")
+	for _, c := range ctlCommands {
+		p(".TP")
+		p(`\fB%s\fR %s`, roffText(c.name), roffText(c.args))
+		text(c.does + ".")
+	}
 	p(".SS vunet man")
 	text("print this manual page (roff).")
 	p(".SS vunet completion bash|zsh")
 	text("print a completion script for the shell: bash (source it, or install it as /usr/share/bash-completion/completions/vunet) or zsh (install it as _vunet in a directory of $fpath).")
+	p(".SH CONTROL")
+	text("With --control PATH the daemon serves JSON over HTTP on that UNIX socket, created at start-up with mode 0600 (--control-mode) and removed at exit: whoever may connect to the file may change the forwards, so its permissions are the authentication. GET /v1/forwards lists the forwarded ports; POST /v1/forwards with {\"protocol\": \"tcp\", \"spec\": \"8080:80\"} adds some; DELETE /v1/forwards with the same body, or DELETE /v1/forwards/ID, removes some; GET /v1/status reports the guest and its flows. A refused request gets {\"error\": \"...\"} and a status: 400 a bad spec, 403 a port below net.ipv4.ip_unprivileged_port_start once privileges are dropped, 404 no such forward, 409 an overlap with an open forward or a port in use, 503 out of descriptors.")
 	p(".SH SIGNALS")
 	text("SIGTERM and SIGINT close the front-end connection, reset open host TCP connections (their peers learn at once), remove the socket (unless systemd passed it) and the pid file, and exit 0 within 2 seconds.")
 	p(".SH ENVIRONMENT")

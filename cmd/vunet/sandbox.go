@@ -33,6 +33,15 @@ func startSandbox(o *options, sc *stackConfig, logger *slog.Logger, activated bo
 		own = append(own, o.socket)
 		ours = append(ours, o.socket)
 	}
+	if o.control != "" {
+		ours = append(ours, o.control)
+		// Whoever may connect may change the forwards: the file stays
+		// the starting user's unless --runas names whom the daemon is
+		// for (never nobody's, which every nobody process would share).
+		if o.runAs != "" {
+			own = append(own, o.control)
+		}
+	}
 	for _, p := range ours {
 		if p == "" {
 			continue
@@ -48,6 +57,7 @@ func startSandbox(o *options, sc *stackConfig, logger *slog.Logger, activated bo
 		Off:       o.sandbox == "off",
 		RunAs:     o.runAs,
 		Metrics:   o.metrics != "",
+		Control:   o.control != "",
 		Connect:   o.connect,
 		Remove:    remove,
 		Own:       own,

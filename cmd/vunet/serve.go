@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"vunet/cmd/vunet/control"
 	"vunet/cmd/vunet/pcap"
 	"vunet/cmd/vunet/pidfile"
 	"vunet/cmd/vunet/portspec"
@@ -107,6 +108,14 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		}
 		defer listener.Close()
 	}
+	var ctlSrv *control.Server
+	if o.control != "" {
+		// Made before the sandbox too, for the same reason.
+		if ctlSrv, err = startControl(ctx, o, sc, stack, logger); err != nil {
+			return err
+		}
+		defer ctlSrv.Close()
+	}
 	if o.pidFile != "" {
 		if err := pidfile.Write(o.pidFile, os.Getpid()); err != nil {
 			return err
@@ -129,6 +138,9 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 	}()
 	if listener != nil && sb.RemovesFiles() {
 		listener.LeaveFile()
+	}
+	if ctlSrv != nil && sb.RemovesFiles() {
+		ctlSrv.LeaveFile()
 	}
 
 	for _, w := range sc.warnings {
@@ -250,29 +262,7 @@ func addForwards(o *options, sc *stackConfig) ([]forwardSpec, error) {
 				bestEffort = true
 			}
 		}
-		var out []tcpstack.Forward
-		for _, fw := range sp.forwards {
-			var addrs []netip.Addr
-			switch {
-			case fw.Addr.IsValid():
-				addrs = []netip.Addr{fw.Addr}
-			default:
-				if !a.Disable4 {
-					addrs = append(addrs, netip.IPv4Unspecified())
-				}
-				if !a.Disable6 {
-					addrs = append(addrs, netip.IPv6Unspecified())
-				}
-			}
-			for _, addr := range addrs {
-				twin := addr.Is6() && !fw.Addr.IsValid() && !a.Disable4
-				for p := int(fw.Host.First); p <= int(fw.Host.Last); p++ {
-					out = append(out, tcpstack.Forward{HostAddr: addr, HostPort: uint16(p),
-						GuestPort: uint16(int(fw.Guest) + p - int(fw.Host.First)), Iface: fw.Iface,
-						Optional: bestEffort || twin})
-				}
-			}
-		}
+		out := control.StackForwards(sp.forwards, families(sc), bestEffort)
 		if i == 0 {
 			sc.cfg.TCPForwards = out
 		} else {
@@ -396,6 +386,9 @@ func startupAttrs(o *options, sc *stackConfig, dev vhostuser.DeviceConfig) []any
 		features = vhostuser.DefaultFeatures
 	}
 	attrs = append(attrs, "features", featureNames(features), "metrics", o.metrics)
+	if o.control != "" {
+		attrs = append(attrs, "control", o.control)
+	}
 	if o.pcap != "" {
 		attrs = append(attrs, "pcap", o.pcap)
 	}

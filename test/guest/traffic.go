@@ -36,6 +36,13 @@ const (
 	// connection, reads it to EOF, answers "<bytes> <sha256>\n" and
 	// reports bytes, sha256 and peer.
 	CheckTCPServe = "tcpserve"
+	// CheckEchoServe serves TCP and UDP echo on port vunet.echoserve=
+	// "port,duration" (IPv4 and IPv6) for duration: every TCP connection
+	// gets back what it sends until it closes, every datagram comes back
+	// to its sender; the datagram EchoServeQuit comes back and ends it
+	// early. It prints ResultEchoServeReady once listening and reports
+	// tcp_conns, tcp_bytes and udp_datagrams (the quit included).
+	CheckEchoServe = "echoserve"
 	// CheckRR measures latency: one connection to the echo service at
 	// vunet.rr="target,duration", 1-byte request/response round trips
 	// back to back for duration (after RRWarmup untimed ones): n, p50_us,
@@ -68,6 +75,7 @@ const (
 	ParamTCPMany       = "vunet.tcpmany"
 	ParamTCPLoop       = "vunet.tcploop"
 	ParamTCPServe      = "vunet.tcpserve"
+	ParamEchoServe     = "vunet.echoserve"
 	ParamRR            = "vunet.rr"
 	ParamTCPHold       = "vunet.tcphold"
 )
@@ -87,6 +95,12 @@ const (
 
 // ResultTCPServeReady is printed by the tcpserve check once it listens.
 const ResultTCPServeReady = "tcpserve-ready"
+
+// ResultEchoServeReady is printed by the echoserve check once it listens.
+const ResultEchoServeReady = "echoserve-ready"
+
+// EchoServeQuit is the datagram that ends the echoserve check.
+const EchoServeQuit = "QUIT"
 
 // TCPLoopInterval is the pace of the tcploop check; each try gives up after
 // TCPLoopTryTimeout.

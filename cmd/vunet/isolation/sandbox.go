@@ -24,6 +24,9 @@ type Config struct {
 	RunAs string
 	// Metrics keeps /proc/self readable for the process collector.
 	Metrics bool
+	// Control allows listen(2): the control endpoint opens forwarded TCP
+	// ports while the daemon runs.
+	Control bool
 	// Connect is the --connect socket, dialled again after the sandbox.
 	Connect string
 	// Remove are files created at start-up (socket, pid file) that are
@@ -135,7 +138,7 @@ func Apply(cfg Config) (*Sandbox, error) {
 	// friends.
 	attrs := []any{"user", id.name, "uid", os.Geteuid(), "gid", os.Getegid(), "capabilities", "none",
 		"no_new_privs", true, "dumpable", false}
-	pol := policy(filterSpec{role: roleDaemon, pid: pid, metrics: cfg.Metrics})
+	pol := policy(filterSpec{role: roleDaemon, pid: pid, metrics: cfg.Metrics, control: cfg.Control})
 	if _, err := program(pol, true); err != nil {
 		s.abort()
 		return nil, fmt.Errorf("sandbox: %w", err) // our list is wrong: a bug

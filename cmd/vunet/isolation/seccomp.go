@@ -32,6 +32,7 @@ type filterSpec struct {
 	role    role
 	pid     int  // our process ID (signals to ourselves only)
 	metrics bool // --metrics: /proc/self is read
+	control bool // --control: forwarded TCP ports open at run time
 }
 
 // policy is the allow-list as a go-seccomp-bpf policy: clone3 fails with
@@ -44,6 +45,9 @@ func policy(s filterSpec) seccomp.Policy {
 		names = append(names, daemonSyscalls...)
 		if s.metrics {
 			names = append(names, metricsSyscalls...)
+		}
+		if s.control {
+			names = append(names, controlSyscalls...)
 		}
 	case roleKeeper:
 		names = append(names, keeperSyscalls...)

@@ -90,6 +90,11 @@ var keeperSyscalls = []string{
 // after checking that /proc is procfs.
 var metricsSyscalls = []string{"openat", "getdents64", "statfs"}
 
+// controlSyscalls serve --control: a TCP port forwarded at run time is a
+// new listening socket (bind, socket and setsockopt are the data path's
+// already).
+var controlSyscalls = []string{"listen"}
+
 // enosysSyscalls fail with ENOSYS rather than EPERM and are not logged:
 // glibc's pthread_create tries clone3 first and falls back to clone (whose
 // flags the filter can check) only on ENOSYS. Go never calls clone3.

@@ -16,6 +16,7 @@ import (
 func allNames() []string {
 	names := append(append(append(append(append([]string(nil), runtimeSyscalls...), daemonSyscalls...),
 		keeperSyscalls...), metricsSyscalls...), enosysSyscalls...)
+	names = append(names, controlSyscalls...)
 	for _, r := range []role{roleDaemon, roleKeeper} {
 		for _, c := range conditionalSyscalls(r, 1) {
 			names = append(names, c.Name)
@@ -120,6 +121,17 @@ func TestREADMECounts(t *testing.T) {
 	} {
 		if !strings.Contains(readme, want) {
 			t.Errorf("README.md does not say %q", want)
+		}
+	}
+}
+
+// TestListenOnlyWithControl: listen(2) is allowed only to a daemon with a
+// control endpoint, which opens forwarded TCP ports at run time; the
+// others listen on nothing after start-up.
+func TestListenOnlyWithControl(t *testing.T) {
+	for _, spec := range []filterSpec{{role: roleDaemon}, {role: roleDaemon, metrics: true}, {role: roleDaemon, control: true}, {role: roleKeeper}} {
+		if got := slices.Contains(allowedSyscalls(policy(spec)), "listen"); got != spec.control {
+			t.Errorf("%+v: listen allowed = %v", spec, got)
 		}
 	}
 }

@@ -135,6 +135,8 @@ func (a *agent) runOne(ctx context.Context, name string) guest.Result {
 		return a.checkTCPHold(ctx)
 	case guest.CheckTCPServe:
 		return a.checkTCPServe(ctx)
+	case guest.CheckEchoServe:
+		return a.checkEchoServe(ctx)
 	case guest.CheckRR:
 		return a.checkRR(ctx)
 	case guest.CheckGone:

@@ -29,7 +29,7 @@ func TestFaultUDPSendErrors(t *testing.T) {
 		cancel()
 	}
 	expectOnlyEcho(t, p, port, "after")
-	if o := st.FlowsOpened.Load(); o != 1 {
+	if o := dgramOpened(st); o != 1 {
 		t.Errorf("%d flows opened, want 1 (the failed sends must not close it)", o)
 	}
 }

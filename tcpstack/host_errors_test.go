@@ -53,7 +53,7 @@ func TestUDPFlowAtFDLimit(t *testing.T) {
 		return st.Proto.UDPDrops[stats.FromGuest][stats.DropNoFlow].Load() == 1
 	})
 	restore()
-	if o, l := st.FlowsOpened.Load(), st.Proto.UDPFlows.Load(); o != 0 || l != 0 {
+	if o, l := dgramOpened(st), st.Flows.Live[stats.FlowUDP].Load(); o != 0 || l != 0 {
 		t.Fatalf("%d flows opened, %d live at the descriptor limit", o, l)
 	}
 	expectOnlyEcho(t, p, port, "after")

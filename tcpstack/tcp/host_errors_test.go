@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/internal/guestframe"
 	"vunet/test/testenv"
@@ -25,8 +26,8 @@ import (
 // on demand are injected in host_errors_fault_test.go.)
 
 // expectSynReset waits for the RST that answers the harness's SYN and
-// checks that the connection is gone and the failure counted.
-func expectSynReset(t *testing.T, h *tcpHarness, failures uint64) {
+// checks that the connection is gone and the failure counted, as why.
+func expectSynReset(t *testing.T, h *tcpHarness, why stats.TCPReason) {
 	t.Helper()
 	got := h.collect("RST", func(s []tcpSeg) bool { return len(s) > 0 })
 	if len(got) != 1 || got[0].flags != header.TCPFlagRST|header.TCPFlagACK || got[0].ack != h.isn+1 ||
@@ -36,8 +37,8 @@ func expectSynReset(t *testing.T, h *tcpHarness, failures uint64) {
 	if h.flow() != nil || h.tab.Len() != 0 {
 		t.Fatalf("connection kept after the failed connect")
 	}
-	if n := h.stats.ConnectFailures.Load(); n != failures {
-		t.Fatalf("connect failures %d, want %d", n, failures)
+	if h.stats.ConnectFailures[why].Load() != 1 || sumReasons(&h.stats.ConnectFailures) != 1 {
+		t.Fatalf("connect failures %v, want %v=1", reasonCounts(&h.stats.ConnectFailures), why)
 	}
 }
 
@@ -47,15 +48,21 @@ func expectSynReset(t *testing.T, h *tcpHarness, failures uint64) {
 // goes on serving: the next SYN connects. These passed before the
 // hardening work too.
 func TestTCPConnectErrors(t *testing.T) {
+	why := map[unix.Errno]stats.TCPReason{unix.ECONNREFUSED: stats.TCPRefused,
+		unix.ENETUNREACH: stats.TCPUnreachable, unix.EHOSTUNREACH: stats.TCPUnreachable}
 	for _, e := range []unix.Errno{unix.ECONNREFUSED, unix.ENETUNREACH, unix.EHOSTUNREACH, unix.EPERM,
 		unix.EACCES, unix.EADDRNOTAVAIL, unix.EMFILE, unix.ENFILE, unix.ENOBUFS} {
 		t.Run(e.Error(), func(t *testing.T) {
+			want, ok := why[e]
+			if !ok {
+				want = stats.TCPError
+			}
 			h := tcpNewHarness(t, Config{})
 			ln := h.listen()
 			real := h.tab.dial
 			h.tab.dial = func(netip.AddrPort, int, int) (int, bool, error) { return -1, false, e }
 			h.sendSYN(tcpMss1400ws7)
-			expectSynReset(t, h, 1)
+			expectSynReset(t, h, want)
 			h.tab.dial = real
 			h.guest = netip.AddrPortFrom(h.guest.Addr(), h.guest.Port()+1)
 			h.establish(ln, tcpMss1400ws7)
@@ -84,6 +91,8 @@ func TestTCPConnectUnroutable(t *testing.T) {
 		}
 	}
 	for i, dst := range []string{"10.99.0.1:80", "10.97.0.1:80", "10.98.0.1:80", "10.96.1.255:80"} {
+		// A prohibit route says EACCES: neither refused nor unreachable.
+		want := []stats.TCPReason{stats.TCPUnreachable, stats.TCPUnreachable, stats.TCPError, stats.TCPUnreachable}[i]
 		h := tcpNewHarness(t, Config{})
 		h.remote = netip.MustParseAddrPort(dst)
 		var gotErr error
@@ -93,7 +102,7 @@ func TestTCPConnectUnroutable(t *testing.T) {
 			return fd, inProgress, err
 		}
 		h.sendSYN(tcpMss1400ws7)
-		expectSynReset(t, h, 1)
+		expectSynReset(t, h, want)
 		t.Logf("%d: %s: connect: %v", i, dst, gotErr)
 		if gotErr == nil {
 			t.Errorf("%s: connect did not fail at once", dst)
@@ -110,7 +119,7 @@ func TestTCPSocketAtFDLimit(t *testing.T) {
 	restore := testenv.LimitFDs(t)
 	h.sendSYN(tcpMss1400ws7)
 	restore()
-	expectSynReset(t, h, 1)
+	expectSynReset(t, h, stats.TCPError)
 	h.guest = netip.AddrPortFrom(h.guest.Addr(), h.guest.Port()+1)
 	peer := h.establish(ln, tcpMss1400ws7)
 	h.sendAck([]byte("after"))

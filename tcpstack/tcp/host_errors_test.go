@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/header"
-	"vunet/tcpstack/stats"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/internal/guestframe"
+	"vunet/tcpstack/stats"
 	"vunet/test/testenv"
 )
 

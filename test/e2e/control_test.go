@@ -26,7 +26,11 @@ import (
 // from the host (bytes echoed by the guest), removed (the port refuses
 // connections); the same for UDP (a datagram echoed, then the port
 // refused); vunet ctl status shows the guest's address (offered and
-// leased, and seen in its traffic) and its TCP flow while one is open.
+// leased, and seen in its traffic) and its TCP flow while one is open. The
+// daemon runs sandboxed (as nobody): a port below
+// net.ipv4.ip_unprivileged_port_start is refused with a message that
+// says why, and nothing the control endpoint does is refused by the
+// system-call filter (the suite checks every daemon's log for that).
 func TestQEMURuntimeForwards(t *testing.T) {
 	qemu.NeedQEMU(t)
 	needFlag(t, "--control")
@@ -42,10 +46,13 @@ func TestQEMURuntimeForwards(t *testing.T) {
 	lease := vm.RequireResult(t, guest.CheckDHCP, 120*time.Second)
 	vm.RequireResult(t, guest.ResultEchoServeReady, 60*time.Second)
 	bin := qemu.DaemonBinary(t)
+	try := func(args ...string) (string, error) {
+		out, err := exec.Command(bin, append([]string{"ctl", "--control", ctlPath}, args...)...).CombinedOutput()
+		return string(out), err
+	}
 	ctl := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(bin, append([]string{"ctl", "--control", ctlPath}, args...)...)
-		out, err := cmd.CombinedOutput()
+		out, err := try(args...)
 		if err != nil {
 			t.Fatalf("vunet ctl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -95,6 +102,12 @@ func TestQEMURuntimeForwards(t *testing.T) {
 			c.Close()
 		}
 		t.Fatalf("dial after the removal: %v, want connection refused", err)
+	}
+
+	// A privileged port, once the sandbox dropped root: refused, and why.
+	if out, err := try("add", "-t", fmt.Sprintf("127.0.0.1/80:%d", guestPort)); err == nil ||
+		!strings.Contains(out, "below net.ipv4.ip_unprivileged_port_start") {
+		t.Errorf("adding port 80 after the privilege drop: %v\n%s", err, out)
 	}
 
 	// UDP.

@@ -20,7 +20,13 @@ import (
 // threads happened to see them in.
 type rxSteering struct {
 	mu   sync.Mutex
-	segs map[uint16]map[uint32]int // guest port → sequence → first pair seen
+	n    int                       // frames seen, for their order
+	segs map[uint16][]steeredFrame // guest port → data frames
+}
+
+type steeredFrame struct {
+	seq, end uint32
+	pair, n  int
 }
 
 func (s *rxSteering) observe(pair int, f []byte) {
@@ -35,56 +41,63 @@ func (s *rxSteering) observe(pair int, f []byte) {
 		return
 	}
 	tcp := ip[ihl:]
-	if tot-ihl-int(tcp[12]>>4)*4 <= 0 {
+	payload := tot - ihl - int(tcp[12]>>4)*4
+	if payload <= 0 {
 		return // no payload
 	}
 	port, seq := binary.BigEndian.Uint16(tcp[2:4]), binary.BigEndian.Uint32(tcp[4:8])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.segs == nil {
-		s.segs = map[uint16]map[uint32]int{}
+		s.segs = map[uint16][]steeredFrame{}
 	}
-	m := s.segs[port]
-	if m == nil {
-		m = map[uint32]int{}
-		s.segs[port] = m
-	}
-	if _, seen := m[seq]; !seen {
-		m[seq] = pair
-	}
+	s.n++
+	s.segs[port] = append(s.segs[port], steeredFrame{seq: seq, end: seq + uint32(payload), pair: pair, n: s.n})
 }
 
-// switches returns, for the connection with the most data segments, how
-// often the pair changed from one segment to the next in sequence order,
-// and the pairs in the order they were used.
+// switches returns, for the connection with the most data frames, how
+// often the pair changed from one frame to the next in sequence order,
+// and the pairs in the order they were used. A frame sent again (its
+// bytes came earlier) is left out: a retransmission after the flow moved
+// comes from the new pair, which is as it should be.
 func (s *rxSteering) switches() (n int, path []int, segs int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var m map[uint32]int
+	var fs []steeredFrame
 	for _, c := range s.segs {
-		if len(c) > len(m) {
-			m = c
+		if len(c) > len(fs) {
+			fs = append([]steeredFrame(nil), c...)
 		}
 	}
-	seqs := make([]uint32, 0, len(m))
-	for q := range m {
-		seqs = append(seqs, q)
-	}
-	// Sequence order from the first segment (wrap-safe).
-	if len(seqs) == 0 {
+	if len(fs) == 0 {
 		return 0, nil, 0
 	}
-	base := slices.Min(seqs)
-	slices.SortFunc(seqs, func(a, b uint32) int { return int(int64(a-base) - int64(b-base)) })
-	for i, q := range seqs {
-		p := m[q]
-		if i == 0 || p != path[len(path)-1] {
-			path = append(path, p)
+	base := fs[0].seq
+	for _, f := range fs {
+		if int32(f.seq-base) < 0 {
+			base = f.seq
 		}
 	}
-	return len(path) - 1, path, len(seqs)
+	// Sequence order from the first byte (wrap-safe), first sent first.
+	slices.SortFunc(fs, func(a, b steeredFrame) int {
+		if a.seq != b.seq {
+			return int(int64(a.seq-base) - int64(b.seq-base))
+		}
+		return a.n - b.n
+	})
+	covered := fs[0].seq
+	for _, f := range fs {
+		if int32(f.seq-covered) < 0 {
+			continue // these bytes came already
+		}
+		covered = f.end
+		segs++
+		if len(path) == 0 || f.pair != path[len(path)-1] {
+			path = append(path, f.pair)
+		}
+	}
+	return len(path) - 1, path, segs
 }
-
 func (s *rxSteering) reset() {
 	s.mu.Lock()
 	s.segs = nil
@@ -127,7 +140,8 @@ func TestRigMultiQueueFollowsFlows(t *testing.T) {
 				return
 			}
 			n, path, segs := steer.switches()
-			t.Logf("download: %d data segments, RX queues in sequence order: %v", segs, path)
+			t.Logf("download: %d data segments, RX queues in sequence order: %v; vunet resent data %v times",
+				segs, path, metrics(t, r).Sum("vunet_tcp_retransmissions_total"))
 			if n == 0 || float64(n) > m {
 				t.Errorf("the download's data changed RX queue %d times in sequence order (%v), its connection moved %v times",
 					n, path, m)

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/addrpolicy"
 )
 
 // Hand-over of flows to another Table, in another vunet on the same host,
@@ -90,6 +93,15 @@ func (ft *Table) Forget(ex []Exported) int {
 	return n
 }
 
+// dnsForward reports whether the address policy sends a UDP flow of key
+// to the DNS forward (a flow handed over keeps being counted as one).
+func (ft *Table) dnsForward(key *flowKey) bool {
+	if key.kind != flowUDP || ft.cfg.Policy == nil {
+		return false
+	}
+	return ft.cfg.Policy.Outbound(addrpolicy.UDP, key.guestAddr(), netip.AddrPortFrom(key.remoteAddr(), key.remotePort)).DNSForward
+}
+
 // Errors of Import, matched with errors.Is.
 var (
 	ErrImportState = errors.New("flow hand-over: bad flow state")
@@ -134,6 +146,7 @@ func (ft *Table) Import(now time.Time, state []byte, fd int) error {
 	// Its place in the LRU list is the most recent: close enough for the
 	// rare hand-over, whatever its age says.
 	ft.flows[i].lastUsed = now.Add(-time.Duration(a))
+	ft.flows[i].dns = ft.dnsForward(&key)
 	ft.st.Flows.MovedIn[key.kind.proto()].Add(1)
 	if ft.ep != nil {
 		ft.enqueue(i) // datagrams may be queued already

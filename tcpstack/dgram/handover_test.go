@@ -4,11 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/stats"
 )
 
@@ -211,4 +213,41 @@ func FuzzImportFlow(f *testing.F) {
 		}
 		tab.CloseFlows()
 	})
+}
+
+// TestHandOverKeepsDNSForward: a UDP flow to the DNS forward is still
+// one after a hand-over (its datagrams keep being counted as queries).
+func TestHandOverKeepsDNSForward(t *testing.T) {
+	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	pol := addrpolicy.New(addrpolicy.Config{Guest4: netip.MustParsePrefix("10.0.2.15/24"),
+		Gateway4: netip.MustParseAddr("10.0.2.2"), MapGateway: true, DNSForward4: netip.MustParseAddr("127.0.0.1")})
+	cfg := Config{MaxFlows: 4, UDPTimeout: time.Minute, ICMPTimeout: time.Minute, Policy: pol}
+	src, dst := New(cfg, new(stats.Queue)), New(cfg, new(stats.Queue))
+	now := time.Unix(1_000_000, 0)
+	for _, c := range []struct {
+		remotePort uint16
+		dns        bool
+	}{{53, true}, {80, false}} {
+		key := v4Key(5353, c.remotePort)
+		fd := udpSocketTo(t, srv.LocalAddr().(*net.UDPAddr))
+		if _, ok := src.adopt(&key, fd); !ok {
+			t.Fatal("adopt")
+		}
+		ex := src.Export(now)
+		dfd, err := unix.FcntlInt(uintptr(ex[0].FD), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dst.Import(now, ex[0].State, dfd); err != nil {
+			t.Fatal(err)
+		}
+		src.Forget(ex)
+		if i, ok := dst.byKey[key]; !ok || dst.flows[i].dns != c.dns {
+			t.Errorf("port %d: imported flow's DNS forward %v, want %v", c.remotePort, ok && dst.flows[i].dns, c.dns)
+		}
+	}
 }

@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fdsChildEnv) != "" {
 		fdsChild()
 	}
+	if r := os.Getenv(sigioChildEnv); r != "" {
+		sigioChild(r)
+	}
 	os.Exit(m.Run())
 }
 

@@ -35,7 +35,6 @@ var runtimeSyscalls = []string{
 	"getpid", "gettid",
 	// The netpoller.
 	"epoll_create1", "epoll_ctl", "epoll_pwait", "eventfd2",
-	"fcntl",
 	// exit ends a thread whose goroutine exited locked to it (the
 	// queue-pair loops).
 	"exit", "exit_group",
@@ -130,6 +129,7 @@ func conditionalSyscalls(r role, pid int) []seccomp.NameWithConditions {
 			{Argument: 0, Operation: seccomp.Equal, Value: unix.PR_SET_VMA},
 		}},
 	}
+	c = append(c, fcntlConditions()...)
 	families := []uint64{unix.AF_INET, unix.AF_INET6}
 	ioctls := []uint64{unix.SIOCINQ, unix.SIOCOUTQ}
 	if r == roleKeeper {
@@ -147,6 +147,32 @@ func conditionalSyscalls(r role, pid int) []seccomp.NameWithConditions {
 		}})
 	}
 	return c
+}
+
+// fcntlCommands are the fcntl commands Go's runtime and standard library
+// and vunet use after start-up: non-blocking mode and the log file's
+// append flag (GETFL/SETFL), close-on-exec (GETFD/SETFD), and the
+// duplicate net.FileConn makes (DUPFD_CLOEXEC). The rest stay out, above
+// all F_SETOWN/F_SETOWN_EX and F_SETSIG: with O_ASYNC they make the kernel
+// signal a process of the caller's choosing, checked only against the
+// credentials of whoever set the owner, and a uid-0 owner (the keeper)
+// may signal any process at all, capability or not (fs/fcntl.c
+// sigio_perm). "Signals only to ourselves" must hold for them too.
+var fcntlCommands = []uint64{unix.F_GETFL, unix.F_GETFD, unix.F_SETFD, unix.F_DUPFD_CLOEXEC}
+
+// fcntlConditions allows fcntlCommands, and F_SETFL without O_ASYNC (a
+// descriptor from the front-end may come with an owner set).
+func fcntlConditions() []seccomp.NameWithConditions {
+	var c []seccomp.NameWithConditions
+	for _, cmd := range fcntlCommands {
+		c = append(c, seccomp.NameWithConditions{Name: "fcntl", Conditions: seccomp.ArgumentConditions{
+			{Argument: 1, Operation: seccomp.Equal, Value: cmd},
+		}})
+	}
+	return append(c, seccomp.NameWithConditions{Name: "fcntl", Conditions: seccomp.ArgumentConditions{
+		{Argument: 1, Operation: seccomp.Equal, Value: unix.F_SETFL},
+		{Argument: 2, Operation: seccomp.BitsNotSet, Value: unix.O_ASYNC},
+	}})
 }
 
 // seccompSupported reports whether this architecture has an allow-list.

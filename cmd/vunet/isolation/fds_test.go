@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	if r := os.Getenv(sigioChildEnv); r != "" {
 		sigioChild(r)
 	}
+	if m := os.Getenv(dialChildEnv); m != "" {
+		dialChild(m)
+	}
 	os.Exit(m.Run())
 }
 

@@ -33,7 +33,8 @@ import (
 // it has files to remove or a socket to dial, and never a capability. It
 // confines itself like the daemon: no_new_privs, not dumpable, Landlock
 // limited to removing files in those directories (and connecting there),
-// and a seccomp allow-list without open, exec or any other file access.
+// and a seccomp allow-list without open, exec or any other file access,
+// and without socket and connect unless it dials --connect.
 // It acts only on the paths it was given at start; the daemon's later
 // messages carry no paths.
 
@@ -108,7 +109,7 @@ func (k *keeperProc) start() error {
 	}
 	ready, _ := json.Marshal(keeperReady{UID: os.Geteuid(), Notes: notes}) // getuid is refused next
 	if seccompSupported() {
-		if _, err := installFilter(policy(filterSpec{role: roleKeeper, pid: os.Getpid()}), false); err != nil {
+		if _, err := installFilter(policy(filterSpec{role: roleKeeper, pid: os.Getpid(), dial: k.cfg.Connect != ""}), false); err != nil {
 			return err
 		}
 	}

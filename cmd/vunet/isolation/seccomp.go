@@ -33,6 +33,7 @@ type filterSpec struct {
 	pid     int  // our process ID (signals to ourselves only)
 	metrics bool // --metrics: /proc/self is read
 	control bool // --control: forwarded TCP ports open at run time
+	dial    bool // the keeper dials the --connect socket
 }
 
 // policy is the allow-list as a go-seccomp-bpf policy: clone3 fails with
@@ -51,12 +52,15 @@ func policy(s filterSpec) seccomp.Policy {
 		}
 	case roleKeeper:
 		names = append(names, keeperSyscalls...)
+		if s.dial {
+			names = append(names, keeperDialSyscalls...)
+		}
 	}
 	return seccomp.Policy{
 		DefaultAction: seccomp.ActionErrno,
 		Syscalls: []seccomp.SyscallGroup{
 			{Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS), Names: enosysSyscalls},
-			{Action: seccomp.ActionAllow, Names: dedupe(names), NamesWithCondtions: conditionalSyscalls(s.role, s.pid)},
+			{Action: seccomp.ActionAllow, Names: dedupe(names), NamesWithCondtions: conditionalSyscalls(s)},
 		},
 	}
 }

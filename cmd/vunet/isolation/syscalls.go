@@ -78,11 +78,17 @@ var archSyscalls = map[string][]string{
 }
 
 // keeperSyscalls are the keeper's: its control socket, the seccomp
-// notification descriptor, removing the daemon's files and dialling the
-// --connect socket for it.
+// notification descriptor and removing the daemon's files.
 var keeperSyscalls = []string{
-	"sendmsg", "recvmsg", "connect", "unlinkat",
+	"sendmsg", "recvmsg", "unlinkat",
 }
+
+// keeperDialSyscalls are the keeper's only with --connect, to dial the
+// front-end's socket for the daemon (with socket for AF_UNIX only). A
+// keeper without it can make no new connection: started by root it keeps
+// uid 0, which a UNIX socket's server may trust (a system bus, a
+// container engine) and Landlock governs connect() only from ABI 9.
+var keeperDialSyscalls = []string{"connect"}
 
 // metricsSyscalls serve --metrics: the Prometheus process collector
 // opens files under /proc/self (Landlock keeps every other path shut)
@@ -100,9 +106,10 @@ var controlSyscalls = []string{"listen"}
 var enosysSyscalls = []string{"clone3"}
 
 // conditionalSyscalls are allowed only with the arguments vunet's use
-// needs; anything else is a miss. pid is the daemon's process ID, which
-// the sandbox never changes.
-func conditionalSyscalls(r role, pid int) []seccomp.NameWithConditions {
+// needs; anything else is a miss. spec.pid is the filtered process's ID,
+// which the sandbox never changes.
+func conditionalSyscalls(spec filterSpec) []seccomp.NameWithConditions {
+	pid := spec.pid
 	self := func(name string) seccomp.NameWithConditions {
 		return seccomp.NameWithConditions{Name: name, Conditions: seccomp.ArgumentConditions{
 			{Argument: 0, Operation: seccomp.Equal, Value: uint64(pid)},
@@ -132,8 +139,11 @@ func conditionalSyscalls(r role, pid int) []seccomp.NameWithConditions {
 	c = append(c, fcntlConditions()...)
 	families := []uint64{unix.AF_INET, unix.AF_INET6}
 	ioctls := []uint64{unix.SIOCINQ, unix.SIOCOUTQ}
-	if r == roleKeeper {
-		families = []uint64{unix.AF_UNIX}
+	if spec.role == roleKeeper {
+		families = nil
+		if spec.dial {
+			families = []uint64{unix.AF_UNIX}
+		}
 		ioctls = []uint64{ioctlNotifRecv, ioctlNotifSend}
 	}
 	for _, f := range families {

@@ -17,8 +17,9 @@ func allNames() []string {
 	names := append(append(append(append(append([]string(nil), runtimeSyscalls...), daemonSyscalls...),
 		keeperSyscalls...), metricsSyscalls...), enosysSyscalls...)
 	names = append(names, controlSyscalls...)
-	for _, r := range []role{roleDaemon, roleKeeper} {
-		for _, c := range conditionalSyscalls(r, 1) {
+	names = append(names, keeperDialSyscalls...)
+	for _, spec := range []filterSpec{{role: roleDaemon, pid: 1}, {role: roleKeeper, pid: 1, dial: true}} {
+		for _, c := range conditionalSyscalls(spec) {
 			names = append(names, c.Name)
 		}
 	}
@@ -46,7 +47,7 @@ func TestForbiddenCallsStayOut(t *testing.T) {
 		"process_vm_readv", "process_vm_writev", "kexec_load", "init_module", "finit_module", "bpf",
 		"keyctl", "add_key", "userfaultfd", "perf_event_open", "fork", "vfork", "clone3", "io_uring_setup",
 		"chmod", "fchmod", "chown", "fchown", "symlink", "link", "rename", "renameat2", "mkdir", "mknod"}
-	for _, spec := range []filterSpec{{role: roleDaemon}, {role: roleDaemon, metrics: true}, {role: roleKeeper}} {
+	for _, spec := range []filterSpec{{role: roleDaemon}, {role: roleDaemon, metrics: true}, {role: roleKeeper}, {role: roleKeeper, dial: true}} {
 		allowed := allowedSyscalls(policy(spec))
 		for _, n := range forbidden {
 			if slices.Contains(allowed, n) {
@@ -59,13 +60,16 @@ func TestForbiddenCallsStayOut(t *testing.T) {
 		if got := slices.Contains(allowed, "openat"); got != spec.metrics {
 			t.Errorf("%+v: openat allowed = %v", spec, got)
 		}
+		if spec.role == roleKeeper && slices.Contains(allowed, "socket") != spec.dial {
+			t.Errorf("%+v: the keeper may make sockets: %v", spec, slices.Contains(allowed, "socket"))
+		}
 	}
 }
 
 // TestProgramAssembles: every policy assembles for this architecture, and
 // with notify its default return, and nothing else, becomes USER_NOTIF.
 func TestProgramAssembles(t *testing.T) {
-	for _, spec := range []filterSpec{{role: roleDaemon, pid: os.Getpid()}, {role: roleDaemon, metrics: true, pid: 7}, {role: roleKeeper, pid: 9}} {
+	for _, spec := range []filterSpec{{role: roleDaemon, pid: os.Getpid()}, {role: roleDaemon, metrics: true, pid: 7}, {role: roleKeeper, pid: 9}, {role: roleKeeper, pid: 9, dial: true}} {
 		plain, err := program(policy(spec), false)
 		if err != nil {
 			t.Fatalf("%+v: %v", spec, err)

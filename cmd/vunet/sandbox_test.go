@@ -445,3 +445,33 @@ func TestSandboxWarnsPrivilegedUDPForward(t *testing.T) {
 		t.Errorf("warning %v", w)
 	}
 }
+
+// TestSandboxRootInUserNamespace: root inside a user namespace (a
+// container, `unshare -r`) is not the host's root, and the namespace
+// may map no other user: the daemon keeps uid 0 there, as passt does,
+// with everything else of the sandbox applied. It failed to start before
+// (nobody is not mapped: lchown EINVAL).
+func TestSandboxRootInUserNamespace(t *testing.T) {
+	needRoot(t)
+	unshare := needTool(t, "unshare", "util-linux")
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "v.sock")
+	d := startWrapped(t, []string{unshare, "--user", "--map-root-user"}, "-s", sock, "-P", filepath.Join(dir, "v.pid"))
+	l := d.waitMsg(t, "sandbox applied", 10*time.Second)
+	if attrInt(t, l, "uid") != 0 {
+		t.Errorf("line %v: want uid 0 (the namespace's root)", l)
+	}
+	d.waitMsg(t, "vhost-user listening", 5*time.Second)
+	// The daemon is unshare's child (unshare execs it: the same process).
+	checkConfined(t, d.cmd.Process.Pid, confinement{uid: 0, bounded: true})
+	if r := d.refusals(); len(r) > 0 {
+		t.Errorf("refused: %v", r)
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if code, _ := d.exitCode(t, 3*time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket left behind (%v)", err)
+	}
+}

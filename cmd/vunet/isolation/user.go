@@ -62,7 +62,10 @@ func LookupRunAs(spec string) (uid, gid int, err error) {
 
 // targetIdentity is the identity to switch to: --runas if given;
 // otherwise nobody when started as root, and the current user when not
-// (an unprivileged daemon has nobody else to become).
+// (an unprivileged daemon has nobody else to become), nor when root is
+// only a user namespace's (a container's, `unshare -r`): that root is an
+// unprivileged user of the host already, and the namespace may map no
+// other user (passt keeps it too).
 func targetIdentity(runAs string) (identity, error) {
 	if runAs != "" {
 		uid, gid, err := LookupRunAs(runAs)
@@ -71,7 +74,7 @@ func targetIdentity(runAs string) (identity, error) {
 		}
 		return identity{uid: uid, gid: gid, name: runAs}, nil
 	}
-	if os.Geteuid() != 0 {
+	if os.Geteuid() != 0 || !inInitialUserNamespace() {
 		return identity{uid: os.Geteuid(), gid: os.Getegid(), name: strconv.Itoa(os.Geteuid())}, nil
 	}
 	if u, err := user.Lookup(defaultUser); err == nil {
@@ -82,4 +85,23 @@ func targetIdentity(runAs string) (identity, error) {
 		}
 	}
 	return identity{uid: nobodyID, gid: nobodyID, name: defaultUser}, nil
+}
+
+// inInitialUserNamespace reports whether this process's user namespace
+// is the host's: the only one whose uid_map maps every ID to itself. A
+// map that cannot be read (no /proc) counts as the host's, the safe side
+// for a root start.
+func inInitialUserNamespace() bool {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return true
+	}
+	return isIdentityMap(string(b))
+}
+
+// isIdentityMap reports whether a uid_map maps all 2^32-1 IDs from 0 to
+// themselves.
+func isIdentityMap(m string) bool {
+	f := strings.Fields(m)
+	return len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295"
 }

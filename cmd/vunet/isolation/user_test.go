@@ -27,3 +27,16 @@ func TestLookupRunAs(t *testing.T) {
 		}
 	}
 }
+
+func TestIsIdentityMap(t *testing.T) {
+	for m, want := range map[string]bool{
+		"         0          0 4294967295\n":                                   true,
+		"         0          0          1\n":                                   false, // unshare -r
+		"         0       1000          1\n         1     100000      65536\n": false, // rootless container
+		"": false,
+	} {
+		if got := isIdentityMap(m); got != want {
+			t.Errorf("%q: %v, want %v", m, got, want)
+		}
+	}
+}

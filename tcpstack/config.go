@@ -26,6 +26,10 @@ type Config struct {
 	// reaches nothing on the host's loopback except through the DNS
 	// forward (Addr.DNSForward4/6). See package addrpolicy.
 	NoMapGateway bool
+	// NoMapGateway4 and NoMapGateway6 disable the mapping for one family
+	// only (passt's --no-map-gw with --map-host-loopback naming the other
+	// family's gateway).
+	NoMapGateway4, NoMapGateway6 bool
 	// MaxFlows bounds the UDP and ICMP echo flows the guest opens on one
 	// queue pair (default 1024); a datagram that needs a new flow beyond it
 	// closes the least recently used one. The peers of forwarded UDP ports
@@ -98,6 +102,8 @@ func newAddrPolicy(cfg *Config) *addrpolicy.Policy {
 	pc := addrpolicy.Config{
 		Gateway4:    a.IPv4.Gateway,
 		MapGateway:  !cfg.NoMapGateway,
+		Unmapped4:   cfg.NoMapGateway4,
+		Unmapped6:   cfg.NoMapGateway6,
 		DNSForward4: a.DNSForward4,
 		DNSForward6: a.DNSForward6,
 	}

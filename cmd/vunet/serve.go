@@ -357,7 +357,7 @@ func startupAttrs(o *options, sc *stackConfig, dev vhostuser.DeviceConfig) []any
 	}
 	attrs = append(attrs, "mtu", a.EffectiveMTU(), "mac", a.OurMAC.String(),
 		"dns", joinAddrs(append(append([]netip.Addr(nil), a.DNS4...), a.DNS6...)),
-		"map_gateway", !sc.cfg.NoMapGateway)
+		"map_gateway", mapGatewayAttr(&sc.cfg))
 	if a.DNSForward4.IsValid() || a.DNSForward6.IsValid() {
 		attrs = append(attrs, "dns_forward", joinAddrs([]netip.Addr{a.DNSForward4, a.DNSForward6}))
 	}
@@ -450,4 +450,18 @@ func warnPingRefused(logger *slog.Logger) {
 				"fix", `sysctl -w net.ipv4.ping_group_range="0 2147483647"`)
 		}
 	}
+}
+
+// mapGatewayAttr says for the start-up line which families' gateway
+// reaches the host's loopback.
+func mapGatewayAttr(c *tcpstack.Config) any {
+	switch {
+	case c.NoMapGateway || c.NoMapGateway4 && c.NoMapGateway6:
+		return false
+	case c.NoMapGateway6:
+		return "ipv4 only"
+	case c.NoMapGateway4:
+		return "ipv6 only"
+	}
+	return true
 }

@@ -175,17 +175,21 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 	// gateway only; another address maps nothing, and in passt the
 	// gateway would not be mapped then either.
 	noMap := o.mapHostLoopbackNone || o.noMapGW && o.mapHostLoopback == ""
+	var noMap4, noMap6 bool
 	if o.mapHostLoopback != "" && !o.mapHostLoopbackNone {
 		a, _ := parseAddr(o.mapHostLoopback)
-		if a != addr.IPv4.Gateway && a != addr.IPv6.Gateway && a != addr.RouterLL() {
+		switch {
+		case a != addr.IPv4.Gateway && a != addr.IPv6.Gateway && a != addr.RouterLL():
 			sc.warnings = append(sc.warnings, fmt.Sprintf("--map-host-loopback %v accepted but not supported: vunet maps only the gateway address (%v, %v) to the host's loopback; nothing is mapped",
 				a, addr.IPv4.Gateway, addr.RouterLL()))
 			noMap = true
+		case o.noMapGW:
+			// passt's option sets one family's address; --no-map-gw
+			// leaves the other family's unmapped.
+			noMap4, noMap6 = !a.Is4(), a.Is4()
 		}
 	}
-	if noMap {
-		dropImplicitLoopbackDNS(o, &addr, sc)
-	}
+	dropImplicitLoopbackDNS(o, &addr, sc, noMap || noMap4, noMap || noMap6)
 	switch {
 	case o.searchNone:
 		addr.Search = nil
@@ -212,16 +216,18 @@ func buildStackConfig(o *options) (*stackConfig, error) {
 	}
 
 	sc.cfg = tcpstack.Config{
-		Addr:         addr,
-		NoMapGateway: noMap,
-		MaxFlows:     o.maxFlows,
-		UDPTimeout:   o.udpTimeout,
-		ICMPTimeout:  o.icmpTimeout,
-		NoTCP:        o.noTCP,
-		NoUDP:        o.noUDP,
-		NoICMP:       o.noICMP,
-		Outbound4:    o.outbound4,
-		Outbound6:    o.outbound6,
+		Addr:          addr,
+		NoMapGateway:  noMap,
+		NoMapGateway4: noMap4,
+		NoMapGateway6: noMap6,
+		MaxFlows:      o.maxFlows,
+		UDPTimeout:    o.udpTimeout,
+		ICMPTimeout:   o.icmpTimeout,
+		NoTCP:         o.noTCP,
+		NoUDP:         o.noUDP,
+		NoICMP:        o.noICMP,
+		Outbound4:     o.outbound4,
+		Outbound6:     o.outbound6,
 		TCP: tcp.Config{
 			MaxFlows:    o.maxTCPFlows,
 			IdleTimeout: o.tcpIdleTimeout,
@@ -355,22 +361,23 @@ func applyDNSForward(o *options, addr *linksvc.AddrConfig, sc *stackConfig) erro
 	return nil
 }
 
-// dropImplicitLoopbackDNS withdraws a DNS forward to a host loopback
-// resolver that only /etc/resolv.conf asked for: with the gateway mapping
-// off the guest reaches nothing on the host's loopback, and only an
-// explicit --dns-forward or --dns-host keeps such a forward (passt, too,
-// skips loopback resolvers with --no-map-gw). The gateway that stood for
+// dropImplicitLoopbackDNS withdraws, for each family whose gateway
+// mapping is off, a DNS forward to a host loopback resolver that only
+// /etc/resolv.conf asked for: with the mapping off the guest reaches
+// nothing on the host's loopback, and only an explicit --dns-forward or
+// --dns-host keeps such a forward (passt, too, skips loopback resolvers
+// with --no-map-gw). The gateway that stood for
 // the resolver leaves the guest's DNS list unless --dns named it.
-func dropImplicitLoopbackDNS(o *options, addr *linksvc.AddrConfig, sc *stackConfig) {
+func dropImplicitLoopbackDNS(o *options, addr *linksvc.AddrConfig, sc *stackConfig, unmapped4, unmapped6 bool) {
 	userDNS := len(o.dns) > 0 || o.dnsNone
-	if !o.dnsForward4.IsValid() && !o.dnsHost4.IsValid() && addr.DNSForward4.IsLoopback() {
+	if unmapped4 && !o.dnsForward4.IsValid() && !o.dnsHost4.IsValid() && addr.DNSForward4.IsLoopback() {
 		sc.notes = append(sc.notes, fmt.Sprintf("host resolver %v is on the host's loopback, out of the guest's reach with the gateway mapping off: not forwarded (give --dns-forward to forward it)", addr.DNSForward4))
 		if !userDNS {
 			addr.DNS4 = withoutAddr(addr.DNS4, addr.IPv4.Gateway)
 		}
 		addr.DNSForward4 = netip.Addr{}
 	}
-	if !o.dnsForward6.IsValid() && !o.dnsHost6.IsValid() && addr.DNSForward6.IsLoopback() {
+	if unmapped6 && !o.dnsForward6.IsValid() && !o.dnsHost6.IsValid() && addr.DNSForward6.IsLoopback() {
 		sc.notes = append(sc.notes, fmt.Sprintf("host resolver %v is on the host's loopback, out of the guest's reach with the gateway mapping off: not forwarded (give --dns-forward to forward it)", addr.DNSForward6))
 		if !userDNS {
 			addr.DNS6 = withoutAddr(addr.DNS6, addr.RouterLL())

@@ -185,6 +185,24 @@ func TestStackConfigDNSForwardAndMapping(t *testing.T) {
 		!strings.HasPrefix(sc.warnings[0], "--map-host-loopback 192.0.2.77 accepted but not supported") {
 		t.Errorf("map other address: mapping off %v, warnings %q", sc.cfg.NoMapGateway, sc.warnings)
 	}
+	// --no-map-gw with --map-host-loopback naming one family's gateway
+	// maps that family only (passt: the option sets one address, and
+	// --no-map-gw leaves the other family's unset); the other family's
+	// loopback resolver is then not forwarded either.
+	if sc := mustBuild(t, "--no-map-gw", "--map-host-loopback", "192.0.2.1"); sc.cfg.NoMapGateway || sc.cfg.NoMapGateway4 || !sc.cfg.NoMapGateway6 ||
+		sc.cfg.Addr.DNSForward4 != ap("127.0.0.53") {
+		t.Errorf("--no-map-gw, IPv4 gateway mapped: off %v, off4 %v, off6 %v, dns forward %v",
+			sc.cfg.NoMapGateway, sc.cfg.NoMapGateway4, sc.cfg.NoMapGateway6, sc.cfg.Addr.DNSForward4)
+	}
+	if sc := mustBuild(t, "--no-map-gw", "--map-host-loopback", "fe80::1"); sc.cfg.NoMapGateway || !sc.cfg.NoMapGateway4 || sc.cfg.NoMapGateway6 ||
+		sc.cfg.Addr.DNSForward4.IsValid() {
+		t.Errorf("--no-map-gw, IPv6 gateway mapped: off %v, off4 %v, off6 %v, dns forward %v",
+			sc.cfg.NoMapGateway, sc.cfg.NoMapGateway4, sc.cfg.NoMapGateway6, sc.cfg.Addr.DNSForward4)
+	}
+	// Without --no-map-gw the other family keeps its default mapping.
+	if sc := mustBuild(t, "--map-host-loopback", "192.0.2.1"); sc.cfg.NoMapGateway4 || sc.cfg.NoMapGateway6 {
+		t.Errorf("IPv4 gateway mapped: off4 %v, off6 %v", sc.cfg.NoMapGateway4, sc.cfg.NoMapGateway6)
+	}
 	if err := configErr(t, "-g", "192.0.2.2"); err == nil || !strings.Contains(err.Error(), "own address") {
 		t.Errorf("gateway = guest: %v", err)
 	}

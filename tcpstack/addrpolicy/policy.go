@@ -51,6 +51,10 @@ type Config struct {
 	// (127.0.0.1, ::1), passt's --map-host-loopback. Off, the gateway
 	// address is a destination like any other.
 	MapGateway bool
+	// Unmapped4 and Unmapped6 keep one family's gateway unmapped although
+	// MapGateway is on: passt's --no-map-gw with --map-host-loopback
+	// naming the other family's gateway maps only that one.
+	Unmapped4, Unmapped6 bool
 	// DNSForward4 and DNSForward6, when valid, are the host resolvers that
 	// TCP and UDP to a gateway address's port 53 go to, whatever
 	// MapGateway says (passt's --dns-forward with --dns-host). A forward
@@ -68,7 +72,7 @@ type Policy struct {
 	linkLocal6   bool
 	gw4, gw6     netip.Addr
 	gw6Global    netip.Addr
-	mapGateway   bool
+	map4, map6   bool // the gateway mapping, per family
 	dns4, dns6   netip.Addr
 	loop4, loop6 netip.Addr
 }
@@ -78,7 +82,8 @@ type Policy struct {
 func New(c Config) *Policy {
 	p := &Policy{
 		linkLocal6: c.LinkLocal6,
-		mapGateway: c.MapGateway,
+		map4:       c.MapGateway && !c.Unmapped4,
+		map6:       c.MapGateway && !c.Unmapped6,
 		loop4:      netip.AddrFrom4([4]byte{127, 0, 0, 1}),
 		loop6:      netip.IPv6Loopback(),
 	}
@@ -224,18 +229,19 @@ func (p *Policy) Outbound(proto Proto, src netip.Addr, dst netip.AddrPort) Verdi
 // IPv4 or IPv6 unicast address by now); dns: it is the DNS forward's.
 func (p *Policy) hostAddr(proto Proto, d netip.Addr, port uint16) (h netip.Addr, dns bool) {
 	var fwd, loop netip.Addr
+	var mapped bool
 	switch {
 	case d.Is4() && p.gw4.IsValid() && d == p.gw4:
-		fwd, loop = p.dns4, p.loop4
+		fwd, loop, mapped = p.dns4, p.loop4, p.map4
 	case d.Is6() && (p.gw6.IsValid() && d == p.gw6 || p.gw6Global.IsValid() && d == p.gw6Global):
-		fwd, loop = p.dns6, p.loop6
+		fwd, loop, mapped = p.dns6, p.loop6, p.map6
 	default:
 		return d, false
 	}
 	if port == 53 && proto != ICMP && fwd.IsValid() {
 		return fwd, true
 	}
-	if p.mapGateway {
+	if mapped {
 		return loop, false
 	}
 	return d, false

@@ -154,6 +154,35 @@ func TestOutboundGateway(t *testing.T) {
 	}
 }
 
+// TestOutboundOneFamilyMapped: with one family's mapping off (--no-map-gw
+// with --map-host-loopback naming the other family's gateway), only the
+// other family's gateway reaches the host's loopback; the unmapped
+// family's gateway is the real one, and its link-local address nothing.
+func TestOutboundOneFamilyMapped(t *testing.T) {
+	lo4, lo6 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")
+	c := testConfig(true, false)
+	c.Unmapped6 = true
+	p := New(c)
+	if v := p.Outbound(TCP, guest4, netip.AddrPortFrom(gw4, 22)); v.Host.Addr() != lo4 {
+		t.Errorf("IPv4 gateway, mapped: %v (%v)", v.Host, v.Reason)
+	}
+	if v := p.Outbound(TCP, guest6, netip.AddrPortFrom(gw6LL, 22)); v.Reason != DstLinkLocal {
+		t.Errorf("IPv6 link-local gateway, unmapped: %v (%v), want refused", v.Host, v.Reason)
+	}
+	if v := p.Outbound(UDP, guest6, netip.AddrPortFrom(gw6Glob, 22)); v.Host.Addr() != gw6Glob {
+		t.Errorf("IPv6 gateway, unmapped: %v (%v), want the real gateway", v.Host, v.Reason)
+	}
+	c = testConfig(true, false)
+	c.Unmapped4 = true
+	p = New(c)
+	if v := p.Outbound(ICMP, guest4, netip.AddrPortFrom(gw4, 0)); v.Host.Addr() != gw4 {
+		t.Errorf("IPv4 gateway, unmapped: %v (%v), want the real gateway", v.Host, v.Reason)
+	}
+	if v := p.Outbound(TCP, guest6, netip.AddrPortFrom(gw6LL, 22)); v.Host.Addr() != lo6 {
+		t.Errorf("IPv6 gateway, mapped: %v (%v)", v.Host, v.Reason)
+	}
+}
+
 func TestOutboundOrdinaryDestinations(t *testing.T) {
 	for _, mapGW := range []bool{true, false} {
 		p := New(testConfig(mapGW, true))

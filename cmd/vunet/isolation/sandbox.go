@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Config says what the sandbox must leave the daemon.
@@ -76,7 +78,7 @@ func Apply(cfg Config) (*Sandbox, error) {
 	}
 	if os.Geteuid() == 0 && (id.uid != 0 || id.gid != 0) && (!cfg.Off || cfg.RunAs != "") {
 		for _, p := range cfg.Own {
-			if err := os.Lchown(p, id.uid, id.gid); err != nil {
+			if err := handToUser(p, id.uid, id.gid); err != nil {
 				return nil, fmt.Errorf("hand %s to user %d: %w", p, id.uid, err)
 			}
 		}
@@ -266,4 +268,25 @@ func switchUserOnly(id identity) (bool, error) {
 		return false, fmt.Errorf("setuid %d: %w", id.uid, err)
 	}
 	return true, nil
+}
+
+// handToUser gives the socket file at path to uid:gid. Root does this by
+// path, so the path is opened without following a link and changed
+// through that descriptor only if it is a socket: whoever may write the
+// directory could have put a hard link to a root-owned file there (or a
+// symbolic link), which must keep its owner.
+func handToUser(path string, uid, gid int) error {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("not a socket any more (mode %#o)", st.Mode)
+	}
+	return unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH)
 }

@@ -21,13 +21,34 @@ import (
 // tcpBytes is what each direction moves in TestTestpmdTCPBothWays.
 const tcpBytes = 200 << 20
 
+// What TestTestpmdTCPBothWays tolerates: at most 1 frame in maxDropShare
+// dropped by testpmd on the way to vunet, and 1 segment in maxRetransShare
+// retransmitted by the guest. The retransmissions are what the ring
+// budget prevents (22% without it, 0-1 segments with it): every data
+// segment testpmd drops is one. The drops also count the guest's ACKs,
+// which the budget does not bound and which pile up on the ring when the
+// back-end's thread waits for a CPU: harmless (the next ACK covers them),
+// and up to 0.06% in a run at load 17, so the bound on drops is loose.
+const (
+	maxDropShare    = 200
+	maxRetransShare = 100
+)
+
 // TestTestpmdTCPBothWays moves TCP data both ways between a guest kernel
 // behind testpmd's TAP and a host peer, through vunet (the rig with
 // testpmd as its front-end: no EVENT_IDX, no offloads, MTU 1500). Bytes
 // are hashed end to end. testpmd drops the frames the back-end's TX ring
 // has no room for, where a virtio guest would wait, so the test also
-// asserts what keeps a TCP sender at speed: testpmd dropped no frame on
-// the way to vunet, and the guest retransmitted almost nothing.
+// asserts what the TX ring budget (tcpstack/tcp/ring_budget.go) is for:
+// drops stay rare and the guest's TCP has no retransmission storm.
+//
+// Rare, not none: the budget bounds the data a guest sender has in
+// flight, not its ACKs, and a back-end thread kept off the CPU for tens
+// of milliseconds on a loaded machine lets testpmd fill the ring with
+// those (2 of 150,228 and 93 of 155,517 frames at load 15-17, with no
+// retransmission: ACKs only). Without the budget, 40 MiB guest→host took
+// 107 s, with 236 of 36,946 frames dropped (0.64%) and 6,663 of 30,517
+// segments retransmitted (22%); 200 MiB did not finish in 120 s.
 func TestTestpmdTCPBothWays(t *testing.T) {
 	testenv.SkipIfShort(t)
 	testenv.NeedRoot(t, "hugepages, network namespaces and TAP devices")
@@ -79,11 +100,12 @@ func TestTestpmdTCPBothWays(t *testing.T) {
 	if virtio.TXPackets < tcpBytes/1500 {
 		t.Errorf("testpmd put %d frames on vunet's TX ring for %d bytes from the guest", virtio.TXPackets, tcpBytes)
 	}
-	if virtio.TXDropped != 0 {
-		t.Errorf("testpmd dropped %d guest frames: vunet's TX ring was full (the guest had more in flight than the ring holds)", virtio.TXDropped)
+	if virtio.TXDropped*maxDropShare > virtio.TXPackets {
+		t.Errorf("testpmd dropped %d of %d guest frames, more than 1 in %d: vunet's TX ring was full (the guest had more in flight than the ring holds)",
+			virtio.TXDropped, virtio.TXPackets, maxDropShare)
 	}
-	if retrans*100 > sent {
-		t.Errorf("the guest retransmitted %d of %d segments (more than 1%%)", retrans, sent)
+	if retrans*maxRetransShare > sent {
+		t.Errorf("the guest retransmitted %d of %d segments, more than 1 in %d", retrans, sent, maxRetransShare)
 	}
 	closed = true
 	if err := r.Close(); err != nil {

@@ -42,6 +42,8 @@ type loop struct {
 
 	link      *linksvc.Link // ARP, DHCP, DHCPv6, NDP answers and announcements
 	nextRA    time.Time     // next unsolicited Router Advertisement; zero: none
+	raInitial int           // initial RAs still to follow the delivered ones (replies.go)
+	raGap     time.Duration // gap before the next initial RA
 	tx        txPath
 	rx        guestring.Writer // the RX ring's writer (queue pairs)
 	out       guestOut         // where frames for the guest go: &rx, or the stream's writer

@@ -95,13 +95,38 @@ func (r *replyRing) pop() {
 	r.count--
 }
 
-// raInterval is how often an unsolicited Router Advertisement refreshes the
-// guest's default route (the RA's router lifetime is 9000s).
-const raInterval = 10 * time.Minute
+// Unsolicited Router Advertisements follow RFC 4861 6.2.4: a few at short
+// intervals once the guest's link is up, then one every raInterval.
+//
+// The first one, queued at the pair start, reaches the guest the moment
+// its driver posts RX buffers, which a Linux guest does when the interface
+// is opened — before the kernel calls the link ready (linkwatch, up to a
+// second later). An address it would configure from that RA starts
+// duplicate address detection on a link that is not ready, and Linux
+// drops it ("If the device is not ready ... otherwise, kill it",
+// addrconf_dad_begin). The guest then depends on its own Router
+// Solicitation alone, which it sends only after its link-local address
+// passed DAD and never again once that address is gone (a DHCP script
+// that flushes every address of the interface takes it; seen in the e2e
+// guest). The initial RAs that follow reach it when its link is ready.
+const (
+	// raInterval is how often an unsolicited Router Advertisement
+	// refreshes the guest's default route (the RA's router lifetime is
+	// 9000s).
+	raInterval = 10 * time.Minute
+	// initialRAs is how many unsolicited RAs go out at initial intervals
+	// after a pair start, the first included
+	// (MAX_INITIAL_RTR_ADVERTISEMENTS).
+	initialRAs = 3
+	// initialRAGap is the gap between the delivery of the first RA and the
+	// second; it doubles for the next (RFC 4861 caps it at 16 s).
+	initialRAGap = 2 * time.Second
+)
 
 // announceLink queues what a guest that may have missed our earlier answers
 // needs after a (re)start of the pair: a gratuitous ARP for the gateway, so
-// a stale neighbour entry is replaced, and a Router Advertisement.
+// a stale neighbour entry is replaced, and a Router Advertisement, the
+// first of initialRAs.
 //
 // With the RX ring disabled nothing is queued (it would only be counted as
 // a ring_disabled drop): the control plane restarts the pair when the
@@ -118,6 +143,7 @@ func (l *loop) announceLink() {
 			l.queueAnnouncement(n, stats.SvcARP)
 		}
 	}
+	l.raInitial, l.raGap = initialRAs-1, initialRAGap
 	l.sendRA()
 }
 
@@ -141,4 +167,17 @@ func (l *loop) sendRA() {
 		l.queueAnnouncement(n, stats.SvcNDP)
 	}
 	l.nextRA = time.Now().Add(raInterval)
+}
+
+// raDelivered schedules the next initial RA once an unsolicited one has
+// reached the guest: counted from the delivery, not from when it was
+// queued, since a guest may post its first RX buffers long after the pair
+// started (the boot), and RAs queued meanwhile would all arrive at once.
+func (l *loop) raDelivered() {
+	if l.raInitial <= 0 {
+		return
+	}
+	l.raInitial--
+	l.nextRA = time.Now().Add(l.raGap)
+	l.raGap *= 2
 }

@@ -2,11 +2,13 @@ package tcpstack
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/stats"
+	"vunet/test/testenv"
 )
 
 // TestAnnouncementNotADrop: the link announcement (gratuitous ARP for the
@@ -69,4 +71,59 @@ func TestAnnouncementNotADrop(t *testing.T) {
 	if n := st.RX.Drops[stats.DropPendingOverflow].Load(); n != 0 {
 		t.Fatalf("%d pending overflows", n)
 	}
+}
+
+// TestInitialRouterAdvertisements: the pair start's Router Advertisement
+// reaches the guest when its driver posts RX buffers, which a Linux guest
+// does before it calls the link ready, and Linux drops the address it
+// configures from an RA received then (replies.go). More unsolicited RAs
+// must follow without any guest frame (RFC 4861's initial
+// advertisements), counted from that delivery: a guest that posts its
+// buffers long after the pair started must not get them in one burst.
+// Before, the next unsolicited RA came raInterval (10 minutes) later.
+func TestInitialRouterAdvertisements(t *testing.T) {
+	p := newTestPair(t, featMrg, 64)
+	p.s = New(Config{Logger: testenv.Logger(), Addr: linkConfig()})
+	t.Cleanup(p.s.Close)
+	p.start()
+	st := p.stats()
+	ras := func() uint64 { return st.Proto.RouterAdverts.Load() }
+	// The guest boots: no RX buffers for longer than the first gap.
+	time.Sleep(initialRAGap + 500*time.Millisecond)
+	if n := ras(); n != 0 {
+		t.Fatalf("%d RAs delivered without RX buffers", n)
+	}
+	for i := 0; i < 16; i++ {
+		p.rx.AddBuffers(nil, 1536)
+	}
+	p.rx.Send()
+	waitFor(t, "the pair start's RA", 2*time.Second, func() bool { return ras() >= 1 })
+	first := time.Now()
+	if n := ras(); n != 1 {
+		t.Fatalf("%d RAs at once when the guest posted its buffers, want 1", n)
+	}
+	waitFor(t, "a second unsolicited RA", initialRAGap+3*time.Second, func() bool { return ras() >= 2 })
+	gap := time.Since(first)
+	p.s.StopPair(0)
+	if gap < initialRAGap/2 {
+		t.Fatalf("second RA %v after the first, want about %v", gap, initialRAGap)
+	}
+	_, frames := p.rxRead(t)
+	var kinds []string
+	for _, f := range frames {
+		kind := "other"
+		switch binary.BigEndian.Uint16(f[12:14]) {
+		case uint16(header.EtherTypeARP):
+			kind = "arp"
+		case uint16(header.EtherTypeIPv6):
+			if ip := f[header.EthernetMinimumSize:]; ip[6] == uint8(header.IPProtocolICMPv6) && ip[40] == 134 {
+				kind = "ra"
+			}
+		}
+		kinds = append(kinds, kind)
+	}
+	if want := "[arp ra ra]"; fmt.Sprint(kinds) != want {
+		t.Fatalf("frames to the guest %v, want %s", kinds, want)
+	}
+	t.Logf("second RA %v after the first", gap.Round(time.Millisecond))
 }

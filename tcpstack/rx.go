@@ -43,6 +43,9 @@ func (l *loop) deliverPending() {
 		}
 		switch l.out.WriteFrame(p.buf[:p.n], 0) {
 		case guestring.OK:
+			if p.announce && p.svc == stats.SvcNDP {
+				l.raDelivered()
+			}
 			l.popPending(p)
 		case guestring.NoFit:
 			l.st.RX.Drops[stats.DropNoFit].Add(1)

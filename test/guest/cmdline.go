@@ -29,6 +29,10 @@ const (
 	ParamARPFlood  = "vunet.arpflood"  // requests the arpflood check sends, default DefaultARPFlood
 	ParamHold      = "vunet.hold"      // keep the guest running this long (Go duration) after the last result, so the host can inspect the back-end
 	ParamResults   = "vunet.results"   // extra device for result lines, e.g. /dev/ttyS1
+	// ParamSysctl is a comma-separated list of PATH=VALUE the link check
+	// writes under /proc/sys once eth0 exists, before it brings eth0 up,
+	// e.g. net/ipv6/conf/eth0/router_solicitations=0.
+	ParamSysctl = "vunet.sysctl"
 )
 
 // Check names the agent knows.

@@ -82,7 +82,11 @@ func runDHCPHook(args []string) int {
 	iface := os.Getenv("interface")
 	switch args[0] {
 	case "deconfig":
-		_ = exec.Command("/bin/ip", "addr", "flush", "dev", iface).Run()
+		// IPv4 only, like busybox's simple.script: flushing every
+		// address takes the IPv6 link-local one too, and with it the
+		// guest's router solicitations (a link-local address flushed
+		// during its DAD is never made again, and no RS goes out).
+		_ = exec.Command("/bin/ip", "-4", "addr", "flush", "dev", iface).Run()
 		_ = exec.Command("/bin/ip", "link", "set", iface, "up").Run()
 		return 0
 	case "bound", "renew":
@@ -105,7 +109,7 @@ func runDHCPHook(args []string) int {
 			errs = append(errs, fmt.Sprintf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out))))
 		}
 	}
-	run("addr", "flush", "dev", iface)
+	run("-4", "addr", "flush", "dev", iface)
 	if lease["mtu"] != "" {
 		run("link", "set", iface, "mtu", lease["mtu"])
 	}

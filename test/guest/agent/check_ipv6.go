@@ -32,10 +32,45 @@ func (a *agent) checkIPv6(ctx context.Context) guest.Result {
 	}}
 	if err != nil {
 		r.Fields["detail"] = err.Error()
+		// What the interface has instead, to tell "no RA arrived" from
+		// "the address went away" after the fact.
+		r.Fields["if_inet6"] = procLines("/proc/net/if_inet6", ifName)
+		r.Fields["ipv6_route"] = procLines("/proc/net/ipv6_route", ifName)
+		r.Fields["ipv6_conf"] = ipv6Conf(ifName)
 		return r
 	}
 	r.OK = true
 	return r
+}
+
+// procLines returns the lines of a /proc table that end with iface's name,
+// joined by " | ".
+func procLines(path, iface string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[len(f)-1] == iface {
+			out = append(out, strings.Join(f, " "))
+		}
+	}
+	return strings.Join(out, " | ")
+}
+
+// ipv6Conf returns the IPv6 settings of iface that decide whether router
+// advertisements configure it.
+func ipv6Conf(iface string) string {
+	var out []string
+	for _, k := range []string{"disable_ipv6", "accept_ra", "autoconf", "accept_dad", "rtr_solicits"} {
+		b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + iface + "/" + k)
+		if err != nil {
+			continue
+		}
+		out = append(out, k+"="+strings.TrimSpace(string(b)))
+	}
+	return strings.Join(out, " ")
 }
 
 func globalIPv6(iface string) ([]string, int) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	"vunet/test/guest"
@@ -22,6 +23,9 @@ func (a *agent) checkLink(ctx context.Context) guest.Result {
 		return fail("%v", err)
 	}
 	_ = setUp("lo")
+	if err := writeSysctls(a.params.Values[guest.ParamSysctl]); err != nil {
+		return fail("%v", err)
+	}
 	if err := setUp(ifName); err != nil {
 		return fail("%v", err)
 	}
@@ -77,4 +81,22 @@ func (a *agent) checkLink(ctx context.Context) guest.Result {
 		res.Fields["detail"] = fmt.Sprintf("%d frames sent, tx_packets rose by %d: %v", sent, statCounter(ifName, "tx_packets")-before, werr)
 	}
 	return res
+}
+
+// writeSysctls writes list's PATH=VALUE entries (comma-separated) under
+// /proc/sys.
+func writeSysctls(list string) error {
+	for _, kv := range strings.Split(list, ",") {
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.Contains(k, "..") {
+			return fmt.Errorf("%s: want PATH=VALUE, got %q", guest.ParamSysctl, kv)
+		}
+		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0); err != nil {
+			return fmt.Errorf("sysctl %s=%s: %w", k, v, err)
+		}
+	}
+	return nil
 }

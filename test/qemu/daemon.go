@@ -116,6 +116,9 @@ type Daemon struct {
 // VUNET_E2E_PASST=/path/to/passt runs passt --vhost-user instead, as a
 // reference back-end to check the harness itself against; tests must then
 // skip assertions on vunet's own log lines (Daemon.Passt).
+//
+// VUNET_E2E_PCAP=1 makes vunet capture the guest's frames to
+// <Dir>/<Name>.pcap (with VUNET_E2E_KEEP=1 it stays after the test).
 func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 	t.Helper()
 	if cfg.Dir == "" {
@@ -149,6 +152,11 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 		}
 		if cfg.Metrics {
 			args = append(args, "--metrics", "127.0.0.1:0")
+		}
+		if os.Getenv("VUNET_E2E_PCAP") != "" {
+			// A capture of the guest's side of the link, for a failure
+			// that needs the frames' order (keep it with VUNET_E2E_KEEP).
+			args = append(args, "--pcap", filepath.Join(cfg.Dir, cfg.Name+".pcap"))
 		}
 	}
 	args = append(args, cfg.Args...)

@@ -44,7 +44,8 @@ type VMConfig struct {
 	// MAC of the NIC (default 52:54:00:12:34:56).
 	MAC string
 	// Timeout bounds the guest's whole life (default 2 minutes): QEMU is
-	// killed after it.
+	// killed after it. Time QEMU waited for a CPU does not count, up to
+	// ten times Timeout (starvation.go).
 	Timeout time.Duration
 	// Dir holds the QMP socket, serial files and QEMU's stderr; default WorkDir(t).
 	Dir string
@@ -197,9 +198,26 @@ func StartVM(t testing.TB, cfg VMConfig) *VM {
 		close(vm.exited)
 	}()
 	// The whole-life timeout: a hung guest must not hang the test binary.
-	life := time.AfterFunc(cfg.Timeout, func() { _ = syscall.Kill(-vm.cmd.Process.Pid, syscall.SIGKILL) })
+	// Time QEMU spent waiting for a CPU does not count (starvation.go).
+	stopLife := make(chan struct{})
+	go func() {
+		life := newLoadDeadline(vm.cmd.Process.Pid, cfg.Timeout)
+		for {
+			select {
+			case <-vm.exited:
+				return
+			case <-stopLife:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			if life.expired() {
+				_ = syscall.Kill(-vm.cmd.Process.Pid, syscall.SIGKILL)
+				return
+			}
+		}
+	}()
 	t.Cleanup(func() {
-		life.Stop()
+		close(stopLife)
 		if vm.QMP != nil {
 			vm.QMP.Close()
 		}
@@ -328,6 +346,9 @@ func (vm *VM) Kill() {
 // Exited is closed when QEMU has exited.
 func (vm *VM) Exited() <-chan struct{} { return vm.exited }
 
+// Pid is QEMU's process id.
+func (vm *VM) Pid() int { return vm.cmd.Process.Pid }
+
 // WaitExit waits up to timeout for QEMU to exit by itself (the agent powers
 // the guest off after its last check) and returns its exit status.
 func (vm *VM) WaitExit(timeout time.Duration) error {
@@ -362,8 +383,11 @@ func (vm *VM) ParsedResults() ([]guest.Result, []error) {
 
 // WaitResult waits for the agent's result named name. It gives up early
 // when QEMU exits without printing it.
+//
+// The timeout does not count the time QEMU waited for a CPU (a loaded
+// machine), up to starvedCap times timeout (starvation.go).
 func (vm *VM) WaitResult(name string, timeout time.Duration) (guest.Result, error) {
-	deadline := time.Now().Add(timeout)
+	deadline := newLoadDeadline(vm.cmd.Process.Pid, timeout)
 	for {
 		rs, _ := vm.ParsedResults()
 		for _, r := range rs {
@@ -382,8 +406,8 @@ func (vm *VM) WaitResult(name string, timeout time.Duration) (guest.Result, erro
 			return guest.Result{}, fmt.Errorf("QEMU exited (%v) without result %q", vm.exitErr, name)
 		case <-time.After(100 * time.Millisecond):
 		}
-		if time.Now().After(deadline) {
-			return guest.Result{}, fmt.Errorf("no result %q after %v", name, timeout)
+		if deadline.expired() {
+			return guest.Result{}, fmt.Errorf("no result %q after %v", name, deadline)
 		}
 	}
 }
@@ -407,10 +431,45 @@ func (vm *VM) RequireResult(t testing.TB, name string, timeout time.Duration) gu
 func (vm *VM) Finish(t testing.TB) guest.Result {
 	t.Helper()
 	done := vm.RequireResult(t, guest.ResultDone, 30*time.Second)
-	if err := vm.WaitExit(20 * time.Second); err != nil {
+	if err := vm.waitPowerOff(t); err != nil {
 		t.Errorf("QEMU after the guest powered off: %v", err)
 	}
 	return done
+}
+
+// How long waitPowerOff gives QEMU: stuck (every thread asleep, no CPU time
+// used) for exitQuiet is a hang, whatever the load; busy, it may take up
+// to exitLimit on a loaded machine.
+const (
+	exitQuiet = 5 * time.Second
+	exitLimit = 90 * time.Second
+)
+
+// waitPowerOff waits for QEMU to exit after the guest powered off, and
+// tells a QEMU that waits for something (a vhost-user reply, say: its
+// threads' kernel stacks are in the error) from one that is only slow.
+func (vm *VM) waitPowerOff(t testing.TB) error {
+	start := time.Now()
+	stuck, ts := stuckFor(vm.cmd.Process.Pid, vm.exited, exitQuiet, exitLimit)
+	// Not stuck: exited (Wait is about to return: the process is gone
+	// from /proc or a zombie) or busy until the limit.
+	wait := max(exitLimit-time.Since(start), 5*time.Second)
+	if stuck {
+		wait = 0
+	}
+	select {
+	case <-vm.exited:
+		if took := time.Since(start); took > 20*time.Second {
+			t.Logf("QEMU took %v to exit after the guest powered off (busy, not stuck: a loaded machine)", took.Round(time.Millisecond))
+		}
+		return vm.exitErr
+	case <-time.After(wait):
+	}
+	if stuck {
+		return fmt.Errorf("QEMU stuck %v after the poweroff: every thread asleep and no CPU time used for %v; threads:\n%s",
+			time.Since(start).Round(time.Millisecond), exitQuiet, formatThreads(ts))
+	}
+	return fmt.Errorf("QEMU still running %v after the poweroff, busy (not stuck); threads:\n%s", exitLimit, formatThreads(ts))
 }
 
 func (vm *VM) dumpForFailure(t testing.TB) {

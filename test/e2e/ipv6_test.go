@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"strconv"
@@ -65,4 +66,49 @@ func TestQEMUGuestIPv6(t *testing.T) {
 	}
 	vm.Finish(t)
 	checkNoRingErrors(t, d)
+}
+
+// TestQEMUGuestSLAACWithoutRS configures a guest that sends no Router
+// Solicitation (router_solicitations=0): it learns its prefix and default
+// router from vunet's unsolicited advertisements alone. The one of the
+// pair start reaches it when its driver opens the device, before Linux
+// calls the link ready, and Linux drops the address it makes from that
+// one; the initial advertisements that follow (tcpstack/replies.go) must
+// configure it. Before them the next RA came 10 minutes later.
+func TestQEMUGuestSLAACWithoutRS(t *testing.T) {
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	d := netDaemon(t, ns)
+	vm := qemu.StartVM(t, qemu.VMConfig{
+		Socket: d.Socket,
+		Checks: []string{guest.CheckLink, guest.CheckIPv6},
+		Params: map[string]string{guest.ParamSysctl: "net/ipv6/conf/eth0/router_solicitations=0"},
+	})
+	r := vm.RequireResult(t, guest.CheckIPv6, 60*time.Second)
+	prefix := netip.PrefixFrom(netip.AddrFrom16([16]byte(ns.Host.Addr6.To16())), ns.Host.Prefix6).Masked()
+	inPrefix := false
+	for _, a := range strings.Fields(r.Fields["addrs"]) {
+		if ip, err := netip.ParseAddr(a); err == nil && prefix.Contains(ip) {
+			inPrefix = true
+		}
+	}
+	if !inPrefix {
+		t.Errorf("guest IPv6 addresses %q: none in the host's prefix %s", r.Fields["addrs"], prefix)
+	}
+	if ip := net.ParseIP(r.Fields["router"]); ip == nil || !ip.IsLinkLocalUnicast() {
+		t.Errorf("guest default IPv6 router %q, want a link-local address", r.Fields["router"])
+	}
+	if d.Passt {
+		vm.Finish(t)
+		return
+	}
+	m, err := d.Scrape(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pair start's RA, which the guest dropped, and at least one more.
+	if n := m.Sum("vunet_ndp_messages_sent_total", "type", "router_advert"); n < 2 {
+		t.Errorf("%v router advertisements sent, want the pair start's and at least one initial one", n)
+	}
+	vm.Finish(t)
 }

@@ -197,6 +197,21 @@ func collectPair(ch chan<- prometheus.Metric, st *stats.Queue, q string, dnsForw
 		counter(ch, descService, st.ServiceReplies[s].Load(), q, s.String())
 	}
 	collectProto(ch, &st.Proto, q)
+	collectStream(ch, &st.Stream, q)
+}
+
+// collectStream exports the stream transport's counters, all sparse: a
+// vhost-user back-end has none.
+func collectStream(ch chan<- prometheus.Metric, s *stats.Stream, q string) {
+	sparseCounter(ch, descStreamSessions, s.Sessions.Load(), q)
+	sparseCounter(ch, descStreamCalls, s.Reads.Load(), q, dirFromGuest)
+	sparseCounter(ch, descStreamCalls, s.Writes.Load(), q, dirToGuest)
+	sparseCounter(ch, descStreamBytes, s.ReadBytes.Load(), q, dirFromGuest)
+	sparseCounter(ch, descStreamBytes, s.WriteBytes.Load(), q, dirToGuest)
+	sparseCounter(ch, descStreamWaits, s.WriteWaits.Load(), q)
+	sparseCounter(ch, descStreamCloses, s.BadLength.Load(), q, "bad_length")
+	sparseCounter(ch, descStreamCloses, s.Truncated.Load(), q, "truncated")
+	sparseCounter(ch, descStreamCloses, s.WriteErrors.Load(), q, "write_error")
 }
 
 func collectProto(ch chan<- prometheus.Metric, p *stats.Proto, q string) {

@@ -89,6 +89,13 @@ var (
 	descFetchMiss  = counterFam("flow_fetch_misses_total", "Flow requests the asked queue pair could not serve (the flow had gone meanwhile); the series appears at the first.", "queue")
 	descService    = counterFam("service_replies_total", "Frames produced by the link services (ARP, DHCP, DHCPv6, NDP) and ICMP echo replies, by service.", "queue", "service")
 
+	// The stream transport (-netdev stream) in place of pair 0's rings.
+	descStreamSessions = counterFam("stream_sessions_total", "Connections served on the stream transport (QEMU's -netdev stream); the series appears at the first.", "queue")
+	descStreamCalls    = counterFam("stream_calls_total", "recv (from_guest) and sendmsg (to_guest) calls on the stream socket that moved bytes; a series appears at the first.", queueDir...)
+	descStreamBytes    = counterFam("stream_bytes_total", "Bytes read from and written to the stream socket, length prefixes included; a series appears at the first.", queueDir...)
+	descStreamWaits    = counterFam("stream_write_waits_total", "Writes to the stream socket that stopped short (its buffer full): the rest waited for the socket to drain; the series appears at the first.", "queue")
+	descStreamCloses   = counterFam("stream_closes_total", "Stream connections dropped by vunet, by reason (bad_length: a frame length out of bounds, truncated: closed inside a frame, write_error); a series appears at the first.", "queue", "reason")
+
 	// UDP, ICMP and the link services.
 	descUDPDatagrams = counterFam("udp_datagrams_total", "UDP datagrams translated (to_guest: delivered to the guest, from_guest: sent from a host socket).", queueDir...)
 	descUDPBytes     = counterFam("udp_payload_bytes_total", "UDP payload bytes translated.", queueDir...)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -73,6 +74,10 @@ func everySeries() Sources {
 	st[0].FlowFetchMisses.Add(1)
 	tcps[0].OutOfOrderKept.Add(1)
 	tcps[0].OutOfOrderNoBuffer.Add(1)
+	for _, c := range []*atomic.Uint64{&st[0].Stream.Sessions, &st[0].Stream.Reads, &st[0].Stream.ReadBytes,
+		&st[0].Stream.WriteWaits, &st[0].Stream.BadLength} {
+		c.Add(1)
+	}
 	tcps[0].ClampAttempts.Add(1)
 	tcps[0].ClampEffective.Add(1)
 	tcps[0].WindowProbes.Add(1)

@@ -134,3 +134,53 @@ func (e endpointValue) Set(s string) error {
 	}
 	return nil
 }
+
+// Transports: the protocol spoken on the socket.
+const (
+	transportVhostUser = "vhost-user"
+	transportStream    = "stream"
+)
+
+// vhostUserFlag is --vhost-user: passt's vhost-user mode, the vhost-user
+// transport. Against --transport, the later one wins.
+type vhostUserFlag struct{ o *options }
+
+func (v vhostUserFlag) IsBoolFlag() bool { return true }
+
+func (v vhostUserFlag) String() string {
+	if v.o == nil {
+		return "false"
+	}
+	return strconv.FormatBool(v.o.vhostUser)
+}
+
+func (v vhostUserFlag) Set(s string) error {
+	on, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("want true or false")
+	}
+	v.o.vhostUser = on
+	if on {
+		v.o.transport = transportVhostUser
+	}
+	return nil
+}
+
+// transportValue is --transport MODE; the last of it and --vhost-user wins.
+type transportValue struct{ o *options }
+
+func (v transportValue) String() string {
+	if v.o == nil {
+		return ""
+	}
+	return v.o.transport
+}
+
+func (v transportValue) Set(s string) error {
+	switch s {
+	case transportVhostUser, transportStream:
+		v.o.transport = s
+		return nil
+	}
+	return fmt.Errorf("want vhost-user or stream")
+}

@@ -27,7 +27,8 @@ type options struct {
 	oneOff     bool
 	queues     int
 	foreground bool
-	vhostUser  bool // --vhost-user given: passt's start-up semantics apply
+	vhostUser  bool   // --vhost-user given: passt's start-up semantics apply
+	transport  string // "vhost-user" or "stream"; "" until resolveTransport
 	pidFile    string
 	runAs      string
 	sandbox    string // on (default) or off
@@ -149,7 +150,8 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 	add(endpointValue{o, endpointConnect}, "connect to a front-end listening on `PATH` (QEMU server=on) and reconnect when it goes away", "connect")
 	add(endpointValue{o, endpointFD}, "serve the already-connected vhost-user socket `FD` (implies --one-off)", "fd", "F")
 	boolean(&o.oneOff, "exit when the first front-end disconnects", "one-off", "1")
-	boolean(&o.vhostUser, "passt's vhost-user mode: vunet always speaks vhost-user; without -f, start in the background as passt does", "vhost-user")
+	add(vhostUserFlag{o}, "passt's vhost-user mode (--transport vhost-user); without -f, start in the background as passt does", "vhost-user")
+	add(transportValue{o}, "what the front-end speaks on the socket, `MODE`: vhost-user, or stream (QEMU's -netdev stream: frames with a 32-bit length, as passt without --vhost-user); default vhost-user, stream when invoked as passt without --vhost-user", "transport")
 	integer(&o.queues, "queue pairs offered to the front-end, `N` in 1..128 (default 1)", "queues")
 	boolean(&o.foreground, "stay in the foreground (vunet's default unless started as passt or with --vhost-user)", "foreground", "f")
 	str(&o.pidFile, "write the serving process's ID to `FILE` once started; removed at exit", "pid", "P")

@@ -14,6 +14,7 @@ import (
 type helperConfig struct {
 	socket string // vunet listens here (front-end is the client)
 	client bool   // vunet --connect: the front-end listens on socket
+	stream bool   // --transport stream: QEMU's -netdev stream, not vhost-user
 	queues int
 	mem    string // guest RAM size, QEMU syntax (1G, 512M)
 	tcg    bool   // QEMU 7.2 TCG MSI-X workaround: vectors=0
@@ -57,13 +58,13 @@ func runHelper(name string, args []string, stdout, stderr io.Writer) int {
 	helperNames := addHelperFlags(name, fs, &hc, &qemuVer)
 	fs.Usage = func() {}
 	usage := func() {
-		fmt.Fprintf(stdout, "Usage: vunet %s --socket PATH [--queues N] [--mem SIZE] [--tcg] [daemon options]\n\n", name)
+		fmt.Fprintf(stdout, "Usage: vunet %s --socket PATH [--queues N] [--mem SIZE] [--tcg] [--transport stream] [daemon options]\n\n", name)
 		fmt.Fprintf(stdout, "Helper options:\n")
 		for _, n := range helperNames {
 			arg, help := flag.UnquoteUsage(fs.Lookup(n))
 			writeUsageEntry(stdout, strings.TrimSpace("--"+n+" "+arg), help)
 		}
-		fmt.Fprintf(stdout, "\nDaemon options are accepted and ignored except --socket, --connect, --queues and --guest-mac.\n")
+		fmt.Fprintf(stdout, "\nDaemon options are accepted and ignored except --socket, --connect, --queues, --guest-mac and --transport.\n")
 		_ = table
 	}
 	fail := func(err error) int {
@@ -79,6 +80,13 @@ func runHelper(name string, args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		return fail(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	if err := o.resolveTransport(program{name: "vunet"}); err != nil {
+		return fail(err)
+	}
+	hc.stream = o.transport == transportStream
+	if hc.stream && name == "libvirt-xml" {
+		return fail(errors.New("--transport stream: libvirt starts passt itself for that (<interface type='user'><backend type='passt'/>); its XML names no socket"))
 	}
 	switch { // the last of --socket and --connect given wins, as for the daemon
 	case o.socket != "":
@@ -135,7 +143,7 @@ func runHelper(name string, args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stdout, "%s %s%s\n", args[i], shellQuote(args[i+1]), sep)
 		}
-		if !hc.tcg {
+		if !hc.tcg && !hc.stream {
 			fmt.Fprintln(stderr, "# under TCG with QEMU 7.2, add vectors=0 to the -device (vunet qemu-args --tcg): MSI-X with vhost-user crashes it")
 		}
 	case "libvirt-xml":
@@ -155,6 +163,9 @@ var (
 // at all (FIELD-NOTES). With several queue pairs, MSI-X needs 2N+2 vectors;
 // under TCG vectors=0 (legacy INTx) avoids QEMU 7.2's crash instead.
 func qemuArgs(hc helperConfig) []string {
+	if hc.stream {
+		return streamQEMUArgs(hc)
+	}
 	chardev := "socket,id=" + hc.id + ",path=" + qemuEscape(hc.socket)
 	if hc.client {
 		chardev += ",server=on,wait=off"

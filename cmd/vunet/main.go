@@ -59,11 +59,12 @@ func runProgram(p program, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, `{"type": "net"}`)
 		return 0
 	}
+	if err := opts.resolveTransport(p); err != nil {
+		fmt.Fprintf(stderr, "vunet: %v\n", err)
+		return 1
+	}
 	if readyPipe == nil && startsInBackground(p, opts, os.Getenv) {
 		return launchBackground(p, args, opts, stdout, stderr)
-	}
-	if p.passt && !opts.vhostUser {
-		opts.warnings = append(opts.warnings, "started as passt without --vhost-user: passt would serve QEMU's -netdev stream protocol on the socket; vunet serves vhost-user there (the stream transport is not implemented yet)")
 	}
 
 	// Before anything is opened: what this process inherited and was not

@@ -195,22 +195,32 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 // serveFD serves an inherited, connected socket (passt's --fd); ready is
 // called once the socket is taken.
 func serveFD(ctx context.Context, fd int, dev vhostuser.DeviceConfig, ready func()) error {
-	f := os.NewFile(uintptr(fd), "vhost-user")
+	uc, err := unixConnFromFD(fd)
+	if err != nil {
+		return err
+	}
+	ready()
+	return vhostuser.ServeConn(ctx, uc, dev)
+}
+
+// unixConnFromFD takes over descriptor fd, which must be a UNIX socket
+// (--fd).
+func unixConnFromFD(fd int) (*net.UnixConn, error) {
+	f := os.NewFile(uintptr(fd), "front-end")
 	if f == nil {
-		return fmt.Errorf("--fd %d: not a file descriptor", fd)
+		return nil, fmt.Errorf("--fd %d: not a file descriptor", fd)
 	}
 	c, err := net.FileConn(f)
 	f.Close()
 	if err != nil {
-		return fmt.Errorf("--fd %d: %w", fd, err)
+		return nil, fmt.Errorf("--fd %d: %w", fd, err)
 	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		c.Close()
-		return fmt.Errorf("--fd %d: not a UNIX socket", fd)
+		return nil, fmt.Errorf("--fd %d: not a UNIX socket", fd)
 	}
-	ready()
-	return vhostuser.ServeConn(ctx, uc, dev)
+	return uc, nil
 }
 
 // fdReserve is how many descriptors forwarded-port listeners must leave

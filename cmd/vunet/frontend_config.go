@@ -58,13 +58,13 @@ func runHelper(name string, args []string, stdout, stderr io.Writer) int {
 	helperNames := addHelperFlags(name, fs, &hc, &qemuVer)
 	fs.Usage = func() {}
 	usage := func() {
-		fmt.Fprintf(stdout, "Usage: vunet %s --socket PATH [--queues N] [--mem SIZE] [--tcg] [--transport stream] [daemon options]\n\n", name)
+		fmt.Fprintf(stdout, "Usage: vunet %s --socket PATH [--queues N] [--mem SIZE] [--tcg] [daemon options]\n\n", name)
 		fmt.Fprintf(stdout, "Helper options:\n")
 		for _, n := range helperNames {
 			arg, help := flag.UnquoteUsage(fs.Lookup(n))
 			writeUsageEntry(stdout, strings.TrimSpace("--"+n+" "+arg), help)
 		}
-		fmt.Fprintf(stdout, "\nDaemon options are accepted and ignored except --socket, --connect, --queues, --guest-mac and --transport.\n")
+		fmt.Fprintf(stdout, "\nDaemon options are accepted and ignored except --socket, --connect, --queues,\n--guest-mac and --transport (qemu-args: -netdev stream for --transport stream).\n")
 		_ = table
 	}
 	fail := func(err error) int {

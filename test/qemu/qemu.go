@@ -58,6 +58,13 @@ type VMConfig struct {
 	// Image is the kernel and initramfs to boot; zero: GuestImage's (an
 	// image with extra files comes from initramfs.Build).
 	Image initramfs.Image
+	// Netdev, when set, replaces the vhost-user -netdev (and its chardev)
+	// with this one, whose id must be n0: e.g. a -netdev stream dialling
+	// vunet's stream transport, as libvirt's passt backend gives QEMU.
+	Netdev string
+	// ExtraFiles are inherited by QEMU as descriptors 3, 4, … (for a
+	// Netdev's addr.type=fd).
+	ExtraFiles []*os.File
 	// Incoming starts QEMU as a migration destination (-incoming URI, e.g.
 	// "unix:/path"): it waits, paused, for the source's state instead of
 	// booting (see VM.Migrate). Everything else must match the source's
@@ -119,6 +126,9 @@ func QEMUArgs(cfg VMConfig, kernel, initrd, qmpPath, console, results string) []
 	}
 	appendLine := guest.KernelArgs + " " + guest.Cmdline(cfg.Checks, params)
 	nic := []string{"-chardev", chardev, "-netdev", netdev, "-device", device}
+	if cfg.Netdev != "" {
+		nic = []string{"-netdev", cfg.Netdev, "-device", device}
+	}
 	if cfg.NoNIC {
 		nic = nil
 	}
@@ -186,6 +196,7 @@ func StartVM(t testing.TB, cfg VMConfig) *VM {
 	}
 	vm.cmd = exec.Command(bin, args...)
 	vm.cmd.Stdout, vm.cmd.Stderr = stderr, stderr
+	vm.cmd.ExtraFiles = cfg.ExtraFiles
 	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
 	if err := vm.cmd.Start(); err != nil {

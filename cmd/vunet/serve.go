@@ -165,14 +165,14 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 	defer stopWatch()
 
 	switch {
+	case o.transport == transportStream:
+		if o.printQEMUArgs && o.socket != "" {
+			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, mem: "1G", stream: true, qemu: printedQEMU(logger)}), " "))
+		}
+		err = serveStreamTransport(ctx, o, activated, stack, logger, ready)
 	case o.socket != "":
 		if o.printQEMUArgs {
-			v, err := detectQEMUVersion()
-			if err != nil {
-				v = fallbackQEMU
-				logger.Warn("--print-qemu-args: QEMU version unknown, assuming "+v.String(), "err", err)
-			}
-			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, queues: o.queues, mem: "1G", tcg: true, qemu: v}), " "))
+			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, queues: o.queues, mem: "1G", tcg: true, qemu: printedQEMU(logger)}), " "))
 		}
 		err = listener.Serve(ctx, dev)
 	case o.connect != "":
@@ -190,6 +190,16 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		logger.Info("vunet stopping on signal; host TCP connections are reset")
 	}
 	return err
+}
+
+// printedQEMU is the QEMU release --print-qemu-args spells for.
+func printedQEMU(logger *slog.Logger) qemuVersion {
+	v, err := detectQEMUVersion()
+	if err != nil {
+		v = fallbackQEMU
+		logger.Warn("--print-qemu-args: QEMU version unknown, assuming "+v.String(), "err", err)
+	}
+	return v
 }
 
 // serveFD serves an inherited, connected socket (passt's --fd); ready is
@@ -347,7 +357,7 @@ func startupAttrs(o *options, sc *stackConfig, dev vhostuser.DeviceConfig) []any
 		mode, sock = "fd", fmt.Sprintf("fd:%d", o.fd)
 	}
 	b := buildInfo()
-	attrs := []any{"version", b.Version, "revision", b.Revision, "mode", mode, "socket", sock, "queues", o.queues}
+	attrs := []any{"version", b.Version, "revision", b.Revision, "transport", o.transport, "mode", mode, "socket", sock, "queues", o.queues}
 	if o.socket != "" {
 		attrs = append(attrs, "socket_mode", fmt.Sprintf("%#o", uint32(o.socketMode)), "one_off", o.oneOff)
 	}
@@ -394,6 +404,9 @@ func startupAttrs(o *options, sc *stackConfig, dev vhostuser.DeviceConfig) []any
 	features := dev.Features
 	if features == 0 {
 		features = vhostuser.DefaultFeatures
+	}
+	if o.transport == transportStream {
+		features = 0 // nothing is negotiated: QEMU's own virtio-net serves the guest
 	}
 	attrs = append(attrs, "features", featureNames(features), "metrics", o.metrics)
 	if o.control != "" {

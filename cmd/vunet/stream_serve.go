@@ -12,6 +12,7 @@ import (
 
 	"vunet/tcpstack"
 	"vunet/tcpstack/stats"
+	"vunet/vhostuser"
 )
 
 // Serving the stream transport as passt does: one connection at a time
@@ -112,6 +113,30 @@ func serveStreamConn(ctx context.Context, c *net.UnixConn, stack *tcpstack.Stack
 	}
 	log.Info("stream front-end left", "pid", pid)
 	return nil
+}
+
+// serveStreamTransport serves the stream transport on the socket (the one
+// systemd passed, activated, or a new file at --socket) or, without
+// --socket, on the --fd descriptor. ready is called once it accepts.
+func serveStreamTransport(ctx context.Context, o *options, activated *net.UnixListener, stack *tcpstack.Stack, log *slog.Logger, ready func()) error {
+	if o.socket == "" {
+		return serveStreamFD(ctx, o.fd, stack, log, ready)
+	}
+	l := activated
+	if l == nil {
+		var remove func()
+		var err error
+		l, remove, err = vhostuser.ListenSocket(o.socket, o.socketMode)
+		if err != nil {
+			return fmt.Errorf("stream transport: %w", err)
+		}
+		defer remove()
+		log.Info("stream transport listening", "socket", o.socket, "mode", fmt.Sprintf("%#o", uint32(o.socketMode.Perm())))
+	} else {
+		log.Info("stream transport listening on a passed socket", "socket", o.socket)
+	}
+	ready()
+	return serveStreamListener(ctx, l, stack, o.oneOff, log)
 }
 
 // serveStreamFD serves an inherited, connected socket (--fd) with the

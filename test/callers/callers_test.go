@@ -39,6 +39,9 @@ func TestLibvirt(t *testing.T) {
 			t.Errorf("libvirt %s:\n got %s\nwant %s", tc.name, got, tc.want)
 		}
 	}
+	if got, want := Libvirt90Netdev(net0, "hostnet0"), `{"type":"stream","addr":{"type":"unix","path":"/run/libvirt/qemu/passt/1-vm-net0.socket"},"server":false,"id":"hostnet0"}`; got != want {
+		t.Errorf("libvirt 9.0.0 -netdev:\n got %s\nwant %s", got, want)
+	}
 	user := net0
 	user.VhostUser = false
 	if got := Libvirt113(user); got[1] != "--one-off" {

@@ -5,7 +5,7 @@
 //   - libvirt 9.0.0 (upstream; Debian 12 ships it with passt disabled by
 //     its patch Disable-passt-support), src/qemu/qemu_passt.c
 //     qemuPasstStart: <interface type='user'><backend type='passt'/>, QEMU
-//     -netdev stream; libvirt daemonizes the command itself and keeps its
+//     -netdev stream (qemuPasstAddNetProps: Libvirt90Netdev); libvirt daemonizes the command itself and keeps its
 //     own pid file.
 //   - libvirt 11.3.0 (Debian 13), the same function with --vhost-user for
 //     <interface type='vhostuser'><backend type='passt'/> (since 11.1.0)

@@ -1,6 +1,7 @@
 package callers
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -165,4 +166,21 @@ func (n LibvirtNet) ports(v90 bool) []string {
 		args = append(args, b.String())
 	}
 	return args
+}
+
+// Libvirt90Netdev is the -netdev libvirt 9.0.0 gives QEMU for the same
+// interface (qemuPasstAddNetProps, rendered as JSON since QEMU 7.0 takes
+// -netdev so): a stream client of passt's socket, no reconnect (libvirt
+// 9.0 asks none). id is the netdev id (libvirt's is hostnet<N>).
+func Libvirt90Netdev(n LibvirtNet, id string) string {
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Addr   any    `json:"addr"`
+		Server bool   `json:"server"`
+		ID     string `json:"id"`
+	}{"stream", struct {
+		Type string `json:"type"`
+		Path string `json:"path"`
+	}{"unix", n.Socket}, false, id})
+	return string(b)
 }

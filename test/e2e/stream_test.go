@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
+	"vunet/test/callers"
 	"vunet/test/guest"
 	"vunet/test/qemu"
 )
@@ -73,4 +78,51 @@ func TestQEMUStreamTransport(t *testing.T) {
 		t.Fatal("the daemon left with its guest (it serves the next one unless --one-off)")
 	default:
 	}
+}
+
+// TestQEMUDropInQEMUNetdevPasstStream plays QEMU 10.1's -netdev passt
+// without vhost-user=on: QEMU's socket pair, passt's command line as
+// net_passt_decode_args builds it (no --vhost-user: the stream protocol
+// on --fd 3), the exit awaited and the pid file read; then QEMU 7.2 gets
+// the other end of the pair as -netdev stream,addr.type=fd, which is what
+// QEMU 10.1 itself does with it. The guest must get the lease the
+// properties say and download byte-exact.
+func TestQEMUDropInQEMUNetdevPasstStream(t *testing.T) {
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
+	h := ns.Host
+	dir := qemu.WorkDir(t)
+	pf, err := os.CreateTemp(dir, "passt-*.pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf.Close()
+	logFile := filepath.Join(dir, "passt.log")
+	want := lease{addr: netip.MustParseAddr("10.7.0.89"), prefix: 24, router: addrOf(h.Gateway),
+		dns: netip.MustParseAddr("10.7.0.99"), mtu: 4000, search: "stream.e2e.test"}
+	argv := callers.QEMU101(callers.QEMUPasst{
+		MTU: want.mtu, Address: want.addr.String(), Netmask: "255.255.255.0", Gateway: want.router.String(),
+		Interface: h.Iface, DNS: want.dns.String(), Search: []string{want.search},
+		Param: []string{"--debug", "--log-file", logFile}, // param=: after --quiet, so it wins
+	}, pf.Name())
+
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qemuEnd, passtEnd := os.NewFile(uintptr(fds[0]), "qemu-end"), os.NewFile(uintptr(fds[1]), "passt-end")
+	defer qemuEnd.Close()
+	callerLaunch(t, ns, argv, []*os.File{passtEnd}, dir)
+	passtEnd.Close() // QEMU: close(sv[1]) once passt has it
+	checkDaemonPID(t, pf.Name(), dir)
+	checkLog(t, logFile, `msg="vunet starting"`, "transport=stream", "mode=fd", `msg="stream front-end connected"`)
+
+	vm := qemu.StartVM(t, dropInVM(srv, qemu.VMConfig{
+		Netdev:     "stream,id=n0,addr.type=fd,addr.str=3",
+		ExtraFiles: []*os.File{qemuEnd},
+	}))
+	qemuEnd.Close() // QEMU has its own copy
+	checkDropInGuest(t, srv, vm, want)
+	vm.Finish(t)
 }

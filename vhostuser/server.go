@@ -112,6 +112,11 @@ func Listen(cfg ServerConfig) (*Listener, error) {
 // Path is the socket file's path.
 func (ln *Listener) Path() string { return ln.cfg.Path }
 
+// AcceptUnix accepts the next connection, for a server of another
+// protocol on the same kind of socket (vunet's stream transport) that
+// uses the listener instead of Serve.
+func (ln *Listener) AcceptUnix() (*net.UnixConn, error) { return ln.l.AcceptUnix() }
+
 // LeaveFile makes Close leave the socket file for someone else to remove
 // (a sandboxed daemon's helper that kept the rights to).
 func (ln *Listener) LeaveFile() { ln.leave.Store(true) }

@@ -98,8 +98,8 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 			logger.Warn("start-up notification failed", "err", st.err)
 		}
 	}
-	// The vhost-user socket is bound before the sandbox: its directory
-	// may be one the dropped user cannot write.
+	// The socket (vhost-user's or the stream transport's) is bound before
+	// the sandbox: its directory may be one the dropped user cannot write.
 	var listener *vhostuser.Listener
 	if o.socket != "" {
 		listener, err = vhostuser.Listen(vhostuser.ServerConfig{Path: o.socket, Mode: o.socketMode, OneOff: o.oneOff, Ready: ready, Listener: activated})
@@ -169,7 +169,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		if o.printQEMUArgs && o.socket != "" {
 			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, mem: "1G", stream: true, qemu: printedQEMU(logger)}), " "))
 		}
-		err = serveStreamTransport(ctx, o, activated, stack, logger, ready)
+		err = serveStreamTransport(ctx, o, listener, stack, logger, ready)
 	case o.socket != "":
 		if o.printQEMUArgs {
 			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, queues: o.queues, mem: "1G", tcg: true, qemu: printedQEMU(logger)}), " "))

@@ -115,28 +115,16 @@ func serveStreamConn(ctx context.Context, c *net.UnixConn, stack *tcpstack.Stack
 	return nil
 }
 
-// serveStreamTransport serves the stream transport on the socket (the one
-// systemd passed, activated, or a new file at --socket) or, without
-// --socket, on the --fd descriptor. ready is called once it accepts.
-func serveStreamTransport(ctx context.Context, o *options, activated *net.UnixListener, stack *tcpstack.Stack, log *slog.Logger, ready func()) error {
-	if o.socket == "" {
+// serveStreamTransport serves the stream transport on the socket bound at
+// start-up (ln: the file at --socket, or the one systemd passed) or,
+// without it, on the --fd descriptor. ready is called once it accepts.
+func serveStreamTransport(ctx context.Context, o *options, ln *vhostuser.Listener, stack *tcpstack.Stack, log *slog.Logger, ready func()) error {
+	if ln == nil {
 		return serveStreamFD(ctx, o.fd, stack, log, ready)
 	}
-	l := activated
-	if l == nil {
-		var remove func()
-		var err error
-		l, remove, err = vhostuser.ListenSocket(o.socket, o.socketMode)
-		if err != nil {
-			return fmt.Errorf("stream transport: %w", err)
-		}
-		defer remove()
-		log.Info("stream transport listening", "socket", o.socket, "mode", fmt.Sprintf("%#o", uint32(o.socketMode.Perm())))
-	} else {
-		log.Info("stream transport listening on a passed socket", "socket", o.socket)
-	}
+	log.Info("stream transport listening", "socket", ln.Path(), "mode", fmt.Sprintf("%#o", uint32(o.socketMode.Perm())))
 	ready()
-	return serveStreamListener(ctx, l, stack, o.oneOff, log)
+	return serveStreamListener(ctx, ln, stack, o.oneOff, log)
 }
 
 // serveStreamFD serves an inherited, connected socket (--fd) with the

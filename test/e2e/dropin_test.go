@@ -303,12 +303,7 @@ func TestQEMUDropInQEMUNetdevPasst(t *testing.T) {
 	srv := qemu.StartTrafficServer(t, ns)
 	h := ns.Host
 	dir := qemu.WorkDir(t)
-	// QEMU: g_file_open_tmp("passt-XXXXXX.pid"), closed, left empty.
-	pf, err := os.CreateTemp(dir, "passt-*.pid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pf.Close()
+	pidFile := qemuPasstPIDFile(t, dir)
 	logFile := filepath.Join(dir, "passt.log")
 	want := lease{addr: netip.MustParseAddr("10.7.0.88"), prefix: 24, router: addrOf(h.Gateway),
 		dns: netip.MustParseAddr("10.7.0.99"), mtu: 4000, search: "one.e2e.test"}
@@ -319,7 +314,7 @@ func TestQEMUDropInQEMUNetdevPasst(t *testing.T) {
 		Freebind: callers.Bool(true), IPv6: callers.Bool(false), Search: []string{"one.e2e.test", "two.e2e.test"},
 		Param: []string{"--debug", "--log-file", logFile},
 	}
-	argv := callers.QEMU101(p, pf.Name())
+	argv := callers.QEMU101(p, pidFile)
 
 	sock := filepath.Join(dir, "qemu-vhost.sock")
 	vm := qemu.StartVM(t, dropInVM(srv, qemu.VMConfig{Socket: sock, Server: true}))
@@ -334,8 +329,8 @@ func TestQEMUDropInQEMUNetdevPasst(t *testing.T) {
 	}
 	callerLaunch(t, ns, argv, []*os.File{passtEnd}, dir)
 	passtEnd.Close() // QEMU: close(sv[1]) once passt has it
-	pid := checkDaemonPID(t, pf.Name(), dir)
-	t.Logf("daemon pid %d from %s", pid, pf.Name())
+	pid := checkDaemonPID(t, pidFile, dir)
+	t.Logf("daemon pid %d from %s", pid, pidFile)
 	// --quiet came first and param=--debug last: info lines mean the
 	// last one won.
 	checkLog(t, logFile, `mode=fd`, `msg="vunet starting"`,
@@ -347,6 +342,18 @@ func TestQEMUDropInQEMUNetdevPasst(t *testing.T) {
 	checkDropInGuest(t, srv, vm, want)
 	checkLog(t, logFile, `level=DEBUG`)
 	vm.Finish(t)
+}
+
+// qemuPasstPIDFile is the pid file QEMU 10.1 hands passt:
+// g_file_open_tmp("passt-XXXXXX.pid"), closed, left empty.
+func qemuPasstPIDFile(t *testing.T, dir string) string {
+	t.Helper()
+	pf, err := os.CreateTemp(dir, "passt-*.pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf.Close()
+	return pf.Name()
 }
 
 // dialWhileRunning dials QEMU's listening socket once it is there.

@@ -93,11 +93,7 @@ func TestQEMUDropInQEMUNetdevPasstStream(t *testing.T) {
 	srv := qemu.StartTrafficServer(t, ns)
 	h := ns.Host
 	dir := qemu.WorkDir(t)
-	pf, err := os.CreateTemp(dir, "passt-*.pid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pf.Close()
+	pidFile := qemuPasstPIDFile(t, dir)
 	logFile := filepath.Join(dir, "passt.log")
 	want := lease{addr: netip.MustParseAddr("10.7.0.89"), prefix: 24, router: addrOf(h.Gateway),
 		dns: netip.MustParseAddr("10.7.0.99"), mtu: 4000, search: "stream.e2e.test"}
@@ -105,7 +101,7 @@ func TestQEMUDropInQEMUNetdevPasstStream(t *testing.T) {
 		MTU: want.mtu, Address: want.addr.String(), Netmask: "255.255.255.0", Gateway: want.router.String(),
 		Interface: h.Iface, DNS: want.dns.String(), Search: []string{want.search},
 		Param: []string{"--debug", "--log-file", logFile}, // param=: after --quiet, so it wins
-	}, pf.Name())
+	}, pidFile)
 
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -115,7 +111,7 @@ func TestQEMUDropInQEMUNetdevPasstStream(t *testing.T) {
 	defer qemuEnd.Close()
 	callerLaunch(t, ns, argv, []*os.File{passtEnd}, dir)
 	passtEnd.Close() // QEMU: close(sv[1]) once passt has it
-	checkDaemonPID(t, pf.Name(), dir)
+	checkDaemonPID(t, pidFile, dir)
 	checkLog(t, logFile, `msg="vunet starting"`, "transport=stream", "mode=fd", `msg="stream front-end connected"`)
 
 	vm := qemu.StartVM(t, dropInVM(srv, qemu.VMConfig{

@@ -194,7 +194,7 @@ func (o *options) flagSet() (*flag.FlagSet, []option) {
 
 	group = "Control"
 	str(&o.control, "serve the control endpoint on the UNIX socket `PATH` (off by default): forwards added and removed while running, status (vunet ctl)", "control")
-	add(fileMode{&o.controlMode}, "permissions of the control socket, octal `MODE` (default 0600: only vunet's user may connect)", "control-mode")
+	add(fileMode{&o.controlMode}, "permissions of the control socket, octal `MODE` (default 0600: only its owner, the user who started vunet or --runas, may connect)", "control-mode")
 
 	group = "Limits"
 	integer(&o.maxFlows, "UDP and ICMP flows per queue pair `N` (default 1024)", "max-flows")

@@ -94,6 +94,29 @@ func attrInt(t *testing.T, l map[string]any, k string) int {
 	return int(f)
 }
 
+// linesWith returns the log lines whose message is msg.
+func (d *daemon) linesWith(msg string) []map[string]any {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []map[string]any
+	for _, l := range d.lines {
+		if l["msg"] == msg {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// running reports whether process pid exists and is not a zombie.
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	return ok && !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
+}
+
 // refusals lists the system calls the daemon logged as refused.
 func (d *daemon) refusals() []string {
 	d.mu.Lock()
@@ -473,5 +496,53 @@ func TestSandboxRootInUserNamespace(t *testing.T) {
 	}
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Errorf("socket left behind (%v)", err)
+	}
+}
+
+// TestSandboxGroupStop: systemd stops a unit by signalling every process
+// of its control group, a terminal's Ctrl-C signals the whole foreground
+// process group, and timeout(1) its own: the keeper gets the daemon's
+// SIGTERM or SIGINT at the same moment. It must outlive the daemon to
+// remove the socket and pid file (root's directory), and the daemon's
+// exit must not report a keeper that never answered. Both were left
+// behind before, with "sandbox keeper did not answer".
+func TestSandboxGroupStop(t *testing.T) {
+	needRoot(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			sock, pid := filepath.Join(dir, "v.sock"), filepath.Join(dir, "v.pid")
+			cmd := exec.Command(vunetBinary(t), "--log-format", "json", "-s", sock, "-P", pid)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			d := startCmd(t, cmd, nil)
+			applied := d.waitMsg(t, "sandbox applied", 10*time.Second)
+			d.waitMsg(t, "vhost-user listening", 5*time.Second)
+			keeper := attrInt(t, applied, "keeper_pid")
+			if err := syscall.Kill(-d.cmd.Process.Pid, sig); err != nil {
+				t.Fatal(err)
+			}
+			if code, _ := d.exitCode(t, 3*time.Second); code != 0 {
+				t.Errorf("exit code %d", code)
+			}
+			for _, f := range []string{sock, pid} {
+				if _, err := os.Lstat(f); !os.IsNotExist(err) {
+					t.Errorf("%s left behind (%v)", f, err)
+				}
+			}
+			for _, l := range d.linesWith("vunet stopping") {
+				if l["err"] != nil {
+					t.Errorf("stop reported %v", l["err"])
+				}
+			}
+			// The keeper exits with its daemon (a zombie left to
+			// whoever reaps orphans counts as gone).
+			deadline := time.Now().Add(3 * time.Second)
+			for running(keeper) {
+				if time.Now().After(deadline) {
+					t.Fatalf("keeper %d still running", keeper)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +52,13 @@ func RunKeeper() int {
 		return 2
 	}
 	os.Unsetenv(keeperEnv)
+	// The keeper shares the daemon's process group and control group, so
+	// a stop aimed at all of them (systemd's KillMode=control-group, a
+	// terminal's Ctrl-C, timeout(1)) reaches it too, at the same moment:
+	// it would die before removing the daemon's files. Its life is the
+	// daemon's instead: it exits when the control socket closes, SIGKILL
+	// of the daemon included.
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
 	k := &keeperProc{ctrl: fd, notif: -1}
 	if err := k.start(); err != nil {
 		_ = sendMsg(fd, opFailed, []byte(err.Error()), -1, 0)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,19 +96,22 @@ func Apply(cfg Config) (*Sandbox, error) {
 	}
 	warmUp()
 	pid := os.Getpid()
-	var notes []string
+	var notes, keeperNotes []string
 
 	k, err := startKeeper(keeperConfig{Remove: cfg.Remove, Connect: cfg.Connect, UID: id.uid, GID: id.gid}, cfg.Logger)
 	if err != nil {
 		notes = append(notes, fmt.Sprintf("no keeper (%v): misses fail with EPERM unlogged, files stay at exit, --connect redials as the dropped user", err))
 	} else {
 		s.keeper = k
-		for _, n := range k.ready.Notes {
-			notes = append(notes, "keeper: "+n)
-		}
+		keeperNotes = k.ready.Notes
 	}
 	dropNotes, err := dropPrivileges(id)
 	notes = append(notes, dropNotes...)
+	for _, n := range keeperNotes {
+		if !slices.Contains(dropNotes, n) { // the same limit is said once
+			notes = append(notes, "keeper: "+n)
+		}
+	}
 	if err != nil {
 		s.abort()
 		if cfg.RunAs != "" {

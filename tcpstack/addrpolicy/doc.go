@@ -11,8 +11,9 @@
 //     judged by the IPv4 address inside it, because that is what a host
 //     socket would reach.
 //   - A guest packet is refused when its destination is loopback
-//     (127.0.0.0/8, ::1, and the mapped spellings of 127.0.0.0/8),
-//     unspecified (0.0.0.0/8, ::), any other IPv4-mapped or -compatible IPv6
+//     (127.0.0.0/8, ::1, and the mapped spellings of 127.0.0.0/8, as well
+//     as its NAT64, 6to4 and Teredo spellings), unspecified (0.0.0.0/8,
+//     ::, likewise), any other IPv4-mapped or -compatible IPv6
 //     address (::ffff:0:0/96, ::/96), multicast, broadcast (255.255.255.255
 //     or the directed broadcast of the guest's prefix) or an IPv6 link-local
 //     address other than the gateway's (no host socket can reach the guest's

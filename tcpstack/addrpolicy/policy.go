@@ -327,6 +327,38 @@ func (p *Policy) dstReason(d netip.Addr) Reason {
 		}
 		return DstV4Mapped
 	}
+	return tunnelledReason(d)
+}
+
+// tunnelledReason refuses an IPv6 address that a translator or tunnel on
+// the host would turn into an IPv4 loopback or unspecified address: NAT64's
+// well-known prefix (64:ff9b::/96, RFC 6052), 6to4 (2002::/16, RFC 3056)
+// and Teredo (2001::/32, RFC 4380: the server, and the client stored
+// inverted). Translators and the kernel should refuse those themselves;
+// this does not depend on them. Other addresses of these prefixes are
+// ordinary destinations.
+func tunnelledReason(d netip.Addr) Reason {
+	b := d.As16()
+	var embedded [2][4]byte
+	n := 0
+	switch {
+	case [12]byte(b[:12]) == [12]byte{0, 0x64, 0xff, 0x9b}:
+		embedded[0], n = [4]byte(b[12:]), 1
+	case b[0] == 0x20 && b[1] == 0x02:
+		embedded[0], n = [4]byte(b[2:6]), 1
+	case b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0:
+		embedded[0] = [4]byte(b[4:8])
+		embedded[1] = [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
+		n = 2
+	}
+	for _, v4 := range embedded[:n] {
+		switch classify4(netip.AddrFrom4(v4)) {
+		case c4Loopback:
+			return DstLoopback
+		case c4Zero:
+			return DstUnspecified
+		}
+	}
 	return None
 }
 

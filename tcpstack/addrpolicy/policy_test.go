@@ -69,6 +69,18 @@ var refusedDsts = []dstCase{
 	{"ff02::1", DstMulticast},
 	{"255.255.255.255", DstBroadcast},
 	{"10.0.2.255", DstBroadcast},
+	// Translation and tunnel spellings whose IPv4 address is loopback or
+	// unspecified: NAT64 (well-known prefix), 6to4, Teredo (server, and
+	// the obfuscated client).
+	{"64:ff9b::7f00:1", DstLoopback},
+	{"64:ff9b::127.9.9.9", DstLoopback},
+	{"64:ff9b::1", DstUnspecified},
+	{"2002:7f00:1::1", DstLoopback},
+	{"2002:7f09:909:1::5", DstLoopback},
+	{"2002:0:1::1", DstUnspecified},
+	{"2001:0:7f00:1::1", DstLoopback},
+	{"2001:0:4136:e378:8000:63bf:80ff:fffe", DstLoopback},
+	{"2001:0:4136:e378:8000:63bf:ffff:fffe", DstUnspecified},
 	{"fe80::99", DstLinkLocal},
 	{"fe80::1%eth0", DstLinkLocal}, // a zone changes nothing (gateway when mapped, see below)
 }
@@ -190,6 +202,7 @@ func TestOutboundOrdinaryDestinations(t *testing.T) {
 			for _, d := range []string{
 				"93.184.216.34", "169.254.169.254", "10.0.2.15", "10.0.2.1", "192.168.1.1",
 				"2606:4700::1111", "64:ff9b::808:808", "2001:db8:1::99", "fd00::1",
+				"2002:c000:204::1", "2001:0:4136:e378:8000:63bf:3fff:fdd2",
 			} {
 				a := netip.MustParseAddr(d)
 				src := guest4

@@ -258,6 +258,7 @@ func collectTCP(ch chan<- prometheus.Metric, st *stats.TCP, q string, dnsForward
 	sparseCounter(ch, descTCPClamps, st.ClampAttempts.Load(), q)
 	sparseCounter(ch, descTCPClampsEff, st.ClampEffective.Load(), q)
 	sparseCounter(ch, descTCPProbes, st.WindowProbes.Load(), q)
+	sparseCounter(ch, descTCPChallenge, st.ChallengeAcksLimited.Load(), q)
 	for c := stats.TCPRetransCause(0); c < stats.NumTCPRetransCauses; c++ {
 		if c == stats.TCPRetransWindow {
 			sparseCounter(ch, descTCPRetrans, st.Retransmits[c].Load(), q, c.String())

@@ -81,6 +81,7 @@ func everySeries() Sources {
 	tcps[0].ClampAttempts.Add(1)
 	tcps[0].ClampEffective.Add(1)
 	tcps[0].WindowProbes.Add(1)
+	tcps[0].ChallengeAcksLimited.Add(1)
 	tcps[0].Retransmits[stats.TCPRetransWindow].Add(1)
 	src.Forwards = &stats.Forwards{}
 	src.DNSForward = true

@@ -139,6 +139,11 @@ type TCP struct {
 	// WindowProbes counts zero-window probes sent to the guest (its window
 	// shut with nothing in flight and data waiting).
 	WindowProbes atomic.Uint64
+	// ChallengeAcksLimited counts challenge ACKs (RFC 5961: the answer to
+	// a guest RST in the window but not at the next byte, a SYN on an
+	// established connection, an ACK of data never sent) not sent because
+	// the connection had sent one less than 500 ms before.
+	ChallengeAcksLimited atomic.Uint64
 	// Retransmits counts rewinds of the sequence to the guest, by cause.
 	Retransmits [NumTCPRetransCauses]atomic.Uint64
 	// RSTSent counts RSTs sent to the guest; RSTReceived RSTs from it.

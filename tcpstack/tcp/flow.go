@@ -104,6 +104,7 @@ type conn struct {
 	lastAckProg  time.Time     // guest ACK progress or data first sent after idle: ACK-timeout base
 	ackDueAt     time.Time     // zero: no delayed ACK check pending
 	ackCheckIvl  time.Duration // delay of the next delayed-ACK check (backed off while nothing changes); 0: AckInterval
+	challengeAt  time.Time     // the last challenge ACK (challenge.go)
 
 	nextOut int32 // output list link
 }

@@ -123,8 +123,10 @@ func TestHandOverKeepsConnection(t *testing.T) {
 func TestHandOverCoversEveryField(t *testing.T) {
 	// The receiving table's own: its descriptor, slot and output list; the
 	// key it derives from the addresses; its ring-budget sender period
-	// (the connection counts as a sender there at its next write).
-	own := map[string]bool{"fd": true, "slot": true, "gen": true, "nextOut": true, "key": true, "senderPeriod": true}
+	// (the connection counts as a sender there at its next write); its
+	// challenge-ACK rate limit (at worst one more challenge ACK).
+	own := map[string]bool{"fd": true, "slot": true, "gen": true, "nextOut": true, "key": true, "senderPeriod": true,
+		"challengeAt": true}
 	now := time.Unix(2_000_000, 0)
 	var f conn
 	v := reflect.ValueOf(&f).Elem()

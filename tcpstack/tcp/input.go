@@ -122,7 +122,7 @@ func (t *Table) guestSegment(now time.Time, f *conn, sg *segment, frame [][]byte
 		f.lastActivity = now
 	}
 	if sg.flags.Has(header.TCPFlagRST) {
-		if t.guestRSTAcceptable(f, sg) {
+		if t.guestRSTAcceptable(now, f, sg) {
 			t.stats.RSTReceived.Add(1)
 			if f.state != stats.TCPResetting {
 				t.stats.Resets[stats.TCPGuestRST].Add(1)
@@ -169,9 +169,8 @@ func (t *Table) guestSegment(now time.Time, f *conn, sg *segment, frame [][]byte
 	if syn || !sg.flags.Has(header.TCPFlagACK) {
 		// A SYN on an established connection, or a segment without ACK:
 		// answer with an ACK that tells the guest where we are (RFC 9293
-		// 3.10.7.4) and drop it.
-		f.flags |= flAckDue
-		t.markDirty(f)
+		// 3.10.7.4, RFC 5961 §4) and drop it.
+		t.challengeAck(now, f)
 		return
 	}
 	if !t.guestAck(now, f, sg) {
@@ -187,7 +186,7 @@ func (t *Table) guestSegment(now time.Time, f *conn, sg *segment, frame [][]byte
 // at exactly the next byte we expect. One elsewhere in the window we
 // advertised gets a challenge ACK (telling a guest that really means it
 // where to reset), one outside it is dropped.
-func (t *Table) guestRSTAcceptable(f *conn, sg *segment) bool {
+func (t *Table) guestRSTAcceptable(now time.Time, f *conn, sg *segment) bool {
 	switch f.state {
 	case stats.TCPSynSent:
 		return sg.flags.Has(header.TCPFlagACK) && sg.ack == f.iss+1
@@ -199,8 +198,7 @@ func (t *Table) guestRSTAcceptable(f *conn, sg *segment) bool {
 		return true
 	}
 	if seqGT(sg.seq, next) && seqLT(sg.seq, next+max(f.wndSent, 1)) {
-		f.flags |= flAckDue // the challenge ACK
-		t.markDirty(f)
+		t.challengeAck(now, f)
 	}
 	return false
 }
@@ -210,9 +208,8 @@ func (t *Table) guestRSTAcceptable(f *conn, sg *segment) bool {
 func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 	ack := sg.ack
 	if seqGT(ack, f.sndMax) {
-		// ACKs data we never sent.
-		f.flags |= flAckDue
-		t.markDirty(f)
+		// ACKs data we never sent (RFC 5961 §5.2).
+		t.challengeAck(now, f)
 		return false
 	}
 	wnd := min(uint32(sg.wnd)<<f.wsFromGuest, maxWindow)

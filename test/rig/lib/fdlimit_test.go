@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,6 +37,91 @@ func lowestFreeFD(t testing.TB, pid int) uint64 {
 		fd++
 	}
 	return fd
+}
+
+// nofileLimit reads process pid's RLIMIT_NOFILE from /proc/PID/limits,
+// which anyone may read (prlimit(2) needs CAP_SYS_RESOURCE or the
+// process's own user, and the sandboxed daemon is nobody).
+func nofileLimit(t testing.TB, pid int) unix.Rlimit {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "Max open files") {
+			continue
+		}
+		f := strings.Fields(strings.TrimPrefix(line, "Max open files"))
+		if len(f) < 2 {
+			break
+		}
+		cur, err1 := strconv.ParseUint(f[0], 10, 64)
+		max, err2 := strconv.ParseUint(f[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			break
+		}
+		return unix.Rlimit{Cur: cur, Max: max}
+	}
+	t.Fatalf("no open-files limit in /proc/%d/limits:\n%s", pid, b)
+	return unix.Rlimit{}
+}
+
+// setNofileLimit sets process pid's RLIMIT_NOFILE. Root without
+// CAP_SYS_RESOURCE (some containers: this machine's root lacks it) may not
+// change another user's limits, and the sandbox made vunet nobody; a
+// process of vunet's own user and group may, so prlimit(1) runs as that.
+func setNofileLimit(t testing.TB, pid int, l unix.Rlimit) {
+	t.Helper()
+	perr := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &l, nil)
+	if perr == nil || !errors.Is(perr, unix.EPERM) {
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		return
+	}
+	uid, gid, err := procIDs(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatalf("prlimit(2) refused (%v) and no prlimit(1) to run as vunet's user: apt-get install util-linux", perr)
+	}
+	cmd := exec.Command(bin, "--pid", strconv.Itoa(pid), fmt.Sprintf("--nofile=%d:%d", l.Cur, l.Max))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("prlimit as %d:%d: %v: %s", uid, gid, err, out)
+	}
+	if got := nofileLimit(t, pid); got != l {
+		t.Fatalf("open-files limit %v after prlimit, want %v", got, l)
+	}
+}
+
+// procIDs returns process pid's real user and group IDs.
+func procIDs(pid int) (uid, gid uint32, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	var u, g uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		switch k {
+		case "Uid":
+			u, err = strconv.ParseUint(f[0], 10, 32)
+		case "Gid":
+			g, err = strconv.ParseUint(f[0], 10, 32)
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	return uint32(u), uint32(g), nil
 }
 
 // cpuTicks is a process's user and system time in clock ticks.
@@ -102,21 +188,14 @@ func TestRigDescriptorLimit(t *testing.T) {
 
 	pid := r.BackendPID()
 	m0 := metrics(t, r)
-	var old unix.Rlimit
-	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
-		t.Fatal(err)
-	}
+	old := nofileLimit(t, pid)
 	lim := unix.Rlimit{Cur: lowestFreeFD(t, pid), Max: old.Max}
-	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
-		t.Fatal(err)
-	}
+	setNofileLimit(t, pid, lim)
 	lifted := false
 	lift := func() {
 		if !lifted {
 			lifted = true
-			if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &old, nil); err != nil {
-				t.Fatal(err)
-			}
+			setNofileLimit(t, pid, old)
 		}
 	}
 	defer lift()

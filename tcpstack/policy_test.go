@@ -18,6 +18,8 @@ import (
 var loopbackSpellings = []string{
 	"127.0.0.1", "127.9.9.9", "::1",
 	"::ffff:127.0.0.1", "::ffff:127.9.9.9", "::127.0.0.1", "::127.9.9.9",
+	// Through a translator or tunnel on the host: NAT64, 6to4, Teredo.
+	"64:ff9b::7f00:1", "2002:7f00:1::1", "2001:0:7f00:1::1",
 }
 
 // loopbackListeners are host TCP and UDP listeners on 127.0.0.1, 127.9.9.9

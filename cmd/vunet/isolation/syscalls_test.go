@@ -46,7 +46,15 @@ func TestForbiddenCallsStayOut(t *testing.T) {
 		"open", "creat", "open_by_handle_at", "openat2", "unshare", "setns", "setuid", "setresuid", "capset",
 		"process_vm_readv", "process_vm_writev", "kexec_load", "init_module", "finit_module", "bpf",
 		"keyctl", "add_key", "userfaultfd", "perf_event_open", "fork", "vfork", "clone3", "io_uring_setup",
-		"chmod", "fchmod", "chown", "fchown", "symlink", "link", "rename", "renameat2", "mkdir", "mknod"}
+		"chmod", "fchmod", "chown", "fchown", "symlink", "link", "rename", "renameat2", "mkdir", "mknod",
+		// Signals to others, other processes' descriptors, new executable
+		// or file-backed memory, kernel interfaces with a history.
+		"tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal", "pidfd_getfd", "pidfd_open",
+		"memfd_create", "memfd_secret", "pkey_mprotect", "remap_file_pages", "personality",
+		"io_uring_enter", "io_uring_register", "name_to_handle_at", "fanotify_init", "inotify_init1",
+		"fsopen", "fsmount", "open_tree", "move_mount", "mount_setattr", "quotactl", "swapon", "reboot",
+		"setpgid", "setsid", "setresgid", "setgroups", "ioprio_set", "sched_setattr", "lookup_dcookie",
+		"kcmp", "mbind", "migrate_pages", "move_pages", "vmsplice", "splice", "tee", "sysfs", "acct"}
 	for _, spec := range []filterSpec{{role: roleDaemon}, {role: roleDaemon, metrics: true}, {role: roleKeeper}, {role: roleKeeper, dial: true}} {
 		allowed := allowedSyscalls(policy(spec))
 		for _, n := range forbidden {

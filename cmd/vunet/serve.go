@@ -167,12 +167,12 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 	switch {
 	case o.transport == transportStream:
 		if o.printQEMUArgs && o.socket != "" {
-			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, mem: "1G", stream: true, qemu: printedQEMU(logger)}), " "))
+			fmt.Fprintln(stdout, printedQEMUArgs(o, printedQEMU(logger)))
 		}
 		err = serveStreamTransport(ctx, o, listener, stack, logger, ready)
 	case o.socket != "":
 		if o.printQEMUArgs {
-			fmt.Fprintln(stdout, strings.Join(qemuArgs(helperConfig{socket: o.socket, queues: o.queues, mem: "1G", tcg: true, qemu: printedQEMU(logger)}), " "))
+			fmt.Fprintln(stdout, printedQEMUArgs(o, printedQEMU(logger)))
 		}
 		err = listener.Serve(ctx, dev)
 	case o.connect != "":
@@ -190,6 +190,15 @@ func serve(ctx context.Context, o *options, logger *slog.Logger, stdout io.Write
 		logger.Info("vunet stopping on signal; host TCP connections are reset")
 	}
 	return err
+}
+
+// printedQEMUArgs is --print-qemu-args' line for the socket o serves:
+// what `vunet qemu-args --tcg` prints for it (the helper's defaults: 1G,
+// ids vunet0), on one line.
+func printedQEMUArgs(o *options, v qemuVersion) string {
+	hc := helperConfig{socket: o.socket, queues: o.queues, mem: "1G", id: "vunet0", tcg: true,
+		stream: o.transport == transportStream, qemu: v}
+	return strings.Join(qemuArgs(hc), " ")
 }
 
 // printedQEMU is the QEMU release --print-qemu-args spells for.

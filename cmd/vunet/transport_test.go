@@ -105,3 +105,28 @@ func TestQEMUArgsStream(t *testing.T) {
 		t.Errorf("libvirt-xml for the stream: exit %d, %q", code, errb.String())
 	}
 }
+
+// TestPrintQEMUArgs: --print-qemu-args prints what qemu-args --tcg prints
+// for the socket, ids included, for either transport.
+func TestPrintQEMUArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--socket", "/run/v.sock"}, "-m 1G -object memory-backend-memfd,id=vunet0-mem,size=1G,share=on -numa node,memdev=vunet0-mem " +
+			"-chardev socket,id=vunet0,path=/run/v.sock,reconnect=1 -netdev vhost-user,id=vunet0,chardev=vunet0 -device virtio-net-pci,netdev=vunet0,vectors=0"},
+		{[]string{"--socket", "/run/v.sock", "--transport", "stream"}, "-m 1G -netdev stream,id=vunet0,server=off,addr.type=unix,addr.path=/run/v.sock " +
+			"-device virtio-net-pci,netdev=vunet0"},
+	} {
+		o, err := parseFlags(tc.args, &bytes.Buffer{})
+		if err == nil {
+			err = o.resolveTransport(programOf("vunet"))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := printedQEMUArgs(o, qemuVersion{7, 2}); got != tc.want {
+			t.Errorf("%q:\n got %s\nwant %s", tc.args, got, tc.want)
+		}
+	}
+}

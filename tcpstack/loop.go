@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -61,6 +60,7 @@ type loop struct {
 	again     bool      // work is left: poll epoll without sleeping
 
 	timerArmed time.Time // deadline the timerfd is set to; zero: disarmed
+	lastYield  time.Time // last pass through the scheduler (loop_wait.go)
 
 	// faulted: guest memory faulted under the loop; the rings are not
 	// touched again (see recoverFault).
@@ -195,8 +195,8 @@ func (l *loop) wake() {
 	}
 }
 
-// run is the loop's goroutine. It owns a locked OS thread: the loop sleeps in
-// epoll_wait, a blocking system call, and the Go netpoller is not used.
+// run is the loop's goroutine. It sleeps in epoll_wait (loop_wait.go says
+// how, with the Go scheduler in mind); the Go netpoller is not used.
 //
 // Guest memory is the front-end's file, mapped shared: a front-end that
 // truncates it under us turns our next touch into a SIGBUS, which kills the
@@ -204,8 +204,8 @@ func (l *loop) wake() {
 // per goroutine; the control goroutine has its own). recoverFault ends the
 // loop instead; done is still closed, so StopPair returns.
 func (l *loop) run() {
-	runtime.LockOSThread()
 	debug.SetPanicOnFault(true)
+	defer reserveP(-1) // StartPair counted it in
 	defer close(l.done)
 	defer l.shutdown()
 	defer l.recoverFault()
@@ -223,7 +223,7 @@ func (l *loop) run() {
 		if l.again {
 			timeout = 0
 		}
-		n, err := l.ep.Wait(l.events[:], timeout)
+		n, err := l.wait(timeout)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
@@ -234,6 +234,7 @@ func (l *loop) run() {
 		l.st.Wakeups.Add(1)
 		// Socket events below are stamped with this time.
 		l.now = time.Now()
+		l.yieldIfDue(l.now)
 		tx := l.again
 		for i := 0; i < n; i++ {
 			ev := &l.events[i]

@@ -170,6 +170,7 @@ func (s *Stack) StartPair(qp virtqueue.QueuePair) error {
 	}
 	st.LoopStarts.Add(1)
 	s.loops[qp.Index] = l
+	reserveP(1)
 	go l.run()
 	s.log.Debug("queue pair started", "pair", qp.Index, "rx_enabled", qp.RXEnabled,
 		"tx_enabled", qp.TXEnabled, "features", fmt.Sprintf("%#x", qp.Features))

@@ -2,6 +2,7 @@ package hostsock
 
 import (
 	"fmt"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -92,6 +93,24 @@ func (e *Epoll) Del(fd int) error {
 // events and returns how many it stored in events.
 func (e *Epoll) Wait(events []unix.EpollEvent, timeout int) (int, error) {
 	return unix.EpollWait(e.fd, events, timeout)
+}
+
+// WaitHeld is Wait without telling the Go scheduler: the goroutine keeps
+// its P through the wait, as if it were running, and the runtime neither
+// hands the P to another thread nor needs one back on return. It is for an
+// event loop that owns a P on purpose and bounds its waits
+// (tcpstack/loop_wait.go says why); a signal, such as the runtime's
+// preemption request, ends the wait early with EINTR.
+func (e *Epoll) WaitHeld(events []unix.EpollEvent, timeout int) (int, error) {
+	if len(events) == 0 {
+		return 0, unix.EINVAL
+	}
+	n, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(e.fd), uintptr(unsafe.Pointer(&events[0])),
+		uintptr(len(events)), uintptr(timeout), 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }
 
 // Close closes the instance, which drops every registration; closing a

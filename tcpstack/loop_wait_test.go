@@ -1,0 +1,72 @@
+package tcpstack
+
+import (
+	"bytes"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A loop holds a P while it waits for its next event (loop_wait.go): with
+// GOMAXPROCS at 1 the rest of the process would have none. Starting a pair
+// raises GOMAXPROCS so one is left over, and the process keeps running Go
+// code beside a busy loop (this test's goroutine, a garbage collection that
+// stops the world) while the loop answers frames.
+func TestLoopLeavesAPSpare(t *testing.T) {
+	old := runtime.GOMAXPROCS(1)
+	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
+	p := newTestPair(t, featModern, 64)
+	for i := 0; i < 16; i++ {
+		p.rx.AddBuffers(nil, 2048)
+	}
+	p.rx.Post()
+	p.start()
+	if got := runtime.GOMAXPROCS(0); got < 2 {
+		t.Fatalf("GOMAXPROCS = %d with one loop running, want at least 2", got)
+	}
+	for i := 1; i <= 8; i++ {
+		p.addTX(arpRequest(testGuestIP, testGwIP))
+		p.tx.Send()
+		runtime.GC() // stops the world: the held wait must give way
+		waitFor(t, "ARP reply", 5*time.Second, func() bool { return p.rx.UsedIdx() == uint16(i) })
+	}
+	_, frames := p.rxRead(t)
+	want := arpReplyFor(testGuestIP, testGwIP)
+	for i, f := range frames {
+		if !bytes.Equal(f, want) {
+			t.Fatalf("reply %d\n got %x\nwant %x", i, f, want)
+		}
+	}
+	if len(frames) != 8 {
+		t.Fatalf("%d replies, want 8", len(frames))
+	}
+}
+
+// An idle loop gives its P back: after heldWait without events it waits
+// the ordinary way, and the runtime sees its goroutine in a system call
+// (a goroutine in a held wait looks like one running on another thread,
+// with no stack to show).
+func TestIdleLoopGivesItsPBack(t *testing.T) {
+	p := newTestPair(t, featModern, 64)
+	p.rx.AddBuffers(nil, 2048)
+	p.rx.Post()
+	p.start()
+	p.addTX(arpRequest(testGuestIP, testGwIP))
+	p.tx.Send()
+	waitFor(t, "ARP reply", 5*time.Second, func() bool { return p.rx.UsedIdx() == 1 })
+	// Reading every goroutine's stack stops the world, which ends a held
+	// wait early: look seldom enough for heldWait to pass in between.
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(4 * heldWait * time.Millisecond) {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if strings.Contains(g, "tcpstack.(*loop).run(") && strings.Contains(strings.SplitN(g, "\n", 2)[0], "[syscall") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle loop never waited in an ordinary system call:\n%s", buf[:n])
+		}
+	}
+}

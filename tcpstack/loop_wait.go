@@ -1,9 +1,12 @@
 package tcpstack
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // How an event loop sleeps, and what it costs in the Go runtime.
@@ -46,10 +49,16 @@ func (l *loop) wait(timeout int) (int, error) {
 	if timeout == 0 {
 		return l.ep.WaitHeld(l.events[:], 0)
 	}
-	l.yieldIfDue(time.Now())
-	n, err := l.ep.WaitHeld(l.events[:], heldWait)
-	if n != 0 || err != nil {
-		return n, err
+	start := time.Now()
+	l.yieldIfDue(start)
+	// A signal (sysmon's preemption request, about every 10 ms) ends a
+	// held wait early; the next one waits only for the rest of heldWait.
+	// Starting over instead kept an idle loop in held waits for ever.
+	for left := heldWait * time.Millisecond; left > 0; left = heldWait*time.Millisecond - time.Since(start) {
+		n, err := l.ep.WaitHeld(l.events[:], int((left+time.Millisecond-1)/time.Millisecond))
+		if n != 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
+			return n, err
+		}
 	}
 	return l.ep.Wait(l.events[:], timeout)
 }

@@ -3,7 +3,6 @@ package tcp
 import (
 	"log/slog"
 	"net/netip"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -168,53 +167,6 @@ func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 	return t
 }
 
-// windowProbeLog says once per process what the window probe found.
-var windowProbeLog sync.Once
-
-// ProbeKernel runs now, once per process, the kernel probes tables built
-// with cfg depend on (SO_PEEK_OFF per address family; the window
-// experiment unless cfg.NoWindowClamp), so that a daemon runs them at
-// start-up, before it confines itself, instead of at its first queue
-// pair start.
-func ProbeKernel(cfg Config) {
-	if !cfg.NoPeekOffset {
-		hostsock.PeekOffsetSupported(false)
-		hostsock.PeekOffsetSupported(true)
-	}
-	if !cfg.NoWindowClamp {
-		hostsock.ProbeWindowKernel()
-	}
-}
-
-// usePeekOffset starts f's socket reading at SO_PEEK_OFF when its family
-// has it (f.peekOff), and otherwise leaves f on the discard-buffer
-// fallback: a family whose probe failed, or a socket that refuses it all
-// the same, costs a copy per peek, never the connection.
-func (t *Table) usePeekOffset(f *conn) {
-	f.peekOff = false
-	fam := 0
-	if hostsock.SocketIsIPv6(f.fd) {
-		fam = 1
-	}
-	if !t.peekOff[fam] {
-		return
-	}
-	if err := t.setPeekOff(f.fd, 0); err != nil {
-		t.log.Debug("tcp SO_PEEK_OFF refused: discard-buffer fallback for this connection", "err", err)
-		return
-	}
-	f.peekOff = true
-}
-
-// discardBuf returns the fallback's discard buffer, allocated on first
-// use where every family had SO_PEEK_OFF.
-func (t *Table) discardBuf() []byte {
-	if t.discard == nil {
-		t.discard = make([]byte, maxWindow)
-	}
-	return t.discard
-}
-
 // SetFeatures records the guest's offload features (virtio-net feature
 // bits): checksum offload lets frames carry a partial checksum, TSO lets
 // them exceed the MTU as GSO frames.
@@ -228,37 +180,6 @@ func (t *Table) SetMTU(mtu int) {
 		t.cfg.MTU = mtu
 	}
 }
-
-// Attach sets the poller and registers every open socket with it: the loop
-// calls it after building a new epoll set (queue pair restart), so
-// connections survive the control plane's ring rebuilds.
-func (t *Table) Attach(p *hostsock.Epoll) {
-	t.poll = p
-	for _, s := range t.active {
-		f := &t.flows[s]
-		if f.fd < 0 || !f.inEpoll {
-			continue
-		}
-		f.inEpoll = p.Add(f.fd, f.epollEvents, t.token(f)) == nil
-	}
-	// A new loop retries masked listeners at once.
-	t.acceptRetry = time.Time{}
-	for i := range t.listeners {
-		l := &t.listeners[i]
-		if l.fd < 0 {
-			continue
-		}
-		l.masked = false
-		if err := p.Add(l.fd, unix.EPOLLIN, t.listenerToken(i)); err != nil {
-			t.log.Warn("tcp forward: epoll add failed", "err", err)
-		}
-	}
-}
-
-// Detach forgets the poller: the loop calls it when it stops (its epoll set
-// is closed with it, which drops every registration). Sockets stay open and
-// Attach registers them with the next loop's set.
-func (t *Table) Detach() { t.poll = nil }
 
 // Len returns the number of live connections.
 func (t *Table) Len() int { return len(t.active) }
@@ -284,158 +205,6 @@ func (t *Table) ResetConnections() {
 	}
 }
 
-func (t *Table) token(f *conn) hostsock.Token {
-	return hostsock.NewToken(hostsock.OwnerTCP, f.gen, uint32(f.slot))
-}
-
-// flowByToken resolves an epoll token; nil for a stale one.
-func (t *Table) flowByToken(tok hostsock.Token) *conn {
-	slot := tok.Slot()
-	if int(slot) >= len(t.flows) {
-		return nil
-	}
-	f := &t.flows[slot]
-	if f.state == stats.TCPFree || f.gen&hostsock.GenMask != tok.Gen() {
-		return nil
-	}
-	return f
-}
-
-func (t *Table) setState(f *conn, s stats.TCPState) {
-	if f.state == s {
-		return
-	}
-	if f.state != stats.TCPFree {
-		t.stats.ConnsByState[f.state].Add(-1)
-	}
-	if s != stats.TCPFree {
-		t.stats.ConnsByState[s].Add(1)
-	}
-	f.state = s
-}
-
-// alloc takes a free slot for key; nil when the table is full.
-func (t *Table) alloc(key connKey) *conn {
-	if len(t.free) == 0 {
-		return nil
-	}
-	s := t.free[len(t.free)-1]
-	t.free = t.free[:len(t.free)-1]
-	f := &t.flows[s]
-	gen := f.gen + 1
-	*f = conn{key: key, fd: -1, slot: s, gen: gen, nextOut: -1}
-	if t.dir != nil {
-		f.fp = keySum(t.dir, &key)
-		t.dir.Add(f.fp)
-	}
-	t.byKey[key] = s
-	t.active = append(t.active, s)
-	t.qstats.Flows.Live[stats.FlowTCP].Add(1)
-	return f
-}
-
-// release returns f's slot. The socket must be closed already, and f must
-// not be in the output list (output passes skip free slots anyway).
-func (t *Table) release(f *conn) {
-	if f.state == stats.TCPFree {
-		return
-	}
-	t.qstats.Flows.Closed[stats.FlowTCP].Add(1)
-	t.freeSlot(f)
-}
-
-// handedOff returns the slot of a connection another table took over,
-// counted as moved out.
-func (t *Table) handedOff(f *conn) {
-	if f.state == stats.TCPFree {
-		return
-	}
-	t.qstats.Flows.MovedOut[stats.FlowTCP].Add(1)
-	t.freeSlot(f)
-}
-
-// freeSlot is release without the count.
-func (t *Table) freeSlot(f *conn) {
-	if s, ok := t.byKey[f.key]; ok && s == f.slot {
-		delete(t.byKey, f.key)
-	}
-	if t.dir != nil {
-		t.dir.Remove(f.fp)
-	}
-	f.fp = 0
-	t.oooDrop(f)
-	for i, s := range t.active {
-		if s == f.slot {
-			last := len(t.active) - 1
-			t.active[i] = t.active[last]
-			t.active = t.active[:last]
-			break
-		}
-	}
-	t.clearStalled(f)
-	t.setState(f, stats.TCPFree)
-	t.qstats.Flows.Live[stats.FlowTCP].Add(-1)
-	f.gen++
-	if f.flags&flDirty == 0 {
-		t.free = append(t.free, f.slot)
-	}
-	// A dirty flow's slot is returned when the output pass unlinks it, so
-	// the list never points at a reused slot.
-}
-
-// closeSocket removes f's socket from epoll and closes it; with reset the
-// host peer sees RST.
-func (t *Table) closeSocket(f *conn, reset bool) {
-	if f.fd < 0 {
-		return
-	}
-	if f.inEpoll && t.poll != nil {
-		_ = t.poll.Del(f.fd)
-	}
-	f.inEpoll = false
-	f.epollEvents = 0
-	if reset {
-		hostsock.CloseWithReset(f.fd)
-	} else {
-		unix.Close(f.fd)
-	}
-	f.fd = -1
-	if !t.acceptRetry.IsZero() {
-		t.unmaskListeners() // a descriptor came free
-	}
-}
-
-// resetFlow closes the host socket with RST and schedules an RST to the
-// guest, counted by why; the slot is released once the RST is out.
-func (t *Table) resetFlow(f *conn, now time.Time, why stats.TCPReason) {
-	t.stats.Resets[why].Add(1)
-	t.abortFlow(f, now)
-}
-
-// connectFailed ends a guest connection whose host connect() failed, as
-// resetFlow does, counted as a connect failure.
-func (t *Table) connectFailed(f *conn, now time.Time, why stats.TCPReason) {
-	t.stats.ConnectFailures[why].Add(1)
-	t.abortFlow(f, now)
-}
-
-// abortFlow closes the host socket with RST and schedules an RST to the
-// guest; the slot is released once the RST is out.
-func (t *Table) abortFlow(f *conn, now time.Time) {
-	t.closeSocket(f, true)
-	f.flags |= flRstDue
-	f.lastActivity = now // the deadline for getting the RST out runs from here
-	t.setState(f, stats.TCPResetting)
-	t.markDirty(f)
-}
-
-// dropFlow forgets f at once: no frame to the guest (it reset, or the
-// connection finished cleanly).
-func (t *Table) dropFlow(f *conn, reset bool) {
-	t.closeSocket(f, reset)
-	t.release(f)
-}
-
 // markDirty queues f for the next output pass.
 func (t *Table) markDirty(f *conn) {
 	if f.flags&flDirty != 0 {
@@ -449,59 +218,6 @@ func (t *Table) markDirty(f *conn) {
 		t.flows[t.outTail].nextOut = f.slot
 	}
 	t.outTail = f.slot
-}
-
-// updateEpoll registers the events f's state calls for.
-//
-// Once connected, a socket is always watched edge-triggered. Data stays
-// queued in the socket until the guest ACKs it, EOF and hang-up stay
-// readable forever, and send space is often plentiful while the window we
-// may advertise is not: level-triggered readiness would spin the loop in
-// every one of those cases. Edges are enough because nothing here relies on
-// epoll to be told twice: an output pass reads everything it has room for,
-// and every other reason to stop reading has its own trigger (a guest ACK
-// or window update, an RX refill, a timer), which reads directly.
-//
-// Reading follows DESIGN invariant 4: a flow stalled on the guest's window,
-// or waiting for RX buffers, does not watch EPOLLIN at all; a flow stalled
-// because everything readable is in flight watches it for new data.
-func (t *Table) updateEpoll(f *conn) {
-	if f.fd < 0 || t.poll == nil {
-		return
-	}
-	var ev uint32
-	switch {
-	case f.flags&flConnected == 0:
-		ev = unix.EPOLLOUT // connect() completion, once
-	case f.state == stats.TCPSynSent:
-		ev = unix.EPOLLET // the guest has not accepted yet: read once established
-	case f.has(evGuestFinSent):
-		ev = unix.EPOLLET // nothing more to read; ERR and HUP are always reported
-	case f.flags&flRxBlocked != 0, f.flags&flStalled != 0 && f.flags&flWndStall != 0:
-		ev = unix.EPOLLET
-	default:
-		ev = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
-	}
-	if f.flags&flWantOut != 0 {
-		ev |= unix.EPOLLOUT
-	}
-	// EPOLLERR and EPOLLHUP are always reported; a zero mask still keeps the
-	// fd registered for them.
-	if f.inEpoll && f.epollEvents == ev {
-		return
-	}
-	var err error
-	if !f.inEpoll {
-		err = t.poll.Add(f.fd, ev, t.token(f))
-	} else {
-		err = t.poll.Mod(f.fd, ev, t.token(f))
-	}
-	if err != nil {
-		t.log.Debug("tcp epoll update failed", "fd", f.fd, "err", err)
-		return
-	}
-	f.inEpoll = true
-	f.epollEvents = ev
 }
 
 // noteTimer lowers the table's next deadline to d.

@@ -1,0 +1,97 @@
+package tcp
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/hostsock"
+	"vunet/tcpstack/stats"
+)
+
+// The table's sockets in the running loop's epoll set: Attach and Detach
+// follow the loop, updateEpoll asks for what a connection's state needs.
+
+// Attach sets the poller and registers every open socket with it: the loop
+// calls it after building a new epoll set (queue pair restart), so
+// connections survive the control plane's ring rebuilds.
+func (t *Table) Attach(p *hostsock.Epoll) {
+	t.poll = p
+	for _, s := range t.active {
+		f := &t.flows[s]
+		if f.fd < 0 || !f.inEpoll {
+			continue
+		}
+		f.inEpoll = p.Add(f.fd, f.epollEvents, t.token(f)) == nil
+	}
+	// A new loop retries masked listeners at once.
+	t.acceptRetry = time.Time{}
+	for i := range t.listeners {
+		l := &t.listeners[i]
+		if l.fd < 0 {
+			continue
+		}
+		l.masked = false
+		if err := p.Add(l.fd, unix.EPOLLIN, t.listenerToken(i)); err != nil {
+			t.log.Warn("tcp forward: epoll add failed", "err", err)
+		}
+	}
+}
+
+// Detach forgets the poller: the loop calls it when it stops (its epoll set
+// is closed with it, which drops every registration). Sockets stay open and
+// Attach registers them with the next loop's set.
+func (t *Table) Detach() { t.poll = nil }
+
+// updateEpoll registers the events f's state calls for.
+//
+// Once connected, a socket is always watched edge-triggered. Data stays
+// queued in the socket until the guest ACKs it, EOF and hang-up stay
+// readable forever, and send space is often plentiful while the window we
+// may advertise is not: level-triggered readiness would spin the loop in
+// every one of those cases. Edges are enough because nothing here relies on
+// epoll to be told twice: an output pass reads everything it has room for,
+// and every other reason to stop reading has its own trigger (a guest ACK
+// or window update, an RX refill, a timer), which reads directly.
+//
+// Reading follows DESIGN invariant 4: a flow stalled on the guest's window,
+// or waiting for RX buffers, does not watch EPOLLIN at all; a flow stalled
+// because everything readable is in flight watches it for new data.
+func (t *Table) updateEpoll(f *conn) {
+	if f.fd < 0 || t.poll == nil {
+		return
+	}
+	var ev uint32
+	switch {
+	case f.flags&flConnected == 0:
+		ev = unix.EPOLLOUT // connect() completion, once
+	case f.state == stats.TCPSynSent:
+		ev = unix.EPOLLET // the guest has not accepted yet: read once established
+	case f.has(evGuestFinSent):
+		ev = unix.EPOLLET // nothing more to read; ERR and HUP are always reported
+	case f.flags&flRxBlocked != 0, f.flags&flStalled != 0 && f.flags&flWndStall != 0:
+		ev = unix.EPOLLET
+	default:
+		ev = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
+	}
+	if f.flags&flWantOut != 0 {
+		ev |= unix.EPOLLOUT
+	}
+	// EPOLLERR and EPOLLHUP are always reported; a zero mask still keeps the
+	// fd registered for them.
+	if f.inEpoll && f.epollEvents == ev {
+		return
+	}
+	var err error
+	if !f.inEpoll {
+		err = t.poll.Add(f.fd, ev, t.token(f))
+	} else {
+		err = t.poll.Mod(f.fd, ev, t.token(f))
+	}
+	if err != nil {
+		t.log.Debug("tcp epoll update failed", "fd", f.fd, "err", err)
+		return
+	}
+	f.inEpoll = true
+	f.epollEvents = ev
+}

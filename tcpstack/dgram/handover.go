@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/addrpolicy"
+	"vunet/tcpstack/hostsock"
 )
 
 // Hand-over of flows to another Table, in another vunet on the same host,
@@ -184,11 +185,7 @@ func checkDgramSocket(fd int, kind flowKind) error {
 	if fd < 0 {
 		return fmt.Errorf("no socket: %w", ErrImportState)
 	}
-	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
-	if err != nil {
-		return fmt.Errorf("socket: %w: %w", ErrImportState, err)
-	}
-	proto, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
+	typ, proto, err := hostsock.SocketKind(fd)
 	if err != nil {
 		return fmt.Errorf("socket: %w: %w", ErrImportState, err)
 	}

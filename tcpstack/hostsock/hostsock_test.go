@@ -222,3 +222,30 @@ func TestForwardUDP(t *testing.T) {
 		t.Errorf("peer got %q from %v, want pong from port %d", b[:m], src, port)
 	}
 }
+
+// TestSocketKind: the type and protocol of sockets of each kind a flow
+// holds, and an error for a descriptor that is no socket.
+func TestSocketKind(t *testing.T) {
+	for _, tc := range []struct {
+		typ, proto int
+	}{{unix.SOCK_STREAM, unix.IPPROTO_TCP}, {unix.SOCK_DGRAM, unix.IPPROTO_UDP}} {
+		fd, err := unix.Socket(unix.AF_INET, tc.typ|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		typ, proto, err := SocketKind(fd)
+		unix.Close(fd)
+		if err != nil || typ != tc.typ || proto != tc.proto {
+			t.Errorf("socket(%d): type %d protocol %d, err %v; want %d %d", tc.typ, typ, proto, err, tc.typ, tc.proto)
+		}
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if _, _, err := SocketKind(p[0]); !errors.Is(err, unix.ENOTSOCK) {
+		t.Errorf("pipe: err %v, want ENOTSOCK", err)
+	}
+}

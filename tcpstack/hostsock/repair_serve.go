@@ -53,9 +53,8 @@ func setRepair(fds []int, v int8) error {
 		return fmt.Errorf("TCP_REPAIR value %d", v)
 	}
 	for _, fd := range fds {
-		typ, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
-		proto, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
-		if err1 != nil || err2 != nil || typ != unix.SOCK_STREAM || proto != unix.IPPROTO_TCP {
+		typ, proto, err := SocketKind(fd)
+		if err != nil || typ != unix.SOCK_STREAM || proto != unix.IPPROTO_TCP {
 			return fmt.Errorf("descriptor is not a TCP socket")
 		}
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR, int(v)); err != nil {

@@ -130,6 +130,20 @@ func SetPeekOffset(fd, off int) error {
 	return SetInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, off)
 }
 
+// SocketKind returns fd's socket type (SO_TYPE: unix.SOCK_STREAM,
+// SOCK_DGRAM...) and protocol (SO_PROTOCOL: unix.IPPROTO_TCP...): what a
+// descriptor received from another process is checked for before it is
+// taken for a flow's socket.
+func SocketKind(fd int) (typ, proto int, err error) {
+	if typ, err = GetInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil {
+		return 0, 0, err
+	}
+	if proto, err = GetInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL); err != nil {
+		return 0, 0, err
+	}
+	return typ, proto, nil
+}
+
 // SocketIsIPv6 reports whether fd is an AF_INET6 socket (SO_DOMAIN).
 func SocketIsIPv6(fd int) bool {
 	d, err := GetInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)

@@ -286,11 +286,7 @@ func checkTCPSocket(fd int) error {
 	if fd < 0 {
 		return fmt.Errorf("no socket: %w", ErrImportState)
 	}
-	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
-	if err != nil {
-		return fmt.Errorf("socket: %w: %w", ErrImportState, err)
-	}
-	proto, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
+	typ, proto, err := hostsock.SocketKind(fd)
 	if err != nil {
 		return fmt.Errorf("socket: %w: %w", ErrImportState, err)
 	}

@@ -45,12 +45,7 @@ const ICMPMinimumSize = 8
 type ICMPv4 []byte
 
 // ParseICMPv4 checks that b holds at least the 8-byte ICMP header.
-func ParseICMPv4(b []byte) (ICMPv4, error) {
-	if len(b) < ICMPMinimumSize {
-		return nil, ErrTruncated
-	}
-	return ICMPv4(b), nil
-}
+func ParseICMPv4(b []byte) (ICMPv4, error) { return parseICMP[ICMPv4](b) }
 
 // Type returns the message type.
 func (m ICMPv4) Type() ICMPv4Type { return ICMPv4Type(m[0]) }
@@ -71,11 +66,7 @@ func (m ICMPv4) Sequence() uint16 { return binary.BigEndian.Uint16(m[6:8]) }
 func (m ICMPv4) Payload() []byte { return m[ICMPMinimumSize:] }
 
 // SetIdent rewrites the echo identifier and patches the checksum.
-func (m ICMPv4) SetIdent(id uint16) {
-	old := m.Ident()
-	binary.BigEndian.PutUint16(m[4:6], id)
-	binary.BigEndian.PutUint16(m[2:4], ChecksumUpdate(m.Checksum(), old, id))
-}
+func (m ICMPv4) SetIdent(id uint16) { setEchoIdent(m, id) }
 
 // IsChecksumValid reports whether the ICMPv4 checksum (over the whole
 // message, no pseudo-header) verifies.
@@ -91,13 +82,7 @@ func (m ICMPv4) SetChecksum() {
 // checksum) into b and returns 8, or 0 when b is too short. Call SetChecksum
 // once the payload is in place.
 func EncodeICMPv4Echo(b []byte, t ICMPv4Type, ident, seq uint16) int {
-	if len(b) < ICMPMinimumSize {
-		return 0
-	}
-	b[0], b[1], b[2], b[3] = uint8(t), 0, 0, 0
-	binary.BigEndian.PutUint16(b[4:6], ident)
-	binary.BigEndian.PutUint16(b[6:8], seq)
-	return ICMPMinimumSize
+	return encodeEcho(b, uint8(t), ident, seq)
 }
 
 // ICMPv6 is a view of an ICMPv6 message.
@@ -109,12 +94,7 @@ const ICMPv6HeaderSize = 4
 
 // ParseICMPv6 checks that b holds at least the 8-byte ICMP header (every
 // ICMPv6 message type, NDP included, is at least that long).
-func ParseICMPv6(b []byte) (ICMPv6, error) {
-	if len(b) < ICMPMinimumSize {
-		return nil, ErrTruncated
-	}
-	return ICMPv6(b), nil
-}
+func ParseICMPv6(b []byte) (ICMPv6, error) { return parseICMP[ICMPv6](b) }
 
 // Type returns the message type.
 func (m ICMPv6) Type() ICMPv6Type { return ICMPv6Type(m[0]) }
@@ -139,11 +119,7 @@ func (m ICMPv6) Body() []byte { return m[ICMPv6HeaderSize:] }
 func (m ICMPv6) Payload() []byte { return m[ICMPMinimumSize:] }
 
 // SetIdent rewrites the echo identifier and patches the checksum.
-func (m ICMPv6) SetIdent(id uint16) {
-	old := m.Ident()
-	binary.BigEndian.PutUint16(m[4:6], id)
-	binary.BigEndian.PutUint16(m[2:4], ChecksumUpdate(m.Checksum(), old, id))
-}
+func (m ICMPv6) SetIdent(id uint16) { setEchoIdent(m, id) }
 
 // IsChecksumValid reports whether the checksum verifies with the IPv6
 // pseudo-header of src and dst.
@@ -160,10 +136,36 @@ func (m ICMPv6) SetChecksum(src, dst netip.Addr) {
 // EncodeICMPv6Echo writes an echo header (type, code 0, ident, sequence; zero
 // checksum) into b and returns 8, or 0 when b is too short.
 func EncodeICMPv6Echo(b []byte, t ICMPv6Type, ident, seq uint16) int {
+	return encodeEcho(b, uint8(t), ident, seq)
+}
+
+// What ICMPv4 and ICMPv6 share: the 8-byte header (type, code, checksum,
+// and for echo messages the identifier and sequence number).
+
+// parseICMP checks that b holds at least the 8-byte ICMP header.
+func parseICMP[M ~[]byte](b []byte) (M, error) {
+	if len(b) < ICMPMinimumSize {
+		return nil, ErrTruncated
+	}
+	return M(b), nil
+}
+
+// setEchoIdent rewrites an echo message's identifier and patches its
+// checksum (the identifier's share of it; the pseudo-header's, for
+// ICMPv6, does not change).
+func setEchoIdent(m []byte, id uint16) {
+	old := binary.BigEndian.Uint16(m[4:6])
+	binary.BigEndian.PutUint16(m[4:6], id)
+	binary.BigEndian.PutUint16(m[2:4], ChecksumUpdate(binary.BigEndian.Uint16(m[2:4]), old, id))
+}
+
+// encodeEcho writes an echo header of type typ (code 0, zero checksum)
+// into b and returns 8, or 0 when b is too short.
+func encodeEcho(b []byte, typ uint8, ident, seq uint16) int {
 	if len(b) < ICMPMinimumSize {
 		return 0
 	}
-	b[0], b[1], b[2], b[3] = uint8(t), 0, 0, 0
+	b[0], b[1], b[2], b[3] = typ, 0, 0, 0
 	binary.BigEndian.PutUint16(b[4:6], ident)
 	binary.BigEndian.PutUint16(b[6:8], seq)
 	return ICMPMinimumSize

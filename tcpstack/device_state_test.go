@@ -22,17 +22,7 @@ import (
 func repairPairs(t *testing.T) (src, dst *testPair, g *migGuest, host net.Conn) {
 	t.Helper()
 	testenv.NeedRoot(t, "TCP_REPAIR needs CAP_NET_ADMIN (through the helper)")
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		testenv.Unavailable(t, err, "a loopback interface with 127.0.0.1")
-	}
-	t.Cleanup(func() { ln.Close() })
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			accepted <- c
-		}
-	}()
+	ln, accepted := hostListener(t)
 	path := filepath.Join(t.TempDir(), "repair.sock")
 	h, err := hostsock.ListenRepair(path)
 	if err != nil {
@@ -49,28 +39,7 @@ func repairPairs(t *testing.T) (src, dst *testPair, g *migGuest, host net.Conn) 
 	src, dst = newFlowPair(t, featMrg, nil), newFlowPair(t, featMrg, nil)
 	src.s.SetRepairHelper(h)
 	dst.s.SetRepairHelper(h)
-	for _, p := range []*testPair{src, dst} {
-		for i := 0; i < 32; i++ {
-			p.rx.AddBuffers(nil, 2048)
-		}
-		p.rx.Post()
-	}
-	src.start()
-	g = &migGuest{t: t, p: src, sport: 45100, dport: uint16(ln.Addr().(*net.TCPAddr).Port), seq: 5000}
-	g.send(header.TCPFlagSYN, nil)
-	sa := g.until("SYN-ACK", func(s header.TCP) bool { return s.Flags().Has(header.TCPFlagSYN | header.TCPFlagACK) })
-	g.ack = sa.SequenceNumber() + 1
-	g.send(header.TCPFlagACK, nil)
-	select {
-	case host = <-accepted:
-	case <-time.After(3 * time.Second):
-		t.Fatal("no host connection")
-	}
-	t.Cleanup(func() { host.Close() })
-	// The guest's ACK of the handshake reached the loop.
-	waitFor(t, "the connection established", 3*time.Second, func() bool {
-		return src.s.PairTCPStats(0).ConnsByState[stats.TCPEstablished].Load() == 1
-	})
+	g, host = connectThrough(t, src, dst, ln, accepted, 45100, 5000)
 	return src, dst, g, host
 }
 

@@ -82,9 +82,9 @@ func readFull(t *testing.T, c net.Conn, n int) string {
 	return string(b)
 }
 
-// migPairs sets up a source and a destination Stack joined by a hand-over
-// channel, with a guest connection established through the source.
-func migPairs(t *testing.T) (src, dst *testPair, g *migGuest, host net.Conn) {
+// hostListener listens on a loopback TCP port for a guest's connection;
+// the connection it accepts comes on the channel.
+func hostListener(t *testing.T) (net.Listener, <-chan net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -97,6 +97,44 @@ func migPairs(t *testing.T) (src, dst *testPair, g *migGuest, host net.Conn) {
 			accepted <- c
 		}
 	}()
+	return ln, accepted
+}
+
+// connectThrough starts src, with RX buffers posted on src and dst, and
+// has a guest connect from port sport (first sequence number seq) through
+// src to ln; it returns the guest and the host's side of the connection
+// once the guest's ACK of the handshake reached the loop.
+func connectThrough(t *testing.T, src, dst *testPair, ln net.Listener, accepted <-chan net.Conn, sport uint16, seq uint32) (g *migGuest, host net.Conn) {
+	t.Helper()
+	for _, p := range []*testPair{src, dst} {
+		for i := 0; i < 32; i++ {
+			p.rx.AddBuffers(nil, 2048)
+		}
+		p.rx.Post()
+	}
+	src.start()
+	g = &migGuest{t: t, p: src, sport: sport, dport: uint16(ln.Addr().(*net.TCPAddr).Port), seq: seq}
+	g.send(header.TCPFlagSYN, nil)
+	sa := g.until("SYN-ACK", func(s header.TCP) bool { return s.Flags().Has(header.TCPFlagSYN | header.TCPFlagACK) })
+	g.ack = sa.SequenceNumber() + 1
+	g.send(header.TCPFlagACK, nil)
+	select {
+	case host = <-accepted:
+	case <-time.After(3 * time.Second):
+		t.Fatal("no host connection")
+	}
+	t.Cleanup(func() { host.Close() })
+	waitFor(t, "the connection established", 3*time.Second, func() bool {
+		return src.s.PairTCPStats(0).ConnsByState[stats.TCPEstablished].Load() == 1
+	})
+	return g, host
+}
+
+// migPairs sets up a source and a destination Stack joined by a hand-over
+// channel, with a guest connection established through the source.
+func migPairs(t *testing.T) (src, dst *testPair, g *migGuest, host net.Conn) {
+	t.Helper()
+	ln, accepted := hostListener(t)
 	src, dst = newFlowPair(t, featMrg, nil), newFlowPair(t, featMrg, nil)
 	path := filepath.Join(t.TempDir(), "migrate.sock")
 	l, err := handover.Listen(path)
@@ -111,27 +149,7 @@ func migPairs(t *testing.T) (src, dst *testPair, g *migGuest, host net.Conn) {
 	}
 	dst.s.MigrateFrom(c)
 
-	for _, p := range []*testPair{src, dst} {
-		for i := 0; i < 32; i++ {
-			p.rx.AddBuffers(nil, 2048)
-		}
-		p.rx.Post()
-	}
-	src.start()
-	g = &migGuest{t: t, p: src, sport: 45000, dport: uint16(ln.Addr().(*net.TCPAddr).Port), seq: 1000}
-	g.send(header.TCPFlagSYN, nil)
-	sa := g.until("SYN-ACK", func(s header.TCP) bool { return s.Flags().Has(header.TCPFlagSYN | header.TCPFlagACK) })
-	g.ack = sa.SequenceNumber() + 1
-	g.send(header.TCPFlagACK, nil)
-	select {
-	case host = <-accepted:
-	case <-time.After(3 * time.Second):
-		t.Fatal("no host connection")
-	}
-	t.Cleanup(func() { host.Close() })
-	waitFor(t, "the connection established", 3*time.Second, func() bool {
-		return src.s.PairTCPStats(0).ConnsByState[stats.TCPEstablished].Load() == 1
-	})
+	g, host = connectThrough(t, src, dst, ln, accepted, 45000, 1000)
 	// The destination connected at start-up; the source accepts in the
 	// background.
 	waitFor(t, "the destination's channel", 3*time.Second, func() bool {

@@ -143,17 +143,7 @@ func (g *mqGuest) until(what string, cond func(header.TCP) bool) header.TCP {
 // connect opens the guest's connection to a host listener through pair 0.
 func mqConnect(t *testing.T, pairs []*testPair) (*mqGuest, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		testenv.Unavailable(t, err, "a loopback interface with 127.0.0.1")
-	}
-	t.Cleanup(func() { ln.Close() })
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			accepted <- c
-		}
-	}()
+	ln, accepted := hostListener(t)
 	g := &mqGuest{t: t, pairs: pairs, sport: 41000, dport: uint16(ln.Addr().(*net.TCPAddr).Port), seq: 7000}
 	g.send(header.TCPFlagSYN, nil)
 	sa := g.until("SYN-ACK", func(s header.TCP) bool { return s.Flags().Has(header.TCPFlagSYN | header.TCPFlagACK) })

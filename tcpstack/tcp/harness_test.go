@@ -402,3 +402,28 @@ func tcpReadN(t *testing.T, c net.Conn, n int) []byte {
 }
 
 var tcpMss1400ws7 = header.TCPOptions{HasMSS: true, MSS: 1400, HasWindowScale: true, WindowScale: 7}
+
+// lagPeerAcks establishes a connection (AckOnPeerAck) to a host peer that
+// does not read, and has the guest write 256 KiB into its small receive
+// buffer, so that the ACKs to the guest, which follow what the peer
+// acknowledged, lag what was written. It returns the harness, the
+// connection, and the 16 KiB chunk the guest wrote.
+func lagPeerAcks(t *testing.T) (*tcpHarness, *conn, []byte) {
+	t.Helper()
+	h := tcpNewHarness(t, Config{AckOnPeerAck: true})
+	ln := h.listen()
+	h.setRcvBuf(ln, 4096)
+	h.establish(ln, tcpMss1400ws7)
+	f := h.flow()
+	h.flush()
+	chunk := guestframe.Pattern(16384)
+	for i := 0; i < 16; i++ {
+		h.inject(h.frame(header.TCPFlagACK, f.seqFromGuest, h.ack, h.wnd, nil, chunk))
+	}
+	time.Sleep(50 * time.Millisecond)
+	h.flush()
+	if !seqLT(f.seqAckToGuest, f.seqFromGuest) {
+		t.Fatalf("the peer acknowledged everything: nothing to test")
+	}
+	return h, f, chunk
+}

@@ -163,21 +163,7 @@ func TestTCPRSTAfterRewindUsesSndMax(t *testing.T) {
 // the guest is to send (main repeated the lagging ACK, which the guest
 // takes for an old one, not a request).
 func TestTCPGapDupAcksNameNextByte(t *testing.T) {
-	h := tcpNewHarness(t, Config{AckOnPeerAck: true})
-	ln := h.listen()
-	h.setRcvBuf(ln, 4096)
-	h.establish(ln, tcpMss1400ws7)
-	f := h.flow()
-	h.flush()
-	chunk := guestframe.Pattern(16384)
-	for i := 0; i < 16; i++ {
-		h.inject(h.frame(header.TCPFlagACK, f.seqFromGuest, h.ack, h.wnd, nil, chunk))
-	}
-	time.Sleep(50 * time.Millisecond)
-	h.flush()
-	if !seqLT(f.seqAckToGuest, f.seqFromGuest) {
-		t.Fatalf("the peer acknowledged everything: nothing to test")
-	}
+	h, f, chunk := lagPeerAcks(t)
 	next := f.seqFromGuest
 	h.inject(h.frame(header.TCPFlagACK, next+1000, h.ack, h.wnd, nil, chunk[:1000]))
 	got := h.flush()

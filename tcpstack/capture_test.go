@@ -61,10 +61,7 @@ func TestCaptureSeesEveryFrame(t *testing.T) {
 			rec := &recordCapture{}
 			p := newFlowPair(t, tc.feat, func(c *Config) { c.Capture = rec })
 			port := udpEcho(t, "udp4", "127.0.0.1:0")
-			for i := 0; i < 32; i++ {
-				p.rx.AddBuffers(nil, tc.buf)
-			}
-			p.rx.Post()
+			p.postRX(32, tc.buf)
 			p.start()
 			arp := arpRequest(testGuestIP, testGwIP)
 			udp := udpFrame(testGuest4, testGw4, 40000, port, bytes.Repeat([]byte{0xa5}, tc.size))

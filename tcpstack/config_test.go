@@ -52,10 +52,7 @@ func TestProtocolKnobs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newFlowPair(t, featModern, tc.mod)
 			port := udpEcho(t, "udp4", "127.0.0.1:0")
-			for i := 0; i < 8; i++ {
-				p.rx.AddBuffers(nil, 2048)
-			}
-			p.rx.Post()
+			p.postRX(8, 2048)
 			p.start()
 			p.addTX(tc.frame(port))
 			p.tx.Send()

@@ -28,10 +28,7 @@ func dgramClosed(st *stats.Queue) uint64 {
 func TestUDPStats(t *testing.T) {
 	p := newFlowPair(t, featModern, nil)
 	port := udpEcho(t, "udp4", "127.0.0.1:0")
-	for i := 0; i < 8; i++ {
-		p.rx.AddBuffers(nil, 2048)
-	}
-	p.rx.Post()
+	p.postRX(8, 2048)
 	p.start()
 	payload := bytes.Repeat([]byte("u"), 123)
 	p.addTX(udpFrame(testGuest4, testGw4, 40000, port, payload))
@@ -70,10 +67,7 @@ func TestServiceStats(t *testing.T) {
 	p := newTestPair(t, featMrg, 64)
 	p.s = New(Config{Logger: testenv.Logger(), Addr: linkConfig()})
 	t.Cleanup(p.s.Close)
-	for i := 0; i < 16; i++ {
-		p.rx.AddBuffers(nil, 1536)
-	}
-	p.rx.Post()
+	p.postRX(16, 1536)
 	p.start()
 	p.addTX(guestframe.DHCP(header.DHCPDiscover, 0, ""))
 	p.addTX(guestframe.DHCP(header.DHCPRequest, 0, "", guestframe.Opt(50, 192, 168, 10, 20)))

@@ -164,10 +164,7 @@ func TestARPRequestReply(t *testing.T) {
 	}{{"modern", featModern}, {"mrg", featMrg}, {"legacy", featLegacy}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newTestPair(t, tc.feat, 64)
-			for i := 0; i < 4; i++ {
-				p.rx.AddBuffers(nil, 2048)
-			}
-			p.rx.Post()
+			p.postRX(4, 2048)
 			p.start()
 			p.addTX(arpRequest(testGuestIP, testGwIP))
 			p.tx.Send()
@@ -279,10 +276,7 @@ func TestRXPendingOverflowDropsOldest(t *testing.T) {
 func TestMRGRXBufSpanning(t *testing.T) {
 	p := newTestPair(t, featMrg, 64)
 	// 12-byte header + 42-byte ARP reply = 54 bytes: four 16-byte buffers.
-	for i := 0; i < 8; i++ {
-		p.rx.AddBuffers(nil, 16)
-	}
-	p.rx.Post()
+	p.postRX(8, 16)
 	p.start()
 	p.addTX(arpRequest(testGuestIP, testGwIP))
 	p.tx.Send()
@@ -317,10 +311,7 @@ func TestMRGRXBufChainWithSeveralDescriptors(t *testing.T) {
 
 func TestNoMRGFrameTooBigDropped(t *testing.T) {
 	p := newTestPair(t, featModern, 64)
-	for i := 0; i < 4; i++ {
-		p.rx.AddBuffers(nil, 16)
-	}
-	p.rx.Post()
+	p.postRX(4, 16)
 	p.start()
 	p.addTX(arpRequest(testGuestIP, testGwIP))
 	p.tx.Send()
@@ -374,10 +365,7 @@ func TestStopPairRewindsReservations(t *testing.T) {
 func TestDisabledRings(t *testing.T) {
 	p := newTestPair(t, featModern, 64)
 	p.qp.TXEnabled = false
-	for i := 0; i < 4; i++ {
-		p.rx.AddBuffers(nil, 2048)
-	}
-	p.rx.Post()
+	p.postRX(4, 2048)
 	p.start()
 	for i := 0; i < 5; i++ {
 		p.addTX(arpRequest(testGuestIP, testGwIP))

@@ -279,10 +279,7 @@ func TestDNSForwardThroughGateway(t *testing.T) {
 			c.NoMapGateway = !mapGW
 			c.Addr.DNSForward4, c.Addr.DNSForward6 = resolver4, resolver6
 		})
-		for i := 0; i < 64; i++ {
-			p.rx.AddBuffers(nil, 2048)
-		}
-		p.rx.Post()
+		p.postRX(64, 2048)
 		p.start()
 		for _, c := range []struct {
 			name      string

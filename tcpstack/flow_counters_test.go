@@ -42,10 +42,7 @@ func TestFlowCountersByProtocol(t *testing.T) {
 		c.TCP.MaxFlows = 16
 		c.Addr.DNSForward4 = resolver
 	})
-	for i := 0; i < 16; i++ {
-		p.rx.AddBuffers(nil, 2048)
-	}
-	p.rx.Post()
+	p.postRX(16, 2048)
 	p.start()
 	st, ts := p.stats(), p.s.PairTCPStats(0)
 	fl := &st.Flows

@@ -176,10 +176,7 @@ func TestUDPFlowEcho(t *testing.T) {
 			} else {
 				port = udpEcho(t, "udp4", "127.0.0.1:0")
 			}
-			for i := 0; i < 16; i++ {
-				p.rx.AddBuffers(nil, tc.rxBufs)
-			}
-			p.rx.Post()
+			p.postRX(16, tc.rxBufs)
 			p.start()
 			payload := bytes.Repeat([]byte("0123456789abcdef"), tc.size/16+1)[:tc.size]
 			p.addTX(udpFrame(src, gw, 40000, port, payload))
@@ -230,10 +227,7 @@ func TestUDPFlowWaitsForRXBuffers(t *testing.T) {
 func TestUDPFlowSurvivesRestartAndExpires(t *testing.T) {
 	p := newFlowPair(t, featModern, func(c *Config) { c.UDPTimeout = time.Second })
 	port := udpEcho(t, "udp4", "127.0.0.1:0")
-	for i := 0; i < 8; i++ {
-		p.rx.AddBuffers(nil, 2048)
-	}
-	p.rx.Post()
+	p.postRX(8, 2048)
 	p.start()
 	p.addTX(udpFrame(testGuest4, testGw4, 40000, port, []byte("a")))
 	p.tx.Send()
@@ -286,10 +280,7 @@ func TestICMPEcho(t *testing.T) {
 	}
 	for _, v6 := range []bool{false, true} {
 		p := newFlowPair(t, featModern, nil)
-		for i := 0; i < 8; i++ {
-			p.rx.AddBuffers(nil, 2048)
-		}
-		p.rx.Post()
+		p.postRX(8, 2048)
 		p.start()
 		src, gw := testGuest4, testGw4
 		if v6 {

@@ -21,10 +21,7 @@ var testLoopback = netip.MustParseAddr("127.0.0.1")
 func newForwardPair(t *testing.T) *testPair {
 	t.Helper()
 	p := newFlowPair(t, featModern, func(c *Config) { c.Addr.GuestMAC = testGuestMAC })
-	for i := 0; i < 32; i++ {
-		p.rx.AddBuffers(nil, 2048)
-	}
-	p.rx.Post()
+	p.postRX(32, 2048)
 	p.start()
 	return p
 }

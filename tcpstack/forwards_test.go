@@ -57,10 +57,7 @@ func TestUDPForward(t *testing.T) {
 			if guestPort == 0 {
 				guestPort = port
 			}
-			for i := 0; i < 16; i++ {
-				p.rx.AddBuffers(nil, 2048)
-			}
-			p.rx.Post()
+			p.postRX(16, 2048)
 			p.start()
 			c, err := net.DialUDP(tc.network, nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(tc.host, port)))
 			if err != nil {

@@ -37,10 +37,7 @@ func TestIPv6ExtensionHeadersDispatched(t *testing.T) {
 		defer ln.Close()
 		port := uint16(ln.Addr().(*net.TCPAddr).Port)
 		p := newFlowPair(t, featMrg, nil)
-		for i := 0; i < 8; i++ {
-			p.rx.AddBuffers(nil, 2048)
-		}
-		p.rx.Post()
+		p.postRX(8, 2048)
 		p.start()
 		p.addTX(withDestOpts(tcpGuestFrame(testGuest6, testGw6, 45000, port, 1000, 0, header.TCPFlagSYN, nil)))
 		p.tx.Send()
@@ -55,10 +52,7 @@ func TestIPv6ExtensionHeadersDispatched(t *testing.T) {
 	t.Run("udp", func(t *testing.T) {
 		port := udpEcho(t, "udp6", "[::1]:0")
 		p := newFlowPair(t, featMrg, nil)
-		for i := 0; i < 8; i++ {
-			p.rx.AddBuffers(nil, 2048)
-		}
-		p.rx.Post()
+		p.postRX(8, 2048)
 		p.start()
 		payload := []byte("behind destination options")
 		p.addTX(withDestOpts(udpFrame(testGuest6, testGw6, 40000, port, payload)))

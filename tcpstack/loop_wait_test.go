@@ -17,10 +17,7 @@ func TestLoopLeavesAPSpare(t *testing.T) {
 	old := runtime.GOMAXPROCS(1)
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
 	p := newTestPair(t, featModern, 64)
-	for i := 0; i < 16; i++ {
-		p.rx.AddBuffers(nil, 2048)
-	}
-	p.rx.Post()
+	p.postRX(16, 2048)
 	p.start()
 	if got := runtime.GOMAXPROCS(0); got < 2 {
 		t.Fatalf("GOMAXPROCS = %d with one loop running, want at least 2", got)

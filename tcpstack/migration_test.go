@@ -107,10 +107,7 @@ func hostListener(t *testing.T) (net.Listener, <-chan net.Conn) {
 func connectThrough(t *testing.T, src, dst *testPair, ln net.Listener, accepted <-chan net.Conn, sport uint16, seq uint32) (g *migGuest, host net.Conn) {
 	t.Helper()
 	for _, p := range []*testPair{src, dst} {
-		for i := 0; i < 32; i++ {
-			p.rx.AddBuffers(nil, 2048)
-		}
-		p.rx.Post()
+		p.postRX(32, 2048)
 	}
 	src.start()
 	g = &migGuest{t: t, p: src, sport: sport, dport: uint16(ln.Addr().(*net.TCPAddr).Port), seq: seq}

@@ -121,6 +121,15 @@ func (p *testPair) restart() {
 	p.start()
 }
 
+// postRX gives the device n receive buffers of size bytes each, as a
+// guest driver fills its RX ring, and publishes them.
+func (p *testPair) postRX(n int, size uint32) {
+	for i := 0; i < n; i++ {
+		p.rx.AddBuffers(nil, size)
+	}
+	p.rx.Post()
+}
+
 // addTX queues one TX frame with a zero virtio-net header, in one
 // descriptor like Linux does, without publishing.
 func (p *testPair) addTX(frame []byte) uint16 {

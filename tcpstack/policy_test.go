@@ -109,10 +109,7 @@ func TestPolicyHostLoopbackUnreachable(t *testing.T) {
 	for _, mapGW := range []bool{true, false} {
 		ll.reset()
 		p := newFlowPair(t, featModern, func(c *Config) { c.NoMapGateway = !mapGW })
-		for i := 0; i < 64; i++ {
-			p.rx.AddBuffers(nil, 2048)
-		}
-		p.rx.Post()
+		p.postRX(64, 2048)
 		p.start()
 		sent := 0
 		send := func(f []byte) {

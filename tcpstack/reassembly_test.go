@@ -316,10 +316,7 @@ func TestICMPEchoFragmented(t *testing.T) {
 	}
 	for _, v6 := range []bool{false, true} {
 		p := newFlowPair(t, featMrg, nil)
-		for i := 0; i < 16; i++ {
-			p.rx.AddBuffers(nil, 1536)
-		}
-		p.rx.Post()
+		p.postRX(16, 1536)
 		p.start()
 		src, gw, proto := testGuest4, testGw4, uint8(uint8(header.IPProtocolICMPv4))
 		if v6 {

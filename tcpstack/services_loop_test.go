@@ -23,10 +23,7 @@ func TestLinkServicesThroughLoop(t *testing.T) {
 	cfg := Config{Logger: testenv.Logger(), Addr: linkConfig()}
 	p.s = New(cfg)
 	t.Cleanup(p.s.Close)
-	for i := 0; i < 16; i++ {
-		p.rx.AddBuffers(nil, 1536)
-	}
-	p.rx.Post()
+	p.postRX(16, 1536)
 	p.start()
 	p.addTX(guestframe.DHCP(header.DHCPDiscover, 0, ""))
 	p.addTX(guestframe.NS(guestframe.GuestLL, cfg.Addr.RouterLL(), true))

@@ -34,10 +34,7 @@ func TestTCPAcksEachFullTXBatch(t *testing.T) {
 	}()
 
 	p := newFlowPair(t, featMrg, nil)
-	for i := 0; i < 64; i++ {
-		p.rx.AddBuffers(nil, 2048)
-	}
-	p.rx.Post()
+	p.postRX(64, 2048)
 	p.start()
 	const gseq = 5000
 	p.addTX(tcpGuestFrame(testGuest4, testGw4, 45001, port, gseq, 0, header.TCPFlagSYN, nil))

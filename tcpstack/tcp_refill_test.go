@@ -27,10 +27,7 @@ func TestTCPLoopRXRefill(t *testing.T) {
 	guest := netip.AddrPortFrom(testGuest4, 40000)
 	remote := netip.AddrPortFrom(testGw4, uint16(ln.Addr().(*net.TCPAddr).Port))
 	const isn = 7000
-	for i := 0; i < 8; i++ {
-		p.rx.AddBuffers(nil, 2048)
-	}
-	p.rx.Post()
+	p.postRX(8, 2048)
 	p.start()
 	var segs []header.TCP
 	var vhs []virtqueue.NetHdr

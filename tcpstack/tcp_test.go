@@ -95,10 +95,7 @@ func TestTCPThroughLoop(t *testing.T) {
 	}()
 
 	p := newFlowPair(t, featMrg, nil)
-	for i := 0; i < 32; i++ {
-		p.rx.AddBuffers(nil, 2048)
-	}
-	p.rx.Post()
+	p.postRX(32, 2048)
 	p.start()
 	const gseq = 1000
 	p.addTX(tcpGuestFrame(testGuest4, testGw4, 45000, port, gseq, 0, header.TCPFlagSYN, nil))

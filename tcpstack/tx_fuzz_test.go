@@ -68,10 +68,7 @@ func FuzzTXFrame(f *testing.F) {
 	p.s.noHostSockets = true
 	p.start()
 	const area = testScratchBase
-	for i := 0; i < 32; i++ {
-		p.rx.AddBuffers(nil, 256)
-	}
-	p.rx.Post()
+	p.postRX(32, 256)
 	f.Fuzz(func(t *testing.T, data []byte, s1, s2 int) {
 		if len(data) > 1<<16 {
 			return

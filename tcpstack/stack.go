@@ -232,9 +232,7 @@ func (s *Stack) GuestMAC() (mac [6]byte, ok bool) {
 // PairStats returns the counters of pair index, or nil if the pair has never
 // been started. The pointer stays valid for the Stack's lifetime.
 func (s *Stack) PairStats(index int) *stats.Queue {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ps := s.pairs[index]; ps != nil {
+	if ps := s.startedPair(index); ps != nil {
 		return ps.st
 	}
 	return nil
@@ -309,12 +307,19 @@ func (s *Stack) EndSession() {
 // PairTCPStats returns the TCP translation counters of pair index, or nil
 // if the pair has never been started.
 func (s *Stack) PairTCPStats(index int) *stats.TCP {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ps := s.pairs[index]; ps != nil {
+	if ps := s.startedPair(index); ps != nil {
 		return ps.tcpStats
 	}
 	return nil
+}
+
+// startedPair returns pair index's state, or nil if the pair has never
+// been started. Its counters are made with it and never replaced, so they
+// may be read without s.mu.
+func (s *Stack) startedPair(index int) *pairState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pairs[index]
 }
 
 func macToU64(m [6]byte) uint64 {

@@ -71,9 +71,14 @@ type Churn struct {
 	cancel context.CancelFunc
 }
 
-// StartChurn runs workers concurrent churners; dial connects from the guest
-// to the echo peer.
-func StartChurn(ctx context.Context, dial func(ctx context.Context) (net.Conn, error), workers, size int) *Churn {
+// StartChurn runs workers concurrent churners, each opening at most
+// perSecond connections a second; dial connects from the guest to the echo
+// peer. The pace is what the guest's own kernel sustains: the guest closes
+// first, so each connection holds one of its ~28,000 ephemeral ports in
+// TIME_WAIT for 60 s, and an unpaced churn (~470 a second here) ran out of
+// them in a minute (EADDRNOTAVAIL), a failure of the test's client, not of
+// the back-end.
+func StartChurn(ctx context.Context, dial func(ctx context.Context) (net.Conn, error), workers, perSecond, size int) *Churn {
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Churn{done: make(chan struct{}), cancel: cancel}
 	var wg sync.WaitGroup
@@ -84,7 +89,20 @@ func StartChurn(ctx context.Context, dial func(ctx context.Context) (net.Conn, e
 			g := newPattern(uint64(w + 1))
 			out := make([]byte, size)
 			in := make([]byte, size)
+			interval := time.Second / time.Duration(perSecond)
+			next := time.Now()
 			for ctx.Err() == nil {
+				if d := time.Until(next); d > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(d):
+					}
+				}
+				next = next.Add(interval)
+				if now := time.Now(); next.Before(now) {
+					next = now // behind (a slow exchange): no burst to catch up
+				}
 				g.fill(out)
 				if err := c.once(ctx, dial, out, in); err != nil {
 					if ctx.Err() == nil {

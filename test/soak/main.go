@@ -9,7 +9,7 @@
 //   - two byte streams run, guest→host and host→guest (-rate each),
 //     checked byte for byte at the receiving end, for 50 seconds; a stream
 //     that moves no byte for 5 seconds is a stall;
-//   - TCP connections churn (open, echo 16 KiB, close) and the guest pings
+//   - TCP connections churn (two workers, 100 a second each: open, echo 16 KiB, close) and the guest pings
 //     a UDP echo peer, every datagram that comes back checked;
 //   - at 15 s a burst of each flood of TestRigGuestFloods: SYNs to 2,000
 //     distinct addresses and ports (half never answered), UDP to 2,000
@@ -219,7 +219,7 @@ func minute(ctx context.Context, r *rig.Rig, m int, rate int64, began time.Time)
 	tport, uport := tl.Addr().(*net.TCPAddr).Port, ul.LocalAddr().(*net.UDPAddr).Port
 	churn := load.StartChurn(ctx, func(ctx context.Context) (net.Conn, error) {
 		return r.GuestDial(ctx, "tcp4", net.JoinHostPort(gw, strconv.Itoa(tport)))
-	}, 2, 16<<10)
+	}, 2, 100, 16<<10)
 	gpc, err := r.GuestListenPacket("udp4", ":0")
 	if err != nil {
 		return s, err

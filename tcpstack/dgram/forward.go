@@ -45,14 +45,7 @@ func (ft *Table) Listen(addr netip.AddrPort, iface string, guestPort uint16) (sl
 	if guestPort == 0 {
 		guestPort = port
 	}
-	i := len(ft.fwd)
-	if n := len(ft.fwdFree); n > 0 {
-		i = ft.fwdFree[n-1]
-		ft.fwdFree = ft.fwdFree[:n-1]
-	} else {
-		ft.fwd = append(ft.fwd, udpListener{fd: -1})
-	}
-	ft.fwd[i] = udpListener{fd: fd, v6: addr.Addr().Is6(), guestPort: guestPort, iface: iface, local: local}
+	i := ft.fwd.Add(udpListener{fd: fd, v6: addr.Addr().Is6(), guestPort: guestPort, iface: iface, local: local})
 	if ft.ep != nil {
 		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, hostsock.NewToken(hostsock.OwnerUDPForward, 0, uint32(i))); err != nil {
 			ft.freeForward(i)
@@ -66,8 +59,8 @@ func (ft *Table) Listen(addr netip.AddrPort, iface string, guestPort uint16) (sl
 // attachForwards registers the forwarded ports with a new loop's epoll set;
 // datagrams may have arrived meanwhile, so each is read once.
 func (ft *Table) attachForwards(ep *hostsock.Epoll) {
-	for i := range ft.fwd {
-		l := &ft.fwd[i]
+	for i := range ft.fwd.All {
+		l := &ft.fwd.All[i]
 		if l.fd < 0 {
 			continue
 		}
@@ -81,13 +74,13 @@ func (ft *Table) attachForwards(ep *hostsock.Epoll) {
 }
 
 // NumForwards is the number of forwarded ports open.
-func (ft *Table) NumForwards() int { return len(ft.fwd) - len(ft.fwdFree) }
+func (ft *Table) NumForwards() int { return ft.fwd.Len() }
 
 // CloseForward closes the forwarded port in slot, and the flows opened for
 // its peers (their sockets are bound to the port too, and would keep
 // taking those peers' datagrams): the port is closed to everyone.
 func (ft *Table) CloseForward(slot int) error {
-	if slot < 0 || slot >= len(ft.fwd) || ft.fwd[slot].fd < 0 {
+	if slot < 0 || slot >= len(ft.fwd.All) || ft.fwd.All[slot].fd < 0 {
 		return fmt.Errorf("no forwarded port in slot %d", slot)
 	}
 	for i := ft.lru[classInbound].head; i >= 0; {
@@ -104,15 +97,14 @@ func (ft *Table) CloseForward(slot int) error {
 
 // freeForward closes slot i's socket and makes the slot free.
 func (ft *Table) freeForward(i int) {
-	unix.Close(ft.fwd[i].fd)
-	ft.fwd[i] = udpListener{fd: -1}
-	ft.fwdFree = append(ft.fwdFree, i)
+	unix.Close(ft.fwd.All[i].fd)
+	ft.fwd.Free(i, udpListener{fd: -1})
 }
 
 // CloseForwards closes every forwarded port.
 func (ft *Table) CloseForwards() {
-	for i := range ft.fwd {
-		if ft.fwd[i].fd >= 0 {
+	for i := range ft.fwd.All {
+		if ft.fwd.All[i].fd >= 0 {
 			_ = ft.CloseForward(i)
 		}
 	}
@@ -121,8 +113,8 @@ func (ft *Table) CloseForwards() {
 // forwardReady handles an epoll event of a forwarded port.
 func (ft *Table) forwardReady(tok hostsock.Token) {
 	i := tok.Slot()
-	if int(i) < len(ft.fwd) && ft.fwd[i].fd >= 0 {
-		ft.fwd[i].pending = true
+	if int(i) < len(ft.fwd.All) && ft.fwd.All[i].fd >= 0 {
+		ft.fwd.All[i].pending = true
 		ft.fwdPending = true
 	}
 }
@@ -131,13 +123,13 @@ func (ft *Table) forwardReady(tok hostsock.Token) {
 // has no RX buffers, nothing else should try now.
 func (ft *Table) flushForwards(w guestring.Sink) (more, blocked bool) {
 	still := false
-	for i := range ft.fwd {
-		if !ft.fwd[i].pending || ft.fwd[i].fd < 0 {
+	for i := range ft.fwd.All {
+		if !ft.fwd.All[i].pending || ft.fwd.All[i].fd < 0 {
 			continue
 		}
 		switch ft.readForward(w, i) {
 		case flowDrained:
-			ft.fwd[i].pending = false
+			ft.fwd.All[i].pending = false
 		case flowBudgetUsed:
 			more, still = true, true
 		case flowBlocked:
@@ -150,7 +142,7 @@ func (ft *Table) flushForwards(w guestring.Sink) (more, blocked bool) {
 
 // readForward moves datagrams from forwarded port i into guest RX buffers.
 func (ft *Table) readForward(w guestring.Sink, i int) flowRead {
-	lis := &ft.fwd[i]
+	lis := &ft.fwd.All[i]
 	for b := 0; b < flowBudget; b++ {
 		hdr, pay, r := ft.reserveDatagram(w, lis.fd, lis.v6)
 		if r != datagramReserved {

@@ -209,7 +209,7 @@ func TestDiscardWithRXDisabledIsBudgeted(t *testing.T) {
 		t.Fatalf("the rest was dropped in %d turns", rounds)
 	}
 	var buf [16]byte
-	if _, _, err := unix.Recvfrom(ft.fwd[0].fd, buf[:], unix.MSG_DONTWAIT); err != unix.EAGAIN {
+	if _, _, err := unix.Recvfrom(ft.fwd.All[0].fd, buf[:], unix.MSG_DONTWAIT); err != unix.EAGAIN {
 		t.Fatalf("forwarded port not drained: %v", err)
 	}
 }

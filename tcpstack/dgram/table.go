@@ -84,10 +84,9 @@ type Table struct {
 	discard   [65536]byte // datagrams the guest cannot take are read into it
 	discardIO [1][]byte
 
-	// Forwarded host UDP ports (pair 0 only), see forward.go; fwdFree
-	// are the slots of closed ones.
-	fwd        []udpListener
-	fwdFree    []int
+	// Forwarded host UDP ports (pair 0 only), see forward.go; their
+	// slots name them in epoll tokens and CloseForward.
+	fwd        hostsock.Slots[udpListener]
 	fwdPending bool                // some listener has unread datagrams
 	fwdFrom    unix.RawSockaddrAny // source address of the last forwarded datagram
 }

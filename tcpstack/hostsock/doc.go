@@ -4,7 +4,9 @@
 // msghdr storage so the hot path does not allocate (x/sys/unix's
 // convenience wrappers do); opening sockets (connect with an outbound
 // source address, listening on forwarded ports, accepting); and the event
-// loop's epoll set with the one encoding of its 64-bit tokens.
+// loop's epoll set with the one encoding of its 64-bit tokens, and the
+// numbered slots (Slots) that the tables' forwarded ports are named by in
+// those tokens.
 //
 // It knows sockets, not protocols: which address a guest flow may reach
 // is package addrpolicy's decision, what the bytes mean is the caller's.

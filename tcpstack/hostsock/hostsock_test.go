@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -247,5 +248,28 @@ func TestSocketKind(t *testing.T) {
 	defer unix.Close(p[1])
 	if _, _, err := SocketKind(p[0]); !errors.Is(err, unix.ENOTSOCK) {
 		t.Errorf("pipe: err %v, want ENOTSOCK", err)
+	}
+}
+
+// TestSlots: a freed slot holds what Free put there until the next Add
+// takes it; the other records keep their slots.
+func TestSlots(t *testing.T) {
+	var s Slots[string]
+	a, b, c := s.Add("a"), s.Add("b"), s.Add("c")
+	if a != 0 || b != 1 || c != 2 || s.Len() != 3 {
+		t.Fatalf("slots %d %d %d, len %d", a, b, c, s.Len())
+	}
+	s.Free(b, "")
+	if s.Len() != 2 || s.All[b] != "" {
+		t.Fatalf("after Free: len %d, slot %d holds %q", s.Len(), b, s.All[b])
+	}
+	if d := s.Add("d"); d != b || s.Len() != 3 {
+		t.Fatalf("Add after Free took slot %d (len %d), want the freed %d", d, s.Len(), b)
+	}
+	if e := s.Add("e"); e != 3 {
+		t.Fatalf("Add with none free took slot %d, want 3", e)
+	}
+	if got := strings.Join(s.All, ","); got != "a,d,c,e" {
+		t.Fatalf("records %q", got)
 	}
 }

@@ -33,7 +33,7 @@ func acceptExhausted(err error) bool {
 // acceptExhausted) and sets the time the masked listeners are retried.
 func (t *Table) backOffAccept(now time.Time, i int, err error) {
 	t.stats.AcceptBackoffs.Add(1)
-	l := &t.listeners[i]
+	l := &t.listeners.All[i]
 	if !l.masked && t.poll != nil {
 		// Zero events: still registered, not reported (a listener has no
 		// ERR or HUP to report).
@@ -54,8 +54,8 @@ func (t *Table) backOffAccept(now time.Time, i int, err error) {
 // the next epoll_wait retries the accept.
 func (t *Table) unmaskListeners() {
 	t.acceptRetry = time.Time{}
-	for i := range t.listeners {
-		l := &t.listeners[i]
+	for i := range t.listeners.All {
+		l := &t.listeners.All[i]
 		if !l.masked || l.fd < 0 {
 			continue
 		}

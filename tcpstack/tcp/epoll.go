@@ -26,8 +26,8 @@ func (t *Table) Attach(p *hostsock.Epoll) {
 	}
 	// A new loop retries masked listeners at once.
 	t.acceptRetry = time.Time{}
-	for i := range t.listeners {
-		l := &t.listeners[i]
+	for i := range t.listeners.All {
+		l := &t.listeners.All[i]
 		if l.fd < 0 {
 			continue
 		}

@@ -83,14 +83,7 @@ func (t *Table) Listen(addr netip.AddrPort, iface string, guestPort uint16) (slo
 	if guestPort == 0 {
 		guestPort = port
 	}
-	i := len(t.listeners)
-	if n := len(t.freeListeners); n > 0 {
-		i = t.freeListeners[n-1]
-		t.freeListeners = t.freeListeners[:n-1]
-	} else {
-		t.listeners = append(t.listeners, listener{fd: -1})
-	}
-	t.listeners[i] = listener{fd: fd, v6: addr.Addr().Is6(), guestPort: guestPort}
+	i := t.listeners.Add(listener{fd: fd, v6: addr.Addr().Is6(), guestPort: guestPort})
 	if t.poll != nil {
 		if err := t.poll.Add(fd, unix.EPOLLIN, t.listenerToken(i)); err != nil {
 			t.freeListener(i)
@@ -105,16 +98,16 @@ func (t *Table) listenerToken(i int) hostsock.Token {
 }
 
 // NumListeners is the number of forwarded ports open.
-func (t *Table) NumListeners() int { return len(t.listeners) - len(t.freeListeners) }
+func (t *Table) NumListeners() int { return t.listeners.Len() }
 
 // Unlisten closes the forwarded port in slot: connections waiting in its
 // backlog are reset by the kernel, connections accepted from it go on.
 func (t *Table) Unlisten(slot int) error {
-	if slot < 0 || slot >= len(t.listeners) || t.listeners[slot].fd < 0 {
+	if slot < 0 || slot >= len(t.listeners.All) || t.listeners.All[slot].fd < 0 {
 		return fmt.Errorf("no forwarded port in slot %d", slot)
 	}
 	if t.poll != nil {
-		_ = t.poll.Del(t.listeners[slot].fd)
+		_ = t.poll.Del(t.listeners.All[slot].fd)
 	}
 	t.freeListener(slot)
 	return nil
@@ -122,15 +115,14 @@ func (t *Table) Unlisten(slot int) error {
 
 // freeListener closes slot i's socket and makes the slot free.
 func (t *Table) freeListener(i int) {
-	unix.Close(t.listeners[i].fd)
-	t.listeners[i] = listener{fd: -1}
-	t.freeListeners = append(t.freeListeners, i)
+	unix.Close(t.listeners.All[i].fd)
+	t.listeners.Free(i, listener{fd: -1})
 }
 
 // CloseListeners closes every forwarded port.
 func (t *Table) CloseListeners() {
-	for i := range t.listeners {
-		if t.listeners[i].fd >= 0 {
+	for i := range t.listeners.All {
+		if t.listeners.All[i].fd >= 0 {
 			_ = t.Unlisten(i)
 		}
 	}
@@ -138,10 +130,10 @@ func (t *Table) CloseListeners() {
 
 // accept takes the pending connections of listener i.
 func (t *Table) accept(now time.Time, i int) {
-	if i >= len(t.listeners) || t.listeners[i].fd < 0 {
+	if i >= len(t.listeners.All) || t.listeners.All[i].fd < 0 {
 		return
 	}
-	l := &t.listeners[i]
+	l := &t.listeners.All[i]
 	for n := 0; n < acceptBatch; n++ {
 		fd, peer, err := hostsock.Accept(l.fd)
 		if err != nil {

@@ -29,7 +29,7 @@ func TestForwardBindsInterface(t *testing.T) {
 	if _, _, err := h.tab.Listen(netip.MustParseAddrPort("127.0.0.1:0"), "lo", 0); err != nil {
 		t.Fatal(err)
 	}
-	fd := h.tab.listeners[len(h.tab.listeners)-1].fd
+	fd := h.tab.listeners.All[len(h.tab.listeners.All)-1].fd
 	dev, err := unix.GetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE)
 	if err != nil || dev != "lo" {
 		t.Errorf("SO_BINDTODEVICE %q (%v), want lo", dev, err)

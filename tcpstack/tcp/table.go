@@ -60,10 +60,9 @@ type Table struct {
 	// clampNeeded: this kernel needs the window workaround (reopenWindow).
 	clampNeeded bool
 
-	// Forwarded ports and the guest they forward to; freeListeners are
-	// the slots of closed ones.
-	listeners     []listener
-	freeListeners []int
+	// Forwarded ports (their slots name them in epoll tokens and
+	// Unlisten) and the guest they forward to.
+	listeners hostsock.Slots[listener]
 	// acceptRetry is when masked listeners are retried (zero: none is
 	// masked), acceptDelay the back-off that set it (accept_backoff.go).
 	acceptRetry      time.Time

@@ -188,38 +188,14 @@ func lateSegment(frame []byte, guest netip.Addr, sport uint16) bool {
 // from gw:53.
 func guestTCPQuery(t *testing.T, p *testPair, guest, gw netip.Addr, sport uint16, q []byte) []byte {
 	t.Helper()
-	var segs []header.TCP
-	next := func(what string, ok func(header.TCP) bool) header.TCP {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			_, frames := p.rxReadIP(t)
-			for _, f := range frames {
-				if lateSegment(f, guest, sport) {
-					continue
-				}
-				if s := guestTCP(t, f, gw, guest); s != nil {
-					if s.SourcePort() != 53 || s.DestinationPort() != sport {
-						t.Fatalf("segment %d → %d, want 53 → %d", s.SourcePort(), s.DestinationPort(), sport)
-					}
-					segs = append(segs, s)
-				}
+	next := (&segWatch{t: t, p: p, src: gw, dst: guest,
+		skip: func(f []byte) bool { return lateSegment(f, guest, sport) },
+		check: func(s header.TCP) {
+			if s.SourcePort() != 53 || s.DestinationPort() != sport {
+				t.Fatalf("segment %d → %d, want 53 → %d", s.SourcePort(), s.DestinationPort(), sport)
 			}
-			for i, s := range segs {
-				if ok(s) {
-					segs = segs[i+1:]
-					return s
-				}
-			}
-			for p.rx.Free() > 0 && p.rx.Q != nil {
-				p.rx.AddBuffers(nil, 2048)
-			}
-			p.rx.Send()
-			time.Sleep(time.Millisecond)
-		}
-		t.Fatalf("no %s from the gateway's port 53", what)
-		return nil
-	}
+		},
+	}).next
 	const gseq = 7000
 	p.addTX(tcpGuestFrame(guest, gw, sport, 53, gseq, 0, header.TCPFlagSYN, nil))
 	p.tx.Send()

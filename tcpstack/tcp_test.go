@@ -30,6 +30,52 @@ func guestTCP(t *testing.T, frame []byte, src, dst netip.Addr) header.TCP {
 	return guestTCPWith(t, virtqueue.NetHdr{}, frame, src, dst)
 }
 
+// segWatch collects the TCP segments from src to dst that the loop writes
+// to the guest through p, and gives the used buffers back as the guest
+// driver does.
+type segWatch struct {
+	t        *testing.T
+	p        *testPair
+	src, dst netip.Addr
+	skip     func(frame []byte) bool // frames left out; nil: none
+	check    func(header.TCP)        // sees every segment collected; nil: none
+	segs     []header.TCP            // collected, not taken yet
+}
+
+// next returns the first segment collected that ok accepts, and forgets
+// it and those before it; it fails the test after 5 s without one.
+func (w *segWatch) next(what string, ok func(header.TCP) bool) header.TCP {
+	w.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		_, frames := w.p.rxReadIP(w.t)
+		for _, f := range frames {
+			if w.skip != nil && w.skip(f) {
+				continue
+			}
+			if s := guestTCP(w.t, f, w.src, w.dst); s != nil {
+				if w.check != nil {
+					w.check(s)
+				}
+				w.segs = append(w.segs, s)
+			}
+		}
+		for i, s := range w.segs {
+			if ok(s) {
+				w.segs = w.segs[i+1:]
+				return s
+			}
+		}
+		for w.p.rx.Free() > 0 && w.p.rx.Q != nil {
+			w.p.rx.AddBuffers(nil, 2048)
+		}
+		w.p.rx.Send()
+		time.Sleep(time.Millisecond)
+	}
+	w.t.Fatalf("no %s from %v to %v; segments seen: %d", what, w.src, w.dst, len(w.segs))
+	return nil
+}
+
 // guestTCPWith is guestTCP for a frame with virtio-net header vh: a partial
 // checksum (NEEDS_CSUM) is completed first, as the guest would.
 func guestTCPWith(t *testing.T, vh virtqueue.NetHdr, frame []byte, src, dst netip.Addr) header.TCP {
@@ -102,33 +148,7 @@ func TestTCPThroughLoop(t *testing.T) {
 	p.tx.Send()
 
 	// Collect TCP segments to the guest as they come.
-	var segs []header.TCP
-	next := func(what string, ok func(header.TCP) bool) header.TCP {
-		t.Helper()
-		deadline := time.Now().Add(3 * time.Second)
-		for time.Now().Before(deadline) {
-			_, frames := p.rxReadIP(t)
-			for _, f := range frames {
-				if s := guestTCP(t, f, testGw4, testGuest4); s != nil {
-					segs = append(segs, s)
-				}
-			}
-			for i, s := range segs {
-				if ok(s) {
-					segs = segs[i+1:]
-					return s
-				}
-			}
-			// Give the used buffers back, as the guest driver does.
-			for p.rx.Free() > 0 && p.rx.Q != nil {
-				p.rx.AddBuffers(nil, 2048)
-			}
-			p.rx.Send()
-			time.Sleep(time.Millisecond)
-		}
-		t.Fatalf("no %s from the loop; segments seen: %d", what, len(segs))
-		return nil
-	}
+	next := (&segWatch{t: t, p: p, src: testGw4, dst: testGuest4}).next
 	synAck := next("SYN-ACK", func(s header.TCP) bool {
 		return s.Flags().Has(header.TCPFlagSYN | header.TCPFlagACK)
 	})

@@ -10,10 +10,20 @@
 #    the one `apt-get install …` line to run as root is printed and the script
 #    exits 2.
 #
+# 3. `make test` also needs libvirt >= 11.1 (test/ops has libvirtd run vunet
+#    as its passt back-end; Debian 12's own libvirt 9.0 refuses passt). On
+#    Debian 12 (bookworm) it comes from bookworm-backports: as root the
+#    script adds that source when none is configured
+#    (/etc/apt/sources.list.d/vunet-bookworm-backports.list) and installs
+#    libvirt with -t bookworm-backports, after the other packages, so that
+#    nothing else (QEMU, the kernel) is taken from backports.
+#
 # Only bash builtins are used besides go, dpkg-query, id and apt-get, so a
 # test can run the script with a PATH of stand-ins for those four
-# (test/setup/setup_test.go). VUNET_SKIP_SETUP=1 skips the package check
-# (not the Go one), for machines that are not Debian.
+# (test/setup/setup_test.go); VUNET_SETUP_ROOT (tests only) is prefixed to
+# the files it reads and writes: /etc/os-release and /etc/apt.
+# VUNET_SKIP_SETUP=1 skips the package check (not the Go one), for
+# machines that are not Debian.
 set -euo pipefail
 
 # The demo's packages: QEMU and the tiny guest (the host's kernel and
@@ -30,7 +40,7 @@ DEMO_PACKAGES=(qemu-system-x86:qemu-system-x86_64 linux-image-amd64 busybox-stat
 #   dpdk-dev        dpdk-testpmd, the second vhost-user front-end
 #   tshark          reads vunet's --pcap files
 #   prometheus      a real scraper and promtool check metrics
-#   libvirt-daemon-system libvirt-clients libxml2-utils   the libvirt walk-through
+#   libxml2-utils   xmllint for the libvirt walk-through (libvirt itself: below)
 #   systemd         systemd-analyze verify/security and systemd-socket-activate
 #                   for the unit in contrib/ (PID 1 need not be systemd)
 #   man-db zsh      the generated manual page (man ./vunet.1) and zsh completion
@@ -41,10 +51,17 @@ TEST_PACKAGES=(
 	dpdk-dev:dpdk-testpmd
 	tshark:tshark
 	prometheus:promtool
-	libvirt-daemon-system libvirt-clients:virsh libxml2-utils:xmllint
+	libxml2-utils:xmllint
 	systemd:systemd-analyze
 	man-db:man zsh
 )
+
+# What `make test` needs at a minimum version, PKG>=VERSION: libvirt's QEMU
+# driver runs passt from 11.1 on for vhost-user interfaces. On bookworm
+# these come from BACKPORTS.
+TEST_VERSIONED=("libvirt-daemon-system>=11.1" "libvirt-clients>=11.1")
+BACKPORTS=bookworm-backports
+BACKPORTS_LINE="deb http://deb.debian.org/debian $BACKPORTS main"
 
 die() {
 	printf 'vunet setup: %s\n' "$*" >&2
@@ -57,11 +74,13 @@ usage() {
 }
 
 [[ $# -eq 1 ]] || usage
+versioned=()
 case $1 in
 demo) wanted=("${DEMO_PACKAGES[@]}") ;;
-test) wanted=("${TEST_PACKAGES[@]}") ;;
+test) wanted=("${TEST_PACKAGES[@]}") versioned=("${TEST_VERSIONED[@]}") ;;
 *) usage ;;
 esac
+sysroot=${VUNET_SETUP_ROOT:-}
 target=$1
 
 # The checkout: two levels above this script (no dirname: builtins only).
@@ -129,42 +148,98 @@ command -v dpkg-query >/dev/null 2>&1 ||
 	die "dpkg-query not found: this check knows Debian 12's packages; install the equivalents of: ${wanted[*]%%:*} (or set VUNET_SKIP_SETUP=1)"
 
 pkgs=()
-declare -A cmd_of=()
+declare -A cmd_of=() min_of=()
 for entry in "${wanted[@]}"; do
 	pkg=${entry%%:*}
 	pkgs+=("$pkg")
 	[[ $entry == *:* ]] && cmd_of[$pkg]=${entry#*:}
 done
+for entry in "${versioned[@]}"; do
+	pkg=${entry%%>=*}
+	pkgs+=("$pkg")
+	min_of[$pkg]=${entry#*>=}
+done
 
 # One query for all of them; a package dpkg has never heard of is simply
 # missing from the output (and named on stderr, which is not our news).
-declare -A installed=()
-while read -r pkg status; do
-	[[ $status == installed ]] && installed[${pkg%%:*}]=1
-done < <(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${pkgs[@]}" 2>/dev/null || true)
+declare -A installed=() version_of=()
+while read -r pkg status version; do
+	[[ $status == installed ]] || continue
+	installed[${pkg%%:*}]=1
+	version_of[${pkg%%:*}]=$version
+done < <(dpkg-query -W -f='${Package} ${db:Status-Status} ${Version}\n' "${pkgs[@]}" 2>/dev/null || true)
 
-missing=()
+missing=() old=()
 for pkg in "${pkgs[@]}"; do
+	if [[ -n ${min_of[$pkg]:-} ]]; then
+		version=${version_of[$pkg]:-0}
+		version=${version#*:} # the epoch
+		if [[ -z ${installed[$pkg]:-} ]] || ! version_ge "$version" "${min_of[$pkg]}"; then
+			old+=("$pkg")
+		fi
+		continue
+	fi
 	[[ -n ${installed[$pkg]:-} ]] && continue
 	cmd=${cmd_of[$pkg]:-}
 	[[ -n $cmd ]] && command -v "$cmd" >/dev/null 2>&1 && continue
 	missing+=("$pkg")
 done
 
-if [[ ${#missing[@]} -eq 0 ]]; then
+need=("${missing[@]}" "${old[@]}")
+if [[ ${#need[@]} -eq 0 ]]; then
 	printf 'vunet setup: Go %s and every package `make %s` needs are installed\n' "$have_go" "$target"
 	exit 0
 fi
 
-install=(apt-get install -y -q --no-install-recommends "${missing[@]}")
+# The release's code name, from os-release (VERSION_CODENAME=bookworm).
+codename=
+if [[ -r $sysroot/etc/os-release ]]; then
+	while IFS='=' read -r key value; do
+		[[ $key == VERSION_CODENAME ]] && codename=${value//\"/}
+	done <"$sysroot/etc/os-release"
+fi
+
+# has_backports: an apt source names $BACKPORTS (one-line or deb822 format,
+# not commented out).
+has_backports() {
+	local f line
+	for f in "$sysroot/etc/apt/sources.list" "$sysroot"/etc/apt/sources.list.d/*.list "$sysroot"/etc/apt/sources.list.d/*.sources; do
+		[[ -r $f ]] || continue
+		while read -r line; do
+			[[ $line == \#* ]] && continue
+			[[ " $line " == *" $BACKPORTS "* ]] && return 0
+		done <"$f"
+	done
+	return 1
+}
+
+# The commands, in order: the other packages first, then the versioned
+# ones (from backports on bookworm: -t only for them, so that nothing else
+# comes from there).
+source_file=$sysroot/etc/apt/sources.list.d/vunet-$BACKPORTS.list
+add_source=
+install=() install_versioned=()
+[[ ${#missing[@]} -gt 0 ]] && install=(apt-get install -y -q --no-install-recommends "${missing[@]}")
+if [[ ${#old[@]} -gt 0 ]]; then
+	install_versioned=(apt-get install -y -q --no-install-recommends "${old[@]}")
+	if [[ $codename == bookworm ]]; then
+		install_versioned=(apt-get install -y -q --no-install-recommends -t "$BACKPORTS" "${old[@]}")
+		has_backports || add_source=1
+	fi
+fi
+
 if [[ $(id -u) != 0 ]]; then
-	printf 'vunet setup: `make %s` needs Debian packages that are missing: %s\n' "$target" "${missing[*]}" >&2
+	printf 'vunet setup: `make %s` needs Debian packages that are missing: %s\n' "$target" "${need[*]}" >&2
 	printf 'vunet setup: install them as root with:\n' >&2
-	printf '%s\n' "${install[*]}"
+	[[ ${#install[@]} -gt 0 ]] && printf '%s\n' "${install[*]}"
+	if [[ ${#install_versioned[@]} -gt 0 ]]; then
+		[[ -n $add_source ]] && printf "echo '%s' >%s && apt-get update -q\n" "$BACKPORTS_LINE" "${source_file#"$sysroot"}"
+		printf '%s\n' "${install_versioned[*]}"
+	fi
 	exit 2
 fi
 
-printf 'vunet setup: installing %s\n' "${missing[*]}"
+printf 'vunet setup: installing %s\n' "${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
 for pkg in "${missing[@]}"; do
 	if [[ $pkg == tshark ]] && command -v debconf-set-selections >/dev/null 2>&1; then
@@ -172,5 +247,10 @@ for pkg in "${missing[@]}"; do
 		echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections || true
 	fi
 done
+if [[ -n $add_source ]]; then
+	printf 'vunet setup: adding %s (%s)\n' "$BACKPORTS" "${source_file#"$sysroot"}"
+	printf '%s\n' "$BACKPORTS_LINE" >"$source_file"
+fi
 apt-get update -q
-"${install[@]}"
+[[ ${#install[@]} -eq 0 ]] || "${install[@]}"
+[[ ${#install_versioned[@]} -eq 0 ]] || "${install_versioned[@]}"

@@ -18,16 +18,24 @@ import (
 const (
 	demoPackages = "qemu-system-x86 linux-image-amd64 busybox-static git"
 	testPackages = demoPackages + " gcc libc6-dev iproute2 kmod cpio udhcpc iperf3 dpdk-dev tshark prometheus" +
-		" libvirt-daemon-system libvirt-clients libxml2-utils systemd man-db zsh"
+		" libxml2-utils systemd man-db zsh"
 	installPrefix = "apt-get install -y -q --no-install-recommends "
+	// libvirt >= 11.1 (it runs passt), from bookworm-backports on Debian 12.
+	libvirtPackages  = "libvirt-daemon-system libvirt-clients"
+	backportsInstall = installPrefix + "-t bookworm-backports " + libvirtPackages
+	backportsLine    = "deb http://deb.debian.org/debian bookworm-backports main"
+	backportsFile    = "etc/apt/sources.list.d/vunet-bookworm-backports.list"
+	libvirtBackports = "libvirt-daemon-system=11.3.0-2~bpo12+1 libvirt-clients=11.3.0-2~bpo12+1"
+	libvirtDebian12  = "libvirt-daemon-system=9.0.0-4+deb12u2 libvirt-clients=9.0.0-4+deb12u2"
 )
 
 // fakeHost is a directory of stand-ins that is the script's whole PATH:
 // whatever the real machine has installed is invisible.
 type fakeHost struct {
-	t   *testing.T
-	dir string // the PATH
-	log string // every stand-in appends "NAME ARGS" here
+	t    *testing.T
+	dir  string // the PATH
+	log  string // every stand-in appends "NAME ARGS" here
+	root string // VUNET_SETUP_ROOT: etc/os-release and etc/apt
 }
 
 // stub writes an executable bash script NAME into the fake PATH. Bash is
@@ -40,12 +48,15 @@ func (h *fakeHost) stub(name, body string) {
 	}
 }
 
-// newHost makes a fake host with Go goVersion, user id uid, and the
-// packages in installed known to dpkg as installed.
+// newHost makes a fake Debian 12 host with Go goVersion, user id uid, no
+// backports source, and the packages in installed (PKG or PKG=VERSION)
+// known to dpkg as installed.
 func newHost(t *testing.T, goVersion string, uid int, installed ...string) *fakeHost {
 	t.Helper()
-	h := &fakeHost{t: t, dir: t.TempDir()}
+	h := &fakeHost{t: t, dir: t.TempDir(), root: t.TempDir()}
 	h.log = filepath.Join(t.TempDir(), "calls")
+	h.file("etc/os-release", "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_ID=\"12\"\nVERSION_CODENAME=bookworm\nID=debian\n")
+	h.file("etc/apt/sources.list.d/debian.sources", "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\n")
 	if goVersion != "" {
 		h.stub("go", `[ "$1" = version ] && echo "go version go`+goVersion+` linux/amd64"`)
 	}
@@ -57,12 +68,25 @@ func newHost(t *testing.T, goVersion string, uid int, installed ...string) *fake
 shift 2
 for p in "$@"; do
   case "$installed" in
-    *" $p "*) echo "$p installed" ;;
+    *" $p="*) v=${installed#*" $p="}; echo "$p installed ${v%% *}" ;;
+    *" $p "*) echo "$p installed 1.0-1" ;;
     *) echo "$p not-installed" ;;
   esac
 done`)
 	h.stub("apt-get", "exit 0")
 	return h
+}
+
+// file writes a file under the fake root.
+func (h *fakeHost) file(rel, content string) {
+	h.t.Helper()
+	p := filepath.Join(h.root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
 }
 
 // run runs setup.sh TARGET on the fake host.
@@ -73,7 +97,7 @@ func (h *fakeHost) run(target string, env ...string) (stdout, stderr string, cod
 		h.t.Fatalf("bash: %v", err)
 	}
 	cmd := exec.Command(bash, "setup.sh", target)
-	cmd.Env = append([]string{"PATH=" + h.dir, "HOME=" + h.t.TempDir()}, env...)
+	cmd.Env = append([]string{"PATH=" + h.dir, "HOME=" + h.t.TempDir(), "VUNET_SETUP_ROOT=" + h.root}, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err = cmd.Run()
@@ -111,8 +135,12 @@ func (h *fakeHost) called(name string) []string {
 
 func TestNotRootPrintsTheOneInstallLine(t *testing.T) {
 	for _, tc := range []struct{ target, want string }{
-		{"demo", demoPackages},
-		{"test", testPackages},
+		{"demo", installPrefix + demoPackages + "\n"},
+		// Then libvirt from bookworm-backports: the source, and the
+		// install line that takes only libvirt from there.
+		{"test", installPrefix + testPackages + "\n" +
+			"echo '" + backportsLine + "' >/" + backportsFile + " && apt-get update -q\n" +
+			backportsInstall + "\n"},
 	} {
 		t.Run(tc.target, func(t *testing.T) {
 			h := newHost(t, "1.26.0", 1000)
@@ -120,8 +148,8 @@ func TestNotRootPrintsTheOneInstallLine(t *testing.T) {
 			if code != 2 {
 				t.Fatalf("exit %d, want 2\nstdout: %s\nstderr: %s", code, stdout, stderr)
 			}
-			if want := installPrefix + tc.want + "\n"; stdout != want {
-				t.Errorf("stdout:\n%q\nwant the one install line:\n%q", stdout, want)
+			if stdout != tc.want {
+				t.Errorf("stdout:\n%q\nwant the install lines:\n%q", stdout, tc.want)
 			}
 			if !strings.Contains(stderr, "missing") || !strings.Contains(stderr, "as root") {
 				t.Errorf("stderr does not explain the line: %q", stderr)
@@ -140,7 +168,9 @@ func TestNotRootPrintsTheOneInstallLine(t *testing.T) {
 func TestRootInstallsOnlyWhatIsMissing(t *testing.T) {
 	// Some installed as packages; iproute2 and prometheus stand in by
 	// their commands on PATH (a tool built from source counts).
-	h := newHost(t, "1.26.1", 0, "git", "gcc", "libc6-dev", "kmod", "cpio", "systemd")
+	// libvirt at 11.3 (backports) is new enough.
+	h := newHost(t, "1.26.1", 0, append([]string{"git", "gcc", "libc6-dev", "kmod", "cpio", "systemd"},
+		strings.Fields(libvirtBackports)...)...)
 	h.stub("ip", "")
 	h.stub("promtool", "")
 	stdout, stderr, code := h.run("test")
@@ -149,14 +179,88 @@ func TestRootInstallsOnlyWhatIsMissing(t *testing.T) {
 	}
 	want := []string{"apt-get update -q", strings.TrimSpace(installPrefix +
 		"qemu-system-x86 linux-image-amd64 busybox-static udhcpc iperf3 dpdk-dev tshark" +
-		" libvirt-daemon-system libvirt-clients libxml2-utils man-db zsh")}
+		" libxml2-utils man-db zsh")}
 	if got := h.called("apt-get"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("apt-get calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := os.Stat(filepath.Join(h.root, backportsFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("backports source written though libvirt is recent enough: %v", err)
+	}
+}
+
+// TestLibvirtFromBackports: Debian 12's libvirt 9.0 (or none) on bookworm
+// makes the script add bookworm-backports once and install libvirt with
+// -t bookworm-backports after everything else, alone.
+func TestLibvirtFromBackports(t *testing.T) {
+	rest := strings.Fields(testPackages)
+	for _, tc := range []struct {
+		name          string
+		installed     []string
+		sourceFile    string // an existing source naming backports, if any
+		sourceContent string
+		addSource     bool
+	}{
+		{"debian-9.0", append(rest, strings.Fields(libvirtDebian12)...), "", "", true},
+		{"absent", rest, "", "", true},
+		{"source-deb822", rest, "etc/apt/sources.list.d/backports.sources",
+			"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\n", false},
+		{"source-one-line", rest, "etc/apt/sources.list", "# old\n" + backportsLine + "\n", false},
+		{"source-commented-out", rest, "etc/apt/sources.list", "# " + backportsLine + "\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHost(t, "1.26.0", 0, tc.installed...)
+			if tc.sourceFile != "" {
+				h.file(tc.sourceFile, tc.sourceContent)
+			}
+			stdout, stderr, code := h.run("test")
+			if code != 0 {
+				t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+			}
+			want := []string{"apt-get update -q", backportsInstall}
+			if got := h.called("apt-get"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("apt-get calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			b, err := os.ReadFile(filepath.Join(h.root, backportsFile))
+			switch {
+			case tc.addSource && string(b) != backportsLine+"\n":
+				t.Errorf("%s: %q (%v), want %q", backportsFile, b, err, backportsLine+"\n")
+			case !tc.addSource && !errors.Is(err, os.ErrNotExist):
+				t.Errorf("a backports source exists, yet %s was written: %q", backportsFile, b)
+			}
+			if tc.addSource {
+				// Run again, libvirt still old (say the install failed): the
+				// source is not added twice, only the install repeated.
+				stdout, stderr, code := h.run("test")
+				if code != 0 || strings.Contains(stdout, "adding") {
+					t.Errorf("second run: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+				}
+				if b, _ := os.ReadFile(filepath.Join(h.root, backportsFile)); string(b) != backportsLine+"\n" {
+					t.Errorf("second run: %s is %q", backportsFile, b)
+				}
+			}
+		})
+	}
+}
+
+// TestLibvirtElsewhereFromTheRelease: not on bookworm (Debian 13 has
+// libvirt 11.3), libvirt is installed from the release, no backports.
+func TestLibvirtElsewhereFromTheRelease(t *testing.T) {
+	h := newHost(t, "1.26.0", 0, strings.Fields(testPackages)...)
+	h.file("etc/os-release", "VERSION_CODENAME=trixie\nID=debian\n")
+	if stdout, stderr, code := h.run("test"); code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	want := []string{"apt-get update -q", installPrefix + libvirtPackages}
+	if got := h.called("apt-get"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("apt-get calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := os.Stat(filepath.Join(h.root, backportsFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("backports source written on trixie: %v", err)
 	}
 }
 
 func TestNothingMissingInstallsNothing(t *testing.T) {
-	all := strings.Fields(testPackages)
+	all := append(strings.Fields(testPackages), strings.Fields(libvirtBackports)...)
 	for _, target := range []string{"demo", "test"} {
 		h := newHost(t, "1.27.2", 1000, all...)
 		stdout, stderr, code := h.run(target)
@@ -210,7 +314,7 @@ func TestGoIsCheckedFirst(t *testing.T) {
 
 func TestGoFromGOVariable(t *testing.T) {
 	// make passes GO=…; the script checks that toolchain, not go on PATH.
-	h := newHost(t, "1.19.8", 1000, strings.Fields(testPackages)...)
+	h := newHost(t, "1.19.8", 1000, append(strings.Fields(testPackages), strings.Fields(libvirtBackports)...)...)
 	other := filepath.Join(t.TempDir(), "go-new")
 	if err := os.WriteFile(other, []byte("#!/bin/bash\necho go version go1.26.3 linux/amd64\n"), 0o755); err != nil {
 		t.Fatal(err)

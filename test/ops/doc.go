@@ -12,6 +12,13 @@
 //     with direct kernel boot, its QEMU (run by libvirt as libvirt-qemu)
 //     connects to vunet's socket, and the guest reaches a server on the
 //     host's loopback through vunet.
+//   - libvirt's passt backend (libvirt >= 11.1: bookworm-backports on
+//     Debian 12, whose own 9.0 refuses it): a libvirtd of the test's own
+//     (qemu:///session as nobody, in the test's network namespace, with a
+//     `passt` symlink to vunet first in its PATH) starts vunet as passt
+//     for <interface type='vhostuser'> and <interface type='user'> with
+//     <backend type='passt'/>, and each guest takes its lease and
+//     downloads a blob byte-exact through it.
 //
 // The guest is the end-to-end suite's (built by package vunet/test/qemu): the host's
 // kernel, a busybox initramfs and the test agent, which prints VUNET-RESULT

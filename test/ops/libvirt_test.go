@@ -136,28 +136,44 @@ func TestLibvirtDomainOnVunet(t *testing.T) {
 
 	// The guest powered off (ACPI): libvirt ends and forgets the transient
 	// domain.
-	gone := time.Now().Add(20 * time.Second)
-	for {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		state, err := virshRun(sctx, virsh, "domstate", name)
-		scancel()
-		if err != nil && strings.Contains(err.Error(), "failed to get domain") {
-			break
-		}
-		if time.Now().After(gone) {
-			t.Errorf("domain %s still there 20s after the guest powered off: %s %v", name, strings.TrimSpace(state), err)
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	waitDomainGone(t, func(ctx context.Context, args ...string) (string, error) {
+		return virshRun(ctx, virsh, args...)
+	}, name)
 	t.Logf("domain %s: created, booted, fetched %d bytes through vunet and shut off in %v", name, page.Size, time.Since(started).Round(time.Millisecond))
 }
 
-// libvirtDomain builds the domain XML: vunet's own (libvirt-xml --tcg
-// --domain: memfd shared memory, the vhost-user interface, the vectors=0
-// override) plus what only this test knows: direct kernel boot, the serial
-// files, no option ROM, and power-off ending the domain.
+// waitDomainGone waits up to 20 s for the transient domain name, whose
+// guest powered off, to be ended and forgotten by libvirt; virsh runs
+// one virsh command against the daemon.
+func waitDomainGone(t *testing.T, virsh func(ctx context.Context, args ...string) (string, error), name string) {
+	t.Helper()
+	gone := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		state, err := virsh(ctx, "domstate", name)
+		cancel()
+		if err != nil && strings.Contains(err.Error(), "failed to get domain") {
+			return
+		}
+		if time.Now().After(gone) {
+			t.Errorf("domain %s still there 20s after the guest powered off: %s %v", name, strings.TrimSpace(state), err)
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// libvirtDomain builds the domain XML: vunet's own (vunetDomain) made
+// bootable by the test (bootableDomain).
 func libvirtDomain(t *testing.T, name, socket, kernel, initrd, cmdline, console, results string) string {
+	t.Helper()
+	return bootableDomain(t, vunetDomain(t, name, socket), kernel, initrd, cmdline, console, results)
+}
+
+// vunetDomain is `vunet libvirt-xml --tcg --domain NAME` for socket: memfd
+// shared memory, the vhost-user interface (alias ua-vunet0), the vectors=0
+// override.
+func vunetDomain(t *testing.T, name, socket string) string {
 	t.Helper()
 	out, err := exec.Command(qemu.DaemonBinary(t), "libvirt-xml", "--socket", socket, "--tcg", "--mem", "256M",
 		"--guest-mac-addr", qemu.DefaultMAC, "--domain", name).Output()
@@ -170,11 +186,21 @@ func libvirtDomain(t *testing.T, name, socket, kernel, initrd, cmdline, console,
 			t.Errorf("vunet libvirt-xml --tcg --domain lacks %s:\n%s", want, dom)
 		}
 	}
-	esc := func(s string) string {
-		var b strings.Builder
-		_ = xml.EscapeText(&b, []byte(s))
-		return b.String()
-	}
+	return dom
+}
+
+// xmlEscape escapes s for an XML attribute or text.
+func xmlEscape(s string) string {
+	var b strings.Builder
+	_ = xml.EscapeText(&b, []byte(s))
+	return b.String()
+}
+
+// bootableDomain adds to dom what only a test knows: direct kernel boot,
+// the two serial files, no option ROM on the interface, and power-off
+// ending the domain.
+func bootableDomain(t *testing.T, dom, kernel, initrd, cmdline, console, results string) string {
+	t.Helper()
 	insert := func(anchor, text string, before bool) {
 		i := strings.Index(dom, anchor)
 		if i < 0 {
@@ -186,7 +212,7 @@ func libvirtDomain(t *testing.T, name, socket, kernel, initrd, cmdline, console,
 		dom = dom[:i] + text + dom[i:]
 	}
 	insert("hvm</type>", fmt.Sprintf("\n    <kernel>%s</kernel>\n    <initrd>%s</initrd>\n    <cmdline>%s</cmdline>",
-		esc(kernel), esc(initrd), esc(cmdline)), false)
+		xmlEscape(kernel), xmlEscape(initrd), xmlEscape(cmdline)), false)
 	// ACPI, so that the agent's power-off ends the domain (libvirt starts
 	// QEMU without it unless asked).
 	insert("<devices>", "<features><acpi/></features>\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>destroy</on_reboot>\n  <on_crash>destroy</on_crash>\n  ", true)
@@ -199,7 +225,7 @@ func libvirtDomain(t *testing.T, name, socket, kernel, initrd, cmdline, console,
       <source path='%s'/>
       <target port='1'/>
     </serial>
-  `, esc(console), esc(results)), true)
+  `, xmlEscape(console), xmlEscape(results)), true)
 	return dom
 }
 

@@ -185,7 +185,9 @@ func checkLog(t *testing.T, path string, want ...string) {
 //     unix PATH, server false; only the id differs) and the guest must
 //     get its lease and download through it. (Debian 12's libvirt
 //     9.0.0-4+deb12u2 refuses <backend type='passt'/> altogether: its
-//     Disable-passt-support patch. So the test plays libvirtd's part.)
+//     Disable-passt-support patch. So the test plays libvirtd 9.0's part;
+//     test/ops' TestLibvirtdPasstBackend has the real libvirtd 11.3, from
+//     bookworm-backports, start vunet as passt.)
 func TestQEMUDropInLibvirt(t *testing.T) {
 	qemu.NeedQEMU(t)
 	ns := qemu.NewNetNS(t)

@@ -13,12 +13,13 @@
 //     connects to vunet's socket, and the guest reaches a server on the
 //     host's loopback through vunet.
 //   - libvirt's passt backend (libvirt >= 11.1: bookworm-backports on
-//     Debian 12, whose own 9.0 refuses it): a libvirtd of the test's own
-//     (qemu:///session as nobody, in the test's network namespace, with a
-//     `passt` symlink to vunet first in its PATH) starts vunet as passt
-//     for <interface type='vhostuser'> and <interface type='user'> with
-//     <backend type='passt'/>, and each guest takes its lease and
-//     downloads a blob byte-exact through it.
+//     Debian 12, whose own 9.0 refuses it): libvirtds of the test's own
+//     (qemu:///system with libvirt's directories bind-mounted from the
+//     test's, and qemu:///session as nobody; in the test's network
+//     namespace, with a `passt` symlink to vunet first in their PATH) start
+//     vunet as passt for <interface type='vhostuser'> and <interface
+//     type='user'> with <backend type='passt'/>, and each guest takes its
+//     lease and downloads a blob byte-exact through it.
 //
 // The guest is the end-to-end suite's (built by package vunet/test/qemu): the host's
 // kernel, a busybox initramfs and the test agent, which prints VUNET-RESULT
@@ -28,7 +29,7 @@
 // host" and its servers private; libvirtd runs as root) and its tool. When
 // one is missing the test is skipped with an apt-get hint, or fails with
 // the same hint when CI is set, so CI cannot pass by skipping. Each test
-// takes 15–40 s.
+// takes 15–40 s, TestLibvirtdPasstBackend (four guests) about a minute.
 //
 //	go test ./test/ops -v -count=1
 //	go test ./test/ops -run Libvirt -v

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,45 +26,81 @@ const passtLibvirtHint = "libvirt >= 11.1 from bookworm-backports; test/setup/se
 
 // TestLibvirtdPasstBackend has the real libvirtd start vunet as its passt
 // backend: a `passt` symlink to vunet first in the PATH of a libvirtd of
-// the test's own (qemu:///session as nobody, in the test's network
-// namespace: see sessionLibvirtd), and a domain whose interface has
-// <backend type='passt'/> and an <ip> for the guest. libvirt runs
-// "passt [--vhost-user] --one-off --socket … --pid … --log-file … --address
-// … --netmask …", waits for it to return, and starts QEMU on the socket:
+// the test's own (see privateLibvirtd), once as qemu:///session of nobody
+// and once as qemu:///system (libvirt then runs passt as libvirt-qemu),
+// and per daemon one domain per interface type, whose interface has
+// <backend type='passt'/> and an <ip> for the guest. libvirt runs "passt
+// [--vhost-user] --one-off --socket … --pid … --log-file … --address …
+// --netmask …", waits for it to return, and starts QEMU on the socket:
 //
 //   - vhostuser: <interface type='vhostuser'> (libvirt ≥ 11.1): QEMU
 //     connects with vhost-user; the guest RAM is a shared memfd.
 //   - user: <interface type='user'>: QEMU connects with -netdev stream.
 //
 // For each, the process the pid file names must be the vunet binary (as
-// nobody, in the namespace), its log must name the transport, the guest
-// must get the <ip> as its lease and download a blob byte-exact from a
-// server on the namespace's loopback through the gateway address, and
-// when the guest powers off the domain and the daemon must be gone.
+// the domain's user, in the test's namespace), the command line in the
+// domain log must be the expected one, vunet's log must name the
+// transport, the guest must get the <ip> as its lease and download a blob
+// byte-exact from a server on the namespace's loopback through the
+// gateway address, and when the guest powers off the domain and the
+// daemon must be gone.
 func TestLibvirtdPasstBackend(t *testing.T) {
 	testenv.SkipIfShort(t)
-	testenv.NeedRoot(t, "a network namespace, and libvirtd started as nobody inside it")
+	testenv.NeedRoot(t, "a network namespace, libvirtd inside it as root and as nobody")
 	qemu.NeedQEMU(t)
 	if major, minor, v := libvirtdVersion(t); major < 11 || major == 11 && minor < 1 {
 		testenv.Unavailable(t, fmt.Errorf("%s cannot run passt for a vhost-user interface", v), passtLibvirtHint)
 	}
 	ns := qemu.NewNetNS(t)
-	dir := qemu.WorkDir(t)
-	bin := filepath.Join(dir, "bin")
-	if err := os.Mkdir(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	vunetBin := qemu.DaemonBinary(t)
-	if _, err := callers.PasstLink(bin, vunetBin); err != nil {
-		t.Fatal(err)
-	}
-	lv := startSessionLibvirtd(t, ns, dir, bin)
-	// Readable by the daemon's user; dir itself is nobody's now.
 	img := qemu.GuestImage(t)
-	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd.gz")
-	copyFile(t, img.Kernel, kernel)
-	copyFile(t, img.Initrd, initrd)
+	qemuUser, err := user.Lookup("libvirt-qemu")
+	if err != nil {
+		testenv.Unavailable(t, fmt.Errorf("user libvirt-qemu: %w", err), libvirtHint)
+	}
+	qemuUID, _ := strconv.Atoi(qemuUser.Uid)
+	for _, daemon := range []struct {
+		name     string
+		system   bool
+		passtUID int // whom libvirt runs passt (and QEMU) as
+	}{
+		{"session", false, sessionUID},
+		{"system", true, qemuUID},
+	} {
+		t.Run(daemon.name, func(t *testing.T) {
+			dir := qemu.WorkDir(t)
+			// The daemon's users enter it: nobody, libvirt-qemu.
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			bin := filepath.Join(dir, "bin")
+			if err := os.Mkdir(bin, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := callers.PasstLink(bin, vunetBin); err != nil {
+				t.Fatal(err)
+			}
+			// passt's --log-file: a directory its user may write.
+			logs := filepath.Join(dir, "passt")
+			if err := os.Mkdir(logs, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(logs, daemon.passtUID, -1); err != nil {
+				t.Fatal(err)
+			}
+			lv := startPrivateLibvirtd(t, ns, dir, bin, daemon.system)
+			kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd.gz")
+			copyFile(t, img.Kernel, kernel)
+			copyFile(t, img.Initrd, initrd)
+			passtBackendDomains(t, lv, ns, dir, logs, kernel, initrd, vunetBin, daemon.passtUID)
+		})
+	}
+}
 
+// passtBackendDomains boots one domain per interface type on lv, its
+// interface backed by passt, and checks what TestLibvirtdPasstBackend
+// says.
+func passtBackendDomains(t *testing.T, lv *privateLibvirtd, ns *qemu.NetNS, dir, logs, kernel, initrd, vunetBin string, passtUID int) {
 	for _, tc := range []struct {
 		ifType    string // the <interface> type
 		addr      string // its <ip>: the guest's lease
@@ -76,7 +113,7 @@ func TestLibvirtdPasstBackend(t *testing.T) {
 			name := fmt.Sprintf("vunet-passt-%s-%d", tc.ifType, os.Getpid())
 			page := startPageServer(t, ns, 4<<20)
 			console, results := filepath.Join(dir, name+"-console.log"), filepath.Join(dir, name+"-results.log")
-			passtLog := filepath.Join(dir, name+"-passt.log")
+			passtLog := filepath.Join(logs, name+".log")
 			cmdline := guest.KernelArgs + " " + guest.Cmdline(
 				[]string{guest.CheckLink, guest.CheckDHCP, guest.CheckHTTP},
 				map[string]string{
@@ -132,7 +169,7 @@ func TestLibvirtdPasstBackend(t *testing.T) {
 			})
 			t.Logf("virsh create: domain %s started in %v", name, time.Since(started).Round(time.Millisecond))
 
-			pid := checkPasstIsVunet(t, lv, ns, name, vunetBin)
+			pid := checkPasstIsVunet(t, lv, ns, name, vunetBin, passtUID)
 			checkPasstCommand(t, lv.domainLog(name), tc.ifType == "vhostuser", tc.addr)
 			checkFileHas(t, passtLog, `msg="vunet starting"`, "transport="+tc.transport)
 
@@ -168,7 +205,7 @@ func TestLibvirtdPasstBackend(t *testing.T) {
 // checkPasstIsVunet reads the pid file libvirt gave passt and checks it
 // names the vunet binary, running as the daemon's user in the test's
 // namespace. It returns the pid.
-func checkPasstIsVunet(t *testing.T, lv *sessionLibvirtd, ns *qemu.NetNS, name, vunetBin string) int {
+func checkPasstIsVunet(t *testing.T, lv *privateLibvirtd, ns *qemu.NetNS, name, vunetBin string, uid int) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -179,7 +216,7 @@ func checkPasstIsVunet(t *testing.T, lv *sessionLibvirtd, ns *qemu.NetNS, name, 
 	// libvirt's qemuPasstCreatePidFilename: <id>-<first 20 of the name>-<alias>-passt.pid
 	// in the driver's passt state directory.
 	short := strings.TrimSpace(out) + "-" + name[:min(20, len(name))]
-	pidFile := filepath.Join(lv.Runtime, "libvirt", "qemu", "run", "passt", short+"-ua-vunet0-passt.pid")
+	pidFile := filepath.Join(lv.PasstDir, short+"-ua-vunet0-passt.pid")
 	pid, err := callers.ReadPID(pidFile)
 	if err != nil {
 		t.Fatalf("passt's pid file: %v", err)
@@ -189,8 +226,8 @@ func checkPasstIsVunet(t *testing.T, lv *sessionLibvirtd, ns *qemu.NetNS, name, 
 		t.Errorf("passt's pid file %s names %d, running %q (%v); want the vunet binary %s", pidFile, pid, exe, err, want)
 	}
 	var st syscall.Stat_t
-	if err := syscall.Stat(fmt.Sprintf("/proc/%d", pid), &st); err != nil || st.Uid != sessionUID {
-		t.Errorf("passt (pid %d) runs as uid %d (%v), want %d", pid, st.Uid, err, sessionUID)
+	if err := syscall.Stat(fmt.Sprintf("/proc/%d", pid), &st); err != nil || int(st.Uid) != uid {
+		t.Errorf("passt (pid %d) runs as uid %d (%v), want %d", pid, st.Uid, err, uid)
 	}
 	var procNS, testNS syscall.Stat_t
 	if syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &procNS) != nil || syscall.Stat(ns.Path, &testNS) != nil || procNS.Ino != testNS.Ino {

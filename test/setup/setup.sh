@@ -29,10 +29,15 @@ set -euo pipefail
 # The demo's packages: QEMU and the tiny guest (the host's kernel and
 # modules, a static busybox for its initramfs). git: `go build` stamps the
 # revision into the binary (vunet --version, vunet_build_info) from the
-# checkout. README's "The two commands" lists exactly these. A package may
-# name the command that stands for it (PKG:COMMAND: satisfied when either
-# is there, e.g. a QEMU built from source).
-DEMO_PACKAGES=(qemu-system-x86:qemu-system-x86_64 linux-image-amd64 busybox-static git)
+# checkout. make: a fresh Debian 12 has none, so `make demo` cannot start
+# there; running this script first installs it. ca-certificates: without
+# it go cannot fetch the modules in go.mod from proxy.golang.org ("x509:
+# certificate signed by unknown authority"); debootstrap, the debian:12
+# container image and a netinst without "standard system utilities" lack
+# it. README's "The two commands" lists exactly these. A package may name
+# the command that stands for it (PKG:COMMAND: satisfied when either is
+# there, e.g. a QEMU built from source).
+DEMO_PACKAGES=(qemu-system-x86:qemu-system-x86_64 linux-image-amd64 busybox-static git make:make ca-certificates)
 
 # What `make test` needs beyond the demo's.
 #   gcc libc6-dev   go test -race needs cgo

@@ -16,7 +16,7 @@ import (
 // are spelled out here, not read from the script, so that a package
 // dropped from a list by accident fails this test.
 const (
-	demoPackages = "qemu-system-x86 linux-image-amd64 busybox-static git"
+	demoPackages = "qemu-system-x86 linux-image-amd64 busybox-static git make ca-certificates"
 	testPackages = demoPackages + " gcc libc6-dev iproute2 kmod cpio udhcpc iperf3 dpdk-dev tshark prometheus" +
 		" libxml2-utils systemd man-db zsh"
 	installPrefix = "apt-get install -y -q --no-install-recommends "
@@ -178,7 +178,7 @@ func TestRootInstallsOnlyWhatIsMissing(t *testing.T) {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 	want := []string{"apt-get update -q", strings.TrimSpace(installPrefix +
-		"qemu-system-x86 linux-image-amd64 busybox-static udhcpc iperf3 dpdk-dev tshark" +
+		"qemu-system-x86 linux-image-amd64 busybox-static make ca-certificates udhcpc iperf3 dpdk-dev tshark" +
 		" libxml2-utils man-db zsh")}
 	if got := h.called("apt-get"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("apt-get calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

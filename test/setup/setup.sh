@@ -256,6 +256,16 @@ if [[ -n $add_source ]]; then
 	printf 'vunet setup: adding %s (%s)\n' "$BACKPORTS" "${source_file#"$sysroot"}"
 	printf '%s\n' "$BACKPORTS_LINE" >"$source_file"
 fi
-apt-get update -q
-[[ ${#install[@]} -eq 0 ]] || "${install[@]}"
-[[ ${#install_versioned[@]} -eq 0 ]] || "${install_versioned[@]}"
+# A freshly booted machine often has apt busy already (apt-daily refreshing
+# the lists, unattended-upgrades): the installs wait for dpkg's lock rather
+# than failing at once. apt-get update does not wait for the lists' lock
+# (apt 2.6, Debian 12's, ignores the timeout there; a later one may not),
+# so an update that fails only warns and the installs use the lists the
+# machine has, unless the source just added needs that update.
+lock_wait=(-o DPkg::Lock::Timeout=300)
+if ! apt-get "${lock_wait[@]}" update -q; then
+	[[ -z $add_source ]] || die "apt-get update failed (see above), and the $BACKPORTS source just added needs it: run this again once apt is free"
+	printf 'vunet setup: apt-get update failed (see above); installing from the package lists this machine has\n' >&2
+fi
+[[ ${#install[@]} -eq 0 ]] || apt-get "${lock_wait[@]}" "${install[@]:1}"
+[[ ${#install_versioned[@]} -eq 0 ]] || apt-get "${lock_wait[@]}" "${install_versioned[@]:1}"

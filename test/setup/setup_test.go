@@ -27,6 +27,12 @@ const (
 	backportsFile    = "etc/apt/sources.list.d/vunet-bookworm-backports.list"
 	libvirtBackports = "libvirt-daemon-system=11.3.0-2~bpo12+1 libvirt-clients=11.3.0-2~bpo12+1"
 	libvirtDebian12  = "libvirt-daemon-system=9.0.0-4+deb12u2 libvirt-clients=9.0.0-4+deb12u2"
+	// As root, apt-get waits for another apt's lock (apt-daily on a freshly
+	// booted machine) instead of failing at once.
+	lockWait             = "-o DPkg::Lock::Timeout=300"
+	rootUpdate           = "apt-get " + lockWait + " update -q"
+	rootInstall          = "apt-get " + lockWait + " install -y -q --no-install-recommends "
+	rootBackportsInstall = rootInstall + "-t bookworm-backports " + libvirtPackages
 )
 
 // fakeHost is a directory of stand-ins that is the script's whole PATH:
@@ -177,9 +183,9 @@ func TestRootInstallsOnlyWhatIsMissing(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
-	want := []string{"apt-get update -q", strings.TrimSpace(installPrefix +
+	want := []string{rootUpdate, rootInstall +
 		"qemu-system-x86 linux-image-amd64 busybox-static make ca-certificates udhcpc iperf3 dpdk-dev tshark" +
-		" libxml2-utils man-db zsh")}
+		" libxml2-utils man-db zsh"}
 	if got := h.called("apt-get"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("apt-get calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -216,7 +222,7 @@ func TestLibvirtFromBackports(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 			}
-			want := []string{"apt-get update -q", backportsInstall}
+			want := []string{rootUpdate, rootBackportsInstall}
 			if got := h.called("apt-get"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 				t.Errorf("apt-get calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
@@ -250,13 +256,60 @@ func TestLibvirtElsewhereFromTheRelease(t *testing.T) {
 	if stdout, stderr, code := h.run("test"); code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
-	want := []string{"apt-get update -q", installPrefix + libvirtPackages}
+	want := []string{rootUpdate, rootInstall + libvirtPackages}
 	if got := h.called("apt-get"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("apt-get calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	if _, err := os.Stat(filepath.Join(h.root, backportsFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("backports source written on trixie: %v", err)
 	}
+}
+
+// TestRootInstallsWhenUpdateFails: apt-get update does not wait for the
+// lists' lock another apt holds; the install goes on with the lists there
+// are, and its own failure is the script's.
+func TestRootInstallsWhenUpdateFails(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		installs bool // the stand-in install succeeds
+		wantCode int
+	}{{"install-succeeds", true, 0}, {"install-fails", false, 100}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHost(t, "1.26.0", 0)
+			ok := "exit 100"
+			if tc.installs {
+				ok = "exit 0"
+			}
+			h.stub("apt-get", `case " $* " in
+  *" update "*) echo "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 4242 (apt-get)" >&2; exit 100 ;;
+  *" install "*) `+ok+` ;;
+esac`)
+			stdout, stderr, code := h.run("demo")
+			if code != tc.wantCode {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.wantCode, stdout, stderr)
+			}
+			want := rootInstall + demoPackages
+			if c := h.called("apt-get"); len(c) != 2 || c[0] != rootUpdate || c[1] != want {
+				t.Errorf("apt-get calls %q, want an update then %q", c, want)
+			}
+			if !strings.Contains(stderr, "apt-get update failed") {
+				t.Errorf("stderr does not say the update failed: %q", stderr)
+			}
+		})
+	}
+	// The backports source just added has no lists until an update: the
+	// script stops rather than let apt-get install -t fail obscurely.
+	t.Run("source-just-added", func(t *testing.T) {
+		h := newHost(t, "1.26.0", 0, strings.Fields(testPackages)...)
+		h.stub("apt-get", `case " $* " in *" update "*) exit 100 ;; esac`)
+		_, stderr, code := h.run("test")
+		if code != 1 || !strings.Contains(stderr, "bookworm-backports source just added needs it") {
+			t.Errorf("exit %d, want 1 and why: %q", code, stderr)
+		}
+		if c := h.called("apt-get"); len(c) != 1 || c[0] != rootUpdate {
+			t.Errorf("apt-get calls %q, want only the update", c)
+		}
+	})
 }
 
 func TestNothingMissingInstallsNothing(t *testing.T) {

@@ -124,6 +124,8 @@ gotool=${GO:-go}
 if ! command -v "$gotool" >/dev/null 2>&1; then
 	extra=
 	[[ -x /usr/local/go/bin/go ]] && extra=" (/usr/local/go/bin/go exists: export PATH=/usr/local/go/bin:\$PATH)"
+	# sudo resets PATH to its secure_path, so Go on the user's PATH is lost.
+	[[ -n ${SUDO_USER:-} ]] && extra=" (sudo resets PATH: keep yours with sudo env PATH=\"\$PATH\" make $target)"
 	die "'$gotool' not found on PATH$extra: $go_hint"
 fi
 # Run in the module so that a Go ≥ 1.21 reports the toolchain it would

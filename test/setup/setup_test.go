@@ -365,6 +365,17 @@ func TestGoIsCheckedFirst(t *testing.T) {
 	}
 }
 
+// TestGoLostUnderSudo: sudo resets PATH, so Go installed in the user's PATH
+// is not found when a user runs `sudo make test`; the message says how to
+// keep it.
+func TestGoLostUnderSudo(t *testing.T) {
+	h := newHost(t, "", 0)
+	_, stderr, code := h.run("test", "SUDO_USER=alice")
+	if code != 1 || !strings.Contains(stderr, `sudo env PATH="$PATH" make test`) {
+		t.Errorf("exit %d, want 1 and how to keep PATH under sudo: %q", code, stderr)
+	}
+}
+
 func TestGoFromGOVariable(t *testing.T) {
 	// make passes GO=…; the script checks that toolchain, not go on PATH.
 	h := newHost(t, "1.19.8", 1000, append(strings.Fields(testPackages), strings.Fields(libvirtBackports)...)...)

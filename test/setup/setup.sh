@@ -16,7 +16,8 @@
 #    script adds that source when none is configured
 #    (/etc/apt/sources.list.d/vunet-bookworm-backports.list) and installs
 #    libvirt with -t bookworm-backports, after the other packages, so that
-#    nothing else (QEMU, the kernel) is taken from backports.
+#    nothing else (QEMU, the kernel) is taken from backports. Not root, those
+#    steps follow the install on the same printed line (joined by &&).
 #
 # Only bash builtins are used besides go, dpkg-query, id and apt-get, so a
 # test can run the script with a PATH of stand-ins for those four
@@ -238,11 +239,18 @@ fi
 if [[ $(id -u) != 0 ]]; then
 	printf 'vunet setup: `make %s` needs Debian packages that are missing: %s\n' "$target" "${need[*]}" >&2
 	printf 'vunet setup: install them as root with:\n' >&2
-	[[ ${#install[@]} -gt 0 ]] && printf '%s\n' "${install[*]}"
+	# One line to paste into a root shell, whatever it has to do.
+	steps=()
+	[[ ${#install[@]} -gt 0 ]] && steps+=("${install[*]}")
 	if [[ ${#install_versioned[@]} -gt 0 ]]; then
-		[[ -n $add_source ]] && printf "echo '%s' >%s && apt-get update -q\n" "$BACKPORTS_LINE" "${source_file#"$sysroot"}"
-		printf '%s\n' "${install_versioned[*]}"
+		[[ -n $add_source ]] && steps+=("echo '$BACKPORTS_LINE' >${source_file#"$sysroot"}" "apt-get update -q")
+		steps+=("${install_versioned[*]}")
 	fi
+	line=${steps[0]}
+	for step in "${steps[@]:1}"; do
+		line+=" && $step"
+	done
+	printf '%s\n' "$line"
 	exit 2
 fi
 

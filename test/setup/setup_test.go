@@ -143,9 +143,9 @@ func TestNotRootPrintsTheOneInstallLine(t *testing.T) {
 	for _, tc := range []struct{ target, want string }{
 		{"demo", installPrefix + demoPackages + "\n"},
 		// Then libvirt from bookworm-backports: the source, and the
-		// install line that takes only libvirt from there.
-		{"test", installPrefix + testPackages + "\n" +
-			"echo '" + backportsLine + "' >/" + backportsFile + " && apt-get update -q\n" +
+		// install that takes only libvirt from there, on the same line.
+		{"test", installPrefix + testPackages + " && " +
+			"echo '" + backportsLine + "' >/" + backportsFile + " && apt-get update -q && " +
 			backportsInstall + "\n"},
 	} {
 		t.Run(tc.target, func(t *testing.T) {

@@ -199,10 +199,7 @@ func BenchmarkUDPToGuest(b *testing.B) {
 				heads[i] = p.rx.NewBuffers(nil, 2048)
 			}
 			payload := make([]byte, 1400)
-			b.ReportAllocs()
-			b.SetBytes(1400 * 64)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
+			op := func() {
 				for j := 0; j < 64; j++ {
 					if _, err := unix.Write(remote, payload); err != nil {
 						b.Fatal(err)
@@ -214,9 +211,16 @@ func BenchmarkUDPToGuest(b *testing.B) {
 				}
 				l.rx.Publish()
 			}
+			op() // first use: the flow learns the datagram size, the table allocates its overflow regions
+			b.ReportAllocs()
+			b.SetBytes(1400 * 64)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				op()
+			}
 			b.StopTimer()
-			if got := l.st.RX.Frames.Load(); got < uint64(b.N*64) {
-				b.Fatalf("frames %d, want %d", got, b.N*64)
+			if got := l.st.RX.Frames.Load(); got < uint64((b.N+1)*64) {
+				b.Fatalf("frames %d, want %d", got, (b.N+1)*64)
 			}
 		})
 	}

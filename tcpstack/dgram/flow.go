@@ -61,6 +61,9 @@ type flow struct {
 	dns      bool  // a UDP flow to the DNS forward's resolver (counted per datagram)
 	fwd      int32 // classInbound: the slot of the forwarded port it answers from; else -1
 	lastUsed time.Time
+	// hint is what a batch of received datagrams reserves for each
+	// (udp_recv.go nextHint; 0: nothing received yet).
+	hint int
 	// prev and next link the flow into its class's LRU list (lru.go).
 	prev, next int32
 }

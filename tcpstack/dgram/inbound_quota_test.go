@@ -33,6 +33,7 @@ func (s *fakeSink) Commit(int, *virtqueue.NetHdr) { s.frames++ }
 func (s *fakeSink) Abort()                        {}
 func (s *fakeSink) Enabled() bool                 { return !s.disabled }
 func (s *fakeSink) MoreLater() bool               { return false }
+func (s *fakeSink) Merging() bool                 { return false }
 
 // forwardTable is a table with a forwarded UDP port on the loopback for a
 // guest at 10.0.2.15 behind 10.0.2.2 (loopback peers appear as the

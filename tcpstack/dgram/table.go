@@ -77,6 +77,7 @@ type Table struct {
 	guestCsum bool             // the guest takes partial checksums (VIRTIO_NET_F_GUEST_CSUM)
 	vh        virtqueue.NetHdr // of the frame being committed
 	io        hostsock.IO
+	rx        udpRecv // the batch receive of UDP flows (udp_recv.go)
 	now       time.Time
 	nextSweep time.Time
 	ipID      uint16

@@ -99,42 +99,6 @@ func (ft *Table) UDP(now time.Time, p *header.Packet, frame [][]byte, skip int, 
 	}
 }
 
-// readUDP moves datagrams from flow i's socket into guest RX buffers.
-func (ft *Table) readUDP(w guestring.Sink, i int32) flowRead {
-	f := &ft.flows[i]
-	for b := 0; b < flowBudget; b++ {
-		hdr, pay, r := ft.reserveDatagram(w, f.fd, f.key.v6)
-		if r != datagramReserved {
-			if r == datagramRetry {
-				continue
-			}
-			return flowRead(r)
-		}
-		n, mflags, err := ft.io.Recv(f.fd, pay, 0)
-		if err != nil {
-			w.Abort()
-			if errors.Is(err, unix.EAGAIN) {
-				return flowDrained
-			}
-			if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.EHOSTUNREACH) ||
-				errors.Is(err, unix.ENETUNREACH) {
-				continue // an ICMP error reported on the socket; data may follow
-			}
-			ft.warn("UDP flow receive failed, flow closed", "err", err)
-			ft.closeFlow(i)
-			return flowDrained
-		}
-		if mflags&unix.MSG_TRUNC != 0 {
-			w.Abort()
-			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
-			continue
-		}
-		ft.touch(i)
-		ft.commitDatagram(w, hdr, &f.key, pay, n)
-	}
-	return flowBudgetUsed
-}
-
 // datagramReservation is the outcome of reserveDatagram: one of the
 // flowRead outcomes, or reserved (go on and receive), or retry (a
 // datagram was discarded, try the next).

@@ -39,4 +39,11 @@ type Sink interface {
 	// iteration's reservations are published); false means that is all a
 	// frame can get.
 	MoreLater() bool
+	// Merging reports whether a reservation is made of as many guest
+	// buffers as its payload needs (MRG_RXBUF): reserving much more than a
+	// frame then costs buffers, since the ones a short Commit leaves go
+	// back to the guest empty while later reservations are outstanding.
+	// Without it a reservation is one buffer (or one region) whatever
+	// maxPayload asks.
+	Merging() bool
 }

@@ -298,6 +298,9 @@ func (r *Writer) Enabled() bool { return r.enable }
 // capacity was the limit.
 func (r *Writer) MoreLater() bool { return r.mrg && r.starved || r.limited }
 
+// Merging implements Sink.
+func (r *Writer) Merging() bool { return r.mrg }
+
 // BeginIteration clears what the previous loop iteration learned about the
 // ring (Starved, Limited).
 func (r *Writer) BeginIteration() { r.starved, r.limited = false, false }

@@ -19,11 +19,15 @@ type IO struct {
 }
 
 // setIovecs points the iovec array at bytes [off, off+n) of the
-// concatenated bufs, skipping empty ones, and returns how many entries it
-// used (fewer bytes than n if the buffers or the array end first).
-func (s *IO) setIovecs(bufs [][]byte, off, n int) (k int) {
+// concatenated bufs (see fillIovecs) and returns how many entries it used.
+func (s *IO) setIovecs(bufs [][]byte, off, n int) (k int) { return fillIovecs(s.iov[:], bufs, off, n) }
+
+// fillIovecs points iov at bytes [off, off+n) of the concatenated bufs,
+// skipping empty ones, and returns how many entries it used (fewer bytes
+// than n if the buffers or iov end first).
+func fillIovecs(iov []unix.Iovec, bufs [][]byte, off, n int) (k int) {
 	for _, b := range bufs {
-		if n <= 0 || k == len(s.iov) {
+		if n <= 0 || k == len(iov) {
 			break
 		}
 		if off >= len(b) {
@@ -35,8 +39,8 @@ func (s *IO) setIovecs(bufs [][]byte, off, n int) (k int) {
 		if len(b) > n {
 			b = b[:n]
 		}
-		s.iov[k].Base = &b[0]
-		s.iov[k].SetLen(len(b))
+		iov[k].Base = &b[0]
+		iov[k].SetLen(len(b))
 		k++
 		n -= len(b)
 	}

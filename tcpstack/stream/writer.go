@@ -239,6 +239,10 @@ func (w *Writer) Abort() {
 // Enabled implements guestring.Sink: a stream is always supplied.
 func (w *Writer) Enabled() bool { return true }
 
+// Merging implements guestring.Sink: a reservation is one region of the
+// send buffer, of which a short Commit writes only what it holds.
+func (w *Writer) Merging() bool { return false }
+
 // MoreLater implements guestring.Sink: a reservation is short only when
 // the frame would exceed MaxFrame, which waiting does not change.
 func (w *Writer) MoreLater() bool { return false }

@@ -53,6 +53,7 @@ func (w *tcpRingWriter) Commit(n int, _ *virtqueue.NetHdr) {
 
 func (w *tcpRingWriter) Abort()          { w.pending = 0 }
 func (w *tcpRingWriter) Enabled() bool   { return true }
+func (w *tcpRingWriter) Merging() bool   { return false }
 func (w *tcpRingWriter) MoreLater() bool { return false }
 
 // tcpBenchAck is a prebuilt guest ACK frame whose ACK number is patched in

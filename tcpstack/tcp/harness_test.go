@@ -83,6 +83,7 @@ func (w *tcpFakeWriter) Abort() {
 }
 
 func (w *tcpFakeWriter) Enabled() bool   { return true }
+func (w *tcpFakeWriter) Merging() bool   { return false }
 func (w *tcpFakeWriter) MoreLater() bool { return false }
 
 // take returns and forgets the committed frames.

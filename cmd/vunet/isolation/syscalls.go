@@ -49,6 +49,7 @@ var runtimeSyscalls = []string{
 var daemonSyscalls = []string{
 	"pwrite64", "ftruncate", "fstat", // the capped log file (and pread64)
 	"sendmsg", "recvmsg", "recvfrom", // vhost-user messages and descriptors; flows
+	"recvmmsg", "sendmmsg", // UDP flows' datagrams in batches
 	"accept4", "bind", "connect", "getsockname", "getpeername", "getsockopt", "setsockopt", "shutdown",
 	"timerfd_create", "timerfd_settime",
 	// Guest kick/call/err eventfds that cannot block us (virtqueue):

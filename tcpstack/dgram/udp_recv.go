@@ -1,0 +1,274 @@
+package dgram
+
+import (
+	"cmp"
+	"errors"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/guestring"
+	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
+	"vunet/tcpstack/stats"
+)
+
+// Host→guest datagrams of a UDP flow are received with recvmmsg, up to
+// udpRecvBatch a call, straight into guest RX buffers reserved for them
+// before the call: one system call per batch where there were two per
+// datagram (a SIOCINQ ioctl for the next datagram's size, then recvmsg).
+//
+// A datagram's size is known only once it is received. Where a reservation
+// is one guest buffer whatever it holds, each datagram gets one; where it
+// is made of as many merged buffers as asked for, each is reserved about
+// the size of the flow's recent smallest (nextHint). Either way, behind
+// every reservation shorter than the largest datagram the kernel gets an
+// overflow region of the table's own: a datagram larger than its
+// reservation spills its tail there and is not lost. That datagram and the
+// ones received behind it are then assembled in their overflow regions,
+// their reservations given back, and copied into fresh reservations of
+// their real sizes; when the guest has no buffers for them yet, they wait
+// there (pending) for its refill and go first on the next turn, before any
+// flow's socket is read again.
+
+const (
+	// udpRecvBatch bounds the datagrams of one recvmmsg: past ~16 the
+	// call's fixed cost is already a small share.
+	udpRecvBatch = 16
+	// overflowSize holds the largest datagram (65527 bytes over IPv6).
+	overflowSize = 65536
+	// udpHintFloor is the smallest reservation a batch makes per datagram:
+	// about an Ethernet MTU's worth of payload, which fits one buffer of a
+	// Linux guest's (at least 1536 bytes with merged buffers), so that
+	// datagrams up to that size never spill because a tiny one came first.
+	udpHintFloor = 1472
+)
+
+// udpRecv is the state of the batch receive, one per table.
+type udpRecv struct {
+	batch hostsock.Batch
+	// hdr and plen are datagram j's reserved header buffer and payload
+	// length; its payload buffers are iov[iovAt[j]:iovAt[j+1]].
+	hdr   [udpRecvBatch][]byte
+	plen  [udpRecvBatch]int
+	iovAt [udpRecvBatch + 1]int
+	iov   [2 * hostsock.MaxIovecs][]byte
+	// overflow holds udpRecvBatch regions of overflowSize, allocated at
+	// first need (a guest whose buffers take any datagram never needs it).
+	overflow []byte
+	// Pending datagrams of flow pFlow (generation pGen): pLen[pNext:pEnd],
+	// each in its overflow region; -1: one to drop.
+	pFlow       int32
+	pGen        uint32
+	pNext, pEnd int
+	pLen        [udpRecvBatch]int
+}
+
+// region is overflow region j.
+func (rx *udpRecv) region(j int) []byte {
+	if rx.overflow == nil {
+		rx.overflow = make([]byte, udpRecvBatch*overflowSize)
+	}
+	return rx.overflow[j*overflowSize : (j+1)*overflowSize]
+}
+
+// udpFrameSizes are the header length of a UDP frame to the guest and the
+// largest payload it can carry.
+func udpFrameSizes(v6 bool) (hdrLen, maxPay int) {
+	if v6 {
+		return header.EthernetMinimumSize + header.IPv6MinimumSize + udpHdrLen, maxUDPv6Pay
+	}
+	return header.EthernetMinimumSize + header.IPv4MinimumSize + udpHdrLen, maxUDPv4Pay
+}
+
+// readUDP moves datagrams from flow i's socket into guest RX buffers.
+func (ft *Table) readUDP(w guestring.Sink, i int32) flowRead {
+	f := &ft.flows[i]
+	if !w.Enabled() {
+		ft.dropPending()
+		return ft.discardAll(f.fd)
+	}
+	if ft.deliverPending(w) {
+		return flowBlocked
+	}
+	for got := 0; got < flowBudget; {
+		r, n := ft.recvBatch(w, i, min(udpRecvBatch, flowBudget-got))
+		if r != flowBudgetUsed {
+			return r
+		}
+		got += n
+	}
+	return flowBudgetUsed
+}
+
+// recvBatch reserves guest buffers for up to max datagrams of flow i,
+// receives them with one recvmmsg and commits them. It returns
+// flowBudgetUsed and how many datagrams it took when the flow may have
+// more, else the flow's outcome.
+func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
+	f := &ft.flows[i]
+	rx := &ft.rx
+	hl, maxPay := udpFrameSizes(f.key.v6)
+	want := maxPay // a buffer each, whatever it holds
+	if w.Merging() {
+		want = min(cmp.Or(f.hint, udpHintFloor), maxPay)
+	}
+	b := &rx.batch
+	b.Reset()
+	niov := 0
+	for j := 0; j < max && b.Room(); j++ {
+		hdr, pay, s := w.Reserve(hl, want)
+		if s != guestring.OK {
+			if j > 0 {
+				break // receive what has buffers
+			}
+			if s == guestring.NoFit || s == guestring.Broken {
+				// The guest can never take it: read it into the discard buffer.
+				if ft.discardOne(f.fd) == flowDrained {
+					return flowDrained, 0
+				}
+				return flowBudgetUsed, 1
+			}
+			return flowBlocked, 0
+		}
+		plen := iovLen(pay)
+		var extra []byte
+		if plen < maxPay {
+			extra = rx.region(j)[:maxPay-plen]
+		}
+		rx.hdr[j], rx.plen[j] = hdr, b.Add(pay, 0, plen, extra)
+		rx.iovAt[j] = niov
+		niov += copy(rx.iov[niov:], pay)
+		rx.iovAt[j+1] = niov
+	}
+	k := b.Len()
+	m, err := b.Recv(f.fd)
+	if err != nil || m == 0 {
+		w.Abort()
+		switch {
+		case err == nil || errors.Is(err, unix.EAGAIN):
+			return flowDrained, 0
+		case errors.Is(err, unix.ECONNREFUSED), errors.Is(err, unix.EHOSTUNREACH), errors.Is(err, unix.ENETUNREACH):
+			return flowBudgetUsed, 1 // an ICMP error reported on the socket; data may follow
+		}
+		ft.warn("UDP flow receive failed, flow closed", "err", err)
+		ft.closeFlow(i)
+		return flowDrained, 0
+	}
+	ft.touch(i)
+	f.hint = nextHint(b, m, want)
+	for j := range m {
+		n, mflags := b.Received(j)
+		if n > rx.plen[j] || mflags&unix.MSG_TRUNC != 0 {
+			if ft.spill(w, i, j, m) {
+				return flowBlocked, m
+			}
+			break
+		}
+		ft.commitDatagram(w, rx.hdr[j], &f.key, rx.iov[rx.iovAt[j]:rx.iovAt[j+1]], n)
+	}
+	if m < k {
+		w.Abort() // the reservations of datagrams that were not there
+		return flowDrained, m
+	}
+	return flowBudgetUsed, m
+}
+
+// nextHint is what the next batch of a flow reserves per datagram with
+// merged guest buffers, after one that received m datagrams with want
+// each. Erring small costs a copy for a larger datagram (it spills);
+// erring large costs guest buffers (see guestring.Sink.Merging): the
+// driver counts a length error for each one that comes back empty. So
+// the hint drops at once to the smallest datagram received (not below
+// udpHintFloor), and rises to it only after a batch of at least half of
+// udpRecvBatch datagrams that were all larger.
+func nextHint(b *hostsock.Batch, m, want int) int {
+	least := -1
+	for j := range m {
+		if n, mflags := b.Received(j); mflags&unix.MSG_TRUNC == 0 && (least < 0 || n < least) {
+			least = n
+		}
+	}
+	switch {
+	case least < 0:
+		return want
+	case least < want:
+		return max(least, udpHintFloor)
+	case m >= udpRecvBatch/2:
+		return least
+	}
+	return want
+}
+
+// spill handles datagrams [j, m) of the last batch of flow i, the first of
+// which did not fit its reservation: it assembles each in its overflow
+// region, gives the reservations back and delivers them from there. It
+// reports whether some are left pending (the guest's buffers ran out).
+func (ft *Table) spill(w guestring.Sink, i int32, j, m int) (blocked bool) {
+	rx := &ft.rx
+	for x := j; x < m; x++ {
+		n, mflags := rx.batch.Received(x)
+		if mflags&unix.MSG_TRUNC != 0 {
+			rx.pLen[x] = -1
+			continue
+		}
+		reg := rx.region(x)
+		g := min(n, rx.plen[x])
+		copy(reg[g:n], reg[:n-g]) // the tail, behind where the head goes
+		header.CopyFromIovecs(reg[:g], rx.iov[rx.iovAt[x]:rx.iovAt[x+1]], 0)
+		rx.pLen[x] = n
+	}
+	w.Abort()
+	rx.pFlow, rx.pGen, rx.pNext, rx.pEnd = i, ft.flows[i].gen, j, m
+	return ft.deliverPending(w)
+}
+
+// deliverPending copies pending datagrams into guest buffers of their
+// size. It reports whether some are still pending (the guest's buffers ran
+// out: the caller waits for the refill).
+func (ft *Table) deliverPending(w guestring.Sink) (blocked bool) {
+	rx := &ft.rx
+	if rx.pNext >= rx.pEnd {
+		return false
+	}
+	f := &ft.flows[rx.pFlow]
+	if !f.inUse || f.gen != rx.pGen || f.key.kind != flowUDP {
+		ft.dropPending() // the flow was closed meanwhile
+		return false
+	}
+	hl, _ := udpFrameSizes(f.key.v6)
+	for ; rx.pNext < rx.pEnd; rx.pNext++ {
+		n := rx.pLen[rx.pNext]
+		if n < 0 {
+			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+			continue
+		}
+		hdr, pay, s := w.Reserve(hl, n)
+		switch s {
+		case guestring.OK:
+		case guestring.NoFit, guestring.Broken:
+			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+			continue
+		default:
+			return true
+		}
+		if iovLen(pay) < n {
+			w.Abort()
+			if w.MoreLater() {
+				return true
+			}
+			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+			continue
+		}
+		header.WriteIovecs(pay, 0, rx.region(rx.pNext)[:n])
+		ft.commitDatagram(w, hdr, &f.key, pay, n)
+	}
+	return false
+}
+
+// dropPending drops the pending datagrams, counted.
+func (ft *Table) dropPending() {
+	rx := &ft.rx
+	for ; rx.pNext < rx.pEnd; rx.pNext++ {
+		ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+	}
+}

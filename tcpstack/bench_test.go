@@ -105,7 +105,7 @@ func benchRXWriteFrame(b *testing.B, feat uint64, buf uint32, size int, capture 
 // benchUDPFlow sets up a loop (not running) with one UDP flow from the guest
 // to a "remote" socket on loopback, and returns the remote's fd connected to
 // the flow's host socket and the remote's port.
-func benchUDPFlow(b *testing.B, p *testPair) (l *loop, remote int, port uint16) {
+func benchUDPFlow(b testing.TB, p *testPair) (l *loop, remote int, port uint16) {
 	b.Helper()
 	remote, port = benchRemote(b)
 	l = benchLoop(b, p)
@@ -121,7 +121,7 @@ func benchUDPFlow(b *testing.B, p *testPair) (l *loop, remote int, port uint16) 
 
 // benchRemote is a UDP socket on loopback, the remote end of a benchmark's
 // flow, and its port.
-func benchRemote(b *testing.B) (remote int, port uint16) {
+func benchRemote(b testing.TB) (remote int, port uint16) {
 	b.Helper()
 	remote, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -137,7 +137,7 @@ func benchRemote(b *testing.B) (remote int, port uint16) {
 
 // connectRemote connects remote to the flow's host socket, which the
 // first datagram it received came from.
-func connectRemote(b *testing.B, remote int) {
+func connectRemote(b testing.TB, remote int) {
 	b.Helper()
 	var buf [64]byte
 	_, from, err := unix.Recvfrom(remote, buf[:], 0)

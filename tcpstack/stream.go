@@ -195,6 +195,7 @@ func (l *loop) streamTX() (more bool) {
 		for {
 			frame, err := sl.r.Next()
 			if err != nil {
+				l.flows.FlushSends()
 				st.BadLength.Add(1)
 				sl.end(err)
 				return false
@@ -206,6 +207,9 @@ func (l *loop) streamTX() (more bool) {
 			sl.chain.Readable = sl.iov[:]
 			l.handleTXFrame(&sl.chain)
 		}
+		// The datagrams queued for sendmmsg point into the read buffer,
+		// which the next read reuses.
+		l.flows.FlushSends()
 		sl.chain.Readable, sl.iov[0] = nil, nil
 		l.deliverPending()
 		if !sl.r.Full() {

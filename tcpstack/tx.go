@@ -125,6 +125,9 @@ func (l *loop) txBatch() (full bool) {
 		q.Push(c.Head, 0)
 		l.tx.next++
 	}
+	// The datagrams queued for sendmmsg point into the chains: they go
+	// out before the guest gets the chains back.
+	l.flows.FlushSends()
 	// Pop stages malformed chains as used by itself: a batch of only bad
 	// chains (n == 0) must be published too, or the guest never gets those
 	// descriptors back.

@@ -6,6 +6,11 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/hostsock"
+	"vunet/tcpstack/stats"
 )
 
 // batchDatagram is datagram number seq of size bytes of a sequence test:
@@ -110,5 +115,39 @@ func TestUDPManyDatagramsFromGuest(t *testing.T) {
 				t.Fatalf("peer's datagram %d: %d bytes %x…, want %d bytes %x…", k, n, buf[:min(n, 8)], len(want), want[:min(len(want), 8)])
 			}
 		}
+	}
+}
+
+// TestUDPSendsAreBatched: a TX batch of one flow's datagrams goes out with
+// one sendmmsg per hostsock.MaxBatch of them (it was a sendmsg each), and
+// the peer gets them all, in order, byte for byte.
+func TestUDPSendsAreBatched(t *testing.T) {
+	p := newFlowPair(t, featModern, nil)
+	l, remote, port := benchUDPFlow(t, p)
+	if unix.SetsockoptInt(remote, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20) != nil {
+		_ = unix.SetsockoptInt(remote, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+	}
+	_, before := l.flows.SyscallCounts()
+	for k := range txBatchMax {
+		p.addTX(udpFrame(testGuest4, testGw4, 40000, port, batchDatagram(k, batchSize(k))))
+	}
+	p.tx.Post()
+	l.txBatch()
+	_, after := l.flows.SyscallCounts()
+	if calls, want := after-before, uint64(txBatchMax/hostsock.MaxBatch); calls != want {
+		t.Errorf("%d sendmmsg calls for %d datagrams, want %d", calls, txBatchMax, want)
+	}
+	buf := make([]byte, 70000)
+	for k := range txBatchMax {
+		n, err := unix.Read(remote, buf)
+		if err != nil {
+			t.Fatalf("datagram %d: %v", k, err)
+		}
+		if want := batchDatagram(k, batchSize(k)); !bytes.Equal(buf[:n], want) {
+			t.Fatalf("peer's datagram %d: %d bytes, want %d", k, n, len(want))
+		}
+	}
+	if got := l.st.Proto.UDPDatagrams[stats.FromGuest].Load(); got != txBatchMax+1 {
+		t.Errorf("%d datagrams counted sent, want %d", got, txBatchMax+1)
 	}
 }

@@ -86,6 +86,7 @@ func (ft *Table) Forget(ex []Exported) int {
 		if !f.inUse || f.gen != e.gen || f.fd != e.FD {
 			continue
 		}
+		ft.flushSendsOf(e.slot)
 		unix.Close(f.fd)
 		ft.release(e.slot)
 		ft.st.Flows.MovedOut[f.key.kind.proto()].Add(1)

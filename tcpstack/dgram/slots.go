@@ -134,13 +134,17 @@ func (ft *Table) closeFlow(i int32) {
 	if !f.inUse {
 		return
 	}
+	ft.flushSendsOf(i)
 	unix.Close(f.fd) // also leaves the epoll set
 	ft.st.Flows.Closed[f.key.kind.proto()].Add(1)
 	ft.release(i)
 }
 
 // release frees flow i's slot; its socket is closed or someone else's now.
+// Its queued datagrams go out first (closeFlow and Forget send them before
+// they close the socket).
 func (ft *Table) release(i int32) {
+	ft.flushSendsOf(i)
 	f := &ft.flows[i]
 	f.fd = -1
 	f.inUse = false

@@ -78,6 +78,7 @@ type Table struct {
 	vh        virtqueue.NetHdr // of the frame being committed
 	io        hostsock.IO
 	rx        udpRecv // the batch receive of UDP flows (udp_recv.go)
+	tx        udpSend // the batch send of UDP flows (udp_send.go)
 	now       time.Time
 	nextSweep time.Time
 	ipID      uint16
@@ -122,6 +123,7 @@ func New(cfg Config, st *stats.Queue) *Table {
 		ft.lru[c].init()
 	}
 	ft.discardIO[0] = ft.discard[:]
+	ft.tx.flow = -1
 	ft.publishCapacity()
 	return ft
 }

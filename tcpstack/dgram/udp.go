@@ -2,11 +2,8 @@ package dgram
 
 import (
 	"encoding/binary"
-	"errors"
 	"net/netip"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
@@ -61,7 +58,6 @@ func (ft *Table) UDP(now time.Time, p *header.Packet, frame [][]byte, skip int, 
 		}
 		return
 	}
-	fd, dns := ft.flows[i].fd, ft.flows[i].dns
 	off := skip + p.L4Off + udpHdrLen
 	n := ulen - udpHdrLen
 	seg := n
@@ -69,34 +65,12 @@ func (ft *Table) UDP(now time.Time, p *header.Packet, frame [][]byte, skip int, 
 		seg = int(vh.GSOSize)
 		if n/seg > maxUSOSegments {
 			// A tiny segment size would turn one frame into thousands of
-			// system calls; no real driver does that.
+			// datagrams; no real driver does that.
 			st.UDPDrop(stats.FromGuest, stats.DropMalformed)
 			return
 		}
 	}
-	for {
-		m := min(seg, n)
-		_, err := ft.io.Send(fd, frame, off, m)
-		if errors.Is(err, unix.ECONNREFUSED) {
-			// An ICMP error for an earlier datagram was queued on the
-			// socket; this one was not sent. Try once more.
-			_, err = ft.io.Send(fd, frame, off, m)
-		}
-		if err != nil {
-			st.UDPDrop(stats.FromGuest, stats.DropSendError)
-		} else {
-			st.Proto.UDPDatagrams[stats.FromGuest].Add(1)
-			st.Proto.UDPBytes[stats.FromGuest].Add(uint64(m))
-			if dns {
-				st.Proto.DNSForwardDatagrams.Add(1)
-			}
-		}
-		off += m
-		n -= m
-		if n <= 0 {
-			return
-		}
-	}
+	ft.queueSend(i, frame, off, n, seg)
 }
 
 // datagramReservation is the outcome of reserveDatagram: one of the

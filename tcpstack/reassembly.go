@@ -249,6 +249,9 @@ func (l *loop) dispatchReassembled(b *fragBuf) {
 		l.st.TX.Drops[stats.DropMalformed].Add(1)
 	} else {
 		l.dispatchIP(&fp.chain, p)
+		// A datagram queued for sendmmsg points into the buffer, which
+		// the next fragment may take over.
+		l.flows.FlushSends()
 	}
 	fp.chain.Readable = nil
 }

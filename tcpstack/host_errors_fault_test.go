@@ -78,3 +78,26 @@ func TestFaultUDPSendErrorsInBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestFaultUDPSegmentRefused: a UDP_SEGMENT message the kernel refuses
+// (EIO, a device without checksum offload; injected) goes again datagram
+// by datagram, nothing lost, and the flow stops trying UDP_SEGMENT.
+func TestFaultUDPSegmentRefused(t *testing.T) {
+	p := newFlowPair(t, featModern, nil)
+	l, remote, port := benchUDPFlow(t, p)
+	if unix.SetsockoptInt(remote, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20) != nil {
+		_ = unix.SetsockoptInt(remote, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+	}
+	cancel := hostsock.InjectSendError(unix.EIO, 1)
+	sizes := sameSizeBatch(p, l, port, 0)
+	cancel()
+	readDatagrams(t, remote, 0, sizes)
+	sizes = sameSizeBatch(p, l, port, txBatchMax)
+	readDatagrams(t, remote, txBatchMax, sizes)
+	if _, _, seg := l.flows.SyscallCounts(); seg != 0 {
+		t.Errorf("%d UDP_SEGMENT messages after the kernel refused one", seg)
+	}
+	if d := l.st.Proto.UDPDrops[stats.FromGuest][stats.DropSendError].Load(); d != 0 {
+		t.Errorf("%d send errors counted", d)
+	}
+}

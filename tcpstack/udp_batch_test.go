@@ -127,13 +127,13 @@ func TestUDPSendsAreBatched(t *testing.T) {
 	if unix.SetsockoptInt(remote, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20) != nil {
 		_ = unix.SetsockoptInt(remote, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
 	}
-	_, before := l.flows.SyscallCounts()
+	_, before, _ := l.flows.SyscallCounts()
 	for k := range txBatchMax {
 		p.addTX(udpFrame(testGuest4, testGw4, 40000, port, batchDatagram(k, batchSize(k))))
 	}
 	p.tx.Post()
 	l.txBatch()
-	_, after := l.flows.SyscallCounts()
+	_, after, _ := l.flows.SyscallCounts()
 	if calls, want := after-before, uint64(txBatchMax/hostsock.MaxBatch); calls != want {
 		t.Errorf("%d sendmmsg calls for %d datagrams, want %d", calls, txBatchMax, want)
 	}
@@ -147,6 +147,61 @@ func TestUDPSendsAreBatched(t *testing.T) {
 			t.Fatalf("peer's datagram %d: %d bytes, want %d", k, n, len(want))
 		}
 	}
+	if got := l.st.Proto.UDPDatagrams[stats.FromGuest].Load(); got != txBatchMax+1 {
+		t.Errorf("%d datagrams counted sent, want %d", got, txBatchMax+1)
+	}
+}
+
+// sameSizeBatch queues a TX batch of txBatchMax datagrams of 1400 bytes
+// but the last (500) on l's flow to port and runs it.
+func sameSizeBatch(p *testPair, l *loop, port uint16, seq int) []int {
+	sizes := make([]int, txBatchMax)
+	for k := range sizes {
+		sizes[k] = 1400
+	}
+	sizes[len(sizes)-1] = 500
+	for k, n := range sizes {
+		p.addTX(udpFrame(testGuest4, testGw4, 40000, port, batchDatagram(seq+k, n)))
+	}
+	p.tx.Post()
+	l.txBatch()
+	return sizes
+}
+
+// readDatagrams reads len(sizes) datagrams from remote and checks them
+// against datagrams seq... of those sizes.
+func readDatagrams(t *testing.T, remote int, seq int, sizes []int) {
+	t.Helper()
+	buf := make([]byte, 70000)
+	for k, n := range sizes {
+		m, err := unix.Read(remote, buf)
+		if err != nil {
+			t.Fatalf("datagram %d: %v", seq+k, err)
+		}
+		if !bytes.Equal(buf[:m], batchDatagram(seq+k, n)) {
+			t.Fatalf("peer's datagram %d: %d bytes, want %d", seq+k, m, n)
+		}
+	}
+}
+
+// TestUDPSameSizeDatagramsGoSegmented: a TX batch of one flow's datagrams
+// of one size leaves in UDP_SEGMENT messages (UDP GSO: one per
+// hostsock.MaxBatch datagrams queued), and the kernel cuts them back into
+// exactly the guest's datagrams, the shorter last one included.
+func TestUDPSameSizeDatagramsGoSegmented(t *testing.T) {
+	p := newFlowPair(t, featModern, nil)
+	l, remote, port := benchUDPFlow(t, p)
+	if unix.SetsockoptInt(remote, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20) != nil {
+		_ = unix.SetsockoptInt(remote, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+	}
+	_, before, _ := l.flows.SyscallCounts()
+	sizes := sameSizeBatch(p, l, port, 0)
+	_, after, segmented := l.flows.SyscallCounts()
+	want := uint64(txBatchMax / hostsock.MaxBatch)
+	if after-before != want || segmented != want {
+		t.Errorf("%d send calls, %d UDP_SEGMENT messages for %d datagrams; want %d and %d", after-before, segmented, txBatchMax, want, want)
+	}
+	readDatagrams(t, remote, 0, sizes)
 	if got := l.st.Proto.UDPDatagrams[stats.FromGuest].Load(); got != txBatchMax+1 {
 		t.Errorf("%d datagrams counted sent, want %d", got, txBatchMax+1)
 	}

@@ -64,6 +64,10 @@ type flow struct {
 	// hint is what a batch of received datagrams reserves for each
 	// (udp_recv.go nextHint; 0: nothing received yet).
 	hint int
+	// gsoLimit: guest datagrams go out in UDP_SEGMENT sends only when
+	// smaller than it (0: any size); the kernel refused one of this size
+	// (udp_send.go).
+	gsoLimit int
 	// prev and next link the flow into its class's LRU list (lru.go).
 	prev, next int32
 }

@@ -10,9 +10,10 @@ import (
 )
 
 // Guest→host datagrams of a UDP flow are queued as the TX batch hands
-// them in and go out with one sendmmsg per flow run: consecutive
-// datagrams of one flow (a USO frame's segments, a burst of one sender's
-// frames) cost one system call where each was a sendmsg. The payload is
+// them in and go out together: consecutive datagrams of one flow (a USO
+// frame's segments, a burst of one sender's frames) cost one system call
+// where each was a sendmsg: one UDP_SEGMENT send (UDP GSO) for a run of
+// one size, one sendmmsg for the others. The payload is
 // still the guest's memory, which stays ours until the batch's chains are
 // published: the loop calls FlushSends before that, and the queue is
 // flushed before a datagram of another flow is queued (order within a
@@ -26,6 +27,7 @@ type udpSend struct {
 	fd    int
 	dns   bool
 	lens  [hostsock.MaxBatch]int
+	runs  [hostsock.MaxBatch]hostsock.Run // how FlushSends sends them
 }
 
 // queueSend queues the datagrams of bytes [off, off+n) of frame, seg bytes
@@ -52,16 +54,98 @@ func (ft *Table) queueSend(i int32, frame [][]byte, off, n, seg int) {
 	}
 }
 
-// FlushSends sends the queued datagrams, in order, each error costing only
-// its own datagram (counted as a send error). The loop calls it before it
-// publishes the TX chains the datagrams point into.
+// maxGSOSegments bounds the datagrams of one UDP_SEGMENT send (Linux
+// UDP_MAX_SEGMENTS, 64 before 6.9).
+const maxGSOSegments = 64
+
+// FlushSends sends the queued datagrams, in order, with one sendmmsg: a
+// run of datagrams of one size (the last may be shorter) as one
+// UDP_SEGMENT message, the others as a message each. An error costs only
+// the datagram it hit (counted as a send error); a run the kernel refuses
+// goes again datagram by datagram, so its errors are per datagram too, and
+// a size the kernel cannot segment (EINVAL: larger than the route's MTU
+// allows; EIO: no checksum offload) is not tried again on the flow. The
+// loop calls it before it publishes the TX chains the datagrams point
+// into.
 func (ft *Table) FlushSends() {
 	tx := &ft.tx
-	b := &tx.batch
-	st := ft.st
+	n := tx.batch.Len()
+	if n == 0 {
+		return
+	}
+	f := &ft.flows[tx.flow]
+	_, maxPay := udpFrameSizes(f.key.v6)
+	k := 0
+	for from := 0; from < n; k++ {
+		to, seg := tx.run(from, maxPay)
+		if to-from < 2 || (f.gsoLimit != 0 && seg >= f.gsoLimit) {
+			to, seg = from+1, 0
+		}
+		tx.runs[k] = hostsock.Run{From: from, To: to, Seg: seg}
+		from = to
+	}
 	retried := false
-	for from := 0; from < b.Len(); {
-		r, err := b.Send(tx.fd, from)
+	for o := 0; o < k; {
+		r, err := tx.batch.SendRuns(tx.fd, tx.runs[o:k])
+		if err == nil && r <= 0 {
+			err = unix.EIO // cannot happen; never loop on it
+		}
+		if err == nil {
+			for _, run := range tx.runs[o : o+r] {
+				tx.sent(ft.st, run.From, run.To)
+			}
+			o += r
+			retried = false
+			continue
+		}
+		run := tx.runs[o]
+		switch {
+		case run.Seg > 0:
+			switch {
+			case errors.Is(err, unix.EIO):
+				f.gsoLimit = 1
+			case errors.Is(err, unix.EINVAL):
+				f.gsoLimit = run.Seg
+			}
+			ft.sendEach(run.From, run.To)
+		case errors.Is(err, unix.ECONNREFUSED) && !retried:
+			// An ICMP error for an earlier datagram was queued on the
+			// socket; this one was not sent. Try once more.
+			retried = true
+			continue
+		default:
+			ft.st.UDPDrop(stats.FromGuest, stats.DropSendError)
+		}
+		retried = false
+		o++
+	}
+	tx.batch.Reset()
+	tx.flow = -1
+}
+
+// run is the longest run of queued datagrams from from on that one
+// UDP_SEGMENT send can carry: of one size seg, the last maybe shorter
+// (but not empty), maxPay bytes at most in all.
+func (tx *udpSend) run(from, maxPay int) (to, seg int) {
+	seg = tx.lens[from]
+	total := seg
+	for to = from + 1; to < tx.batch.Len() && to-from < maxGSOSegments; to++ {
+		m := tx.lens[to]
+		if seg == 0 || m == 0 || m > seg || total+m > maxPay || tx.lens[to-1] != seg {
+			break
+		}
+		total += m
+	}
+	return to, seg
+}
+
+// sendEach sends queued datagrams [from, to) with sendmmsg, a message
+// each, each error costing only the datagram it hit.
+func (ft *Table) sendEach(from, to int) {
+	tx := &ft.tx
+	retried := false
+	for from < to {
+		r, err := tx.batch.Send(tx.fd, from, to)
 		if err == nil && r <= 0 {
 			err = unix.EIO // cannot happen; never loop on it
 		}
@@ -73,22 +157,25 @@ func (ft *Table) FlushSends() {
 				continue
 			}
 			retried = false
-			st.UDPDrop(stats.FromGuest, stats.DropSendError)
+			ft.st.UDPDrop(stats.FromGuest, stats.DropSendError)
 			from++
 			continue
 		}
 		retried = false
-		for _, m := range tx.lens[from : from+r] {
-			st.Proto.UDPDatagrams[stats.FromGuest].Add(1)
-			st.Proto.UDPBytes[stats.FromGuest].Add(uint64(m))
-			if tx.dns {
-				st.Proto.DNSForwardDatagrams.Add(1)
-			}
-		}
+		tx.sent(ft.st, from, from+r)
 		from += r
 	}
-	b.Reset()
-	tx.flow = -1
+}
+
+// sent counts queued datagrams [from, to) as sent.
+func (tx *udpSend) sent(st *stats.Queue, from, to int) {
+	for _, m := range tx.lens[from:to] {
+		st.Proto.UDPDatagrams[stats.FromGuest].Add(1)
+		st.Proto.UDPBytes[stats.FromGuest].Add(uint64(m))
+		if tx.dns {
+			st.Proto.DNSForwardDatagrams.Add(1)
+		}
+	}
 }
 
 // flushSendsOf sends the queued datagrams if they are flow i's, whose
@@ -99,8 +186,9 @@ func (ft *Table) flushSendsOf(i int32) {
 	}
 }
 
-// SyscallCounts is how many recvmmsg and sendmmsg calls the table's UDP
-// flows have made (tests and diagnostics: the calls per datagram).
-func (ft *Table) SyscallCounts() (recv, send uint64) {
-	return ft.rx.batch.Calls(), ft.tx.batch.Calls()
+// SyscallCounts is how many system calls the table's UDP flows have made
+// to receive and to send datagrams, and how many of the sends were
+// UDP_SEGMENT sends (tests and diagnostics: the calls per datagram).
+func (ft *Table) SyscallCounts() (recv, send, segmented uint64) {
+	return ft.rx.batch.Calls(), ft.tx.batch.Calls(), ft.tx.batch.SegmentedSends()
 }

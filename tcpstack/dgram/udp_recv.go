@@ -36,11 +36,12 @@ const (
 	udpRecvBatch = 16
 	// overflowSize holds the largest datagram (65527 bytes over IPv6).
 	overflowSize = 65536
-	// udpHintFloor is the smallest reservation a batch makes per datagram:
-	// about an Ethernet MTU's worth of payload, which fits one buffer of a
-	// Linux guest's (at least 1536 bytes with merged buffers), so that
-	// datagrams up to that size never spill because a tiny one came first.
-	udpHintFloor = 1472
+	// udpHintMTU makes the smallest reservation a batch makes per
+	// datagram (udpHintFloor): an Ethernet MTU's worth of payload, which
+	// fits one buffer of a Linux guest's (at least 1536 bytes with merged
+	// buffers), so that datagrams up to that size never spill because a
+	// tiny one came first.
+	udpHintMTU = 1500
 )
 
 // udpRecv is the state of the batch receive, one per table.
@@ -69,6 +70,15 @@ func (rx *udpRecv) region(j int) []byte {
 		rx.overflow = make([]byte, udpRecvBatch*overflowSize)
 	}
 	return rx.overflow[j*overflowSize : (j+1)*overflowSize]
+}
+
+// udpHintFloor is the smallest reservation a batch makes per datagram of
+// an IPv6 (v6) or IPv4 flow.
+func udpHintFloor(v6 bool) int {
+	if v6 {
+		return udpHintMTU - header.IPv6MinimumSize - udpHdrLen
+	}
+	return udpHintMTU - header.IPv4MinimumSize - udpHdrLen
 }
 
 // udpFrameSizes are the header length of a UDP frame to the guest and the
@@ -110,7 +120,7 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 	hl, maxPay := udpFrameSizes(f.key.v6)
 	want := maxPay // a buffer each, whatever it holds
 	if w.Merging() {
-		want = min(cmp.Or(f.hint, udpHintFloor), maxPay)
+		want = min(cmp.Or(f.hint, udpHintFloor(f.key.v6)), maxPay)
 	}
 	b := &rx.batch
 	b.Reset()
@@ -155,7 +165,7 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 		return flowDrained, 0
 	}
 	ft.touch(i)
-	f.hint = nextHint(b, m, want)
+	f.hint = nextHint(b, m, want, udpHintFloor(f.key.v6))
 	for j := range m {
 		n, mflags := b.Received(j)
 		if n > rx.plen[j] || mflags&unix.MSG_TRUNC != 0 {
@@ -179,9 +189,9 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 // erring large costs guest buffers (see guestring.Sink.Merging): the
 // driver counts a length error for each one that comes back empty. So
 // the hint drops at once to the smallest datagram received (not below
-// udpHintFloor), and rises to it only after a batch of at least half of
+// floor), and rises to it only after a batch of at least half of
 // udpRecvBatch datagrams that were all larger.
-func nextHint(b *hostsock.Batch, m, want int) int {
+func nextHint(b *hostsock.Batch, m, want, floor int) int {
 	least := -1
 	for j := range m {
 		if n, mflags := b.Received(j); mflags&unix.MSG_TRUNC == 0 && (least < 0 || n < least) {
@@ -192,7 +202,7 @@ func nextHint(b *hostsock.Batch, m, want int) int {
 	case least < 0:
 		return want
 	case least < want:
-		return max(least, udpHintFloor)
+		return max(least, floor)
 	case m >= udpRecvBatch/2:
 		return least
 	}

@@ -100,12 +100,8 @@ func BenchmarkStreamUDPToGuest(b *testing.B) {
 	l, peer, remote, _ := streamBenchLoop(b)
 	payload := make([]byte, 1400)
 	sink := make([]byte, 1<<20)
-	frames := l.st.RX.Frames.Load()
 	want := 64 * (stream.LenSize + 14 + 20 + 8 + 1400)
-	b.ReportAllocs()
-	b.SetBytes(1400 * 64)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	op := func() {
 		for j := 0; j < 64; j++ {
 			if _, err := unix.Write(remote, payload); err != nil {
 				b.Fatal(err)
@@ -123,6 +119,14 @@ func BenchmarkStreamUDPToGuest(b *testing.B) {
 			}
 			got += n
 		}
+	}
+	op() // first use: the table allocates its overflow regions
+	frames := l.st.RX.Frames.Load()
+	b.ReportAllocs()
+	b.SetBytes(1400 * 64)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		op()
 	}
 	b.StopTimer()
 	if got := l.st.RX.Frames.Load() - frames; got != uint64(b.N*64) {

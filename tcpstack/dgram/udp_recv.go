@@ -177,8 +177,12 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 		ft.commitDatagram(w, rx.hdr[j], &f.key, rx.iov[rx.iovAt[j]:rx.iovAt[j+1]], n)
 	}
 	if m < k {
-		w.Abort() // the reservations of datagrams that were not there
-		return flowDrained, m
+		// The reservations of datagrams that were not there. The socket
+		// is not known to be drained: recvmmsg also stops short at an
+		// error (an ICMP error reported on the socket, which the next
+		// call returns), with datagrams still queued behind it, and
+		// epoll is edge-triggered. The next call tells.
+		w.Abort()
 	}
 	return flowBudgetUsed, m
 }

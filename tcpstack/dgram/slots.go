@@ -115,6 +115,9 @@ func (ft *Table) place(key *flowKey, fd int, c flowClass) (int32, bool) {
 	}
 	ft.live++
 	ft.st.Flows.Live[key.kind.proto()].Add(1)
+	if key.kind == flowUDP {
+		_ = hostsock.EnableGRO(fd) // readUDP splits what the kernel coalesced
+	}
 	if ft.ep != nil {
 		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, ft.token(i)); err != nil {
 			ft.warn("register flow socket", "err", err)

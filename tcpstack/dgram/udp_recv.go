@@ -34,8 +34,12 @@ const (
 	// udpRecvBatch bounds the datagrams of one recvmmsg: past ~16 the
 	// call's fixed cost is already a small share.
 	udpRecvBatch = 16
-	// overflowSize holds the largest datagram (65527 bytes over IPv6).
+	// overflowSize holds the largest datagram (65527 bytes over IPv6), or
+	// what UDP_GRO coalesced (at most 64 KiB).
 	overflowSize = 65536
+	// maxGROSegments bounds the datagrams the kernel coalesces into one
+	// (UDP_GRO_CNT_MAX).
+	maxGROSegments = 64
 	// udpHintMTU makes the smallest reservation a batch makes per
 	// datagram (udpHintFloor): an Ethernet MTU's worth of payload, which
 	// fits one buffer of a Linux guest's (at least 1536 bytes with merged
@@ -56,12 +60,21 @@ type udpRecv struct {
 	// overflow holds udpRecvBatch regions of overflowSize, allocated at
 	// first need (a guest whose buffers take any datagram never needs it).
 	overflow []byte
-	// Pending datagrams of flow pFlow (generation pGen): pLen[pNext:pEnd],
-	// each in its overflow region; -1: one to drop.
+	// Pending datagrams of flow pFlow (generation pGen): pending[pNext:pEnd],
+	// in the overflow regions.
 	pFlow       int32
 	pGen        uint32
 	pNext, pEnd int
-	pLen        [udpRecvBatch]int
+	pending     [udpRecvBatch * maxGROSegments]pendingDatagram
+	// coalesced counts the receives UDP_GRO had coalesced.
+	coalesced uint64
+}
+
+// pendingDatagram is a datagram at off in overflow region reg, n bytes
+// long; n < 0: one to drop.
+type pendingDatagram struct {
+	reg    uint8
+	off, n int32
 }
 
 // region is overflow region j.
@@ -142,8 +155,8 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 		}
 		plen := iovLen(pay)
 		var extra []byte
-		if plen < maxPay {
-			extra = rx.region(j)[:maxPay-plen]
+		if plen < overflowSize {
+			extra = rx.region(j)[:overflowSize-plen] // the largest datagram, or what GRO coalesced
 		}
 		rx.hdr[j], rx.plen[j] = hdr, b.Add(pay, 0, plen, extra)
 		rx.iovAt[j] = niov
@@ -168,7 +181,7 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 	f.hint = nextHint(b, m, want, udpHintFloor(f.key.v6))
 	for j := range m {
 		n, mflags := b.Received(j)
-		if n > rx.plen[j] || mflags&unix.MSG_TRUNC != 0 {
+		if seg := b.Segment(j); n > rx.plen[j] || mflags&unix.MSG_TRUNC != 0 || (seg > 0 && seg < n) {
 			if ft.spill(w, i, j, m) {
 				return flowBlocked, m
 			}
@@ -198,7 +211,11 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 func nextHint(b *hostsock.Batch, m, want, floor int) int {
 	least := -1
 	for j := range m {
-		if n, mflags := b.Received(j); mflags&unix.MSG_TRUNC == 0 && (least < 0 || n < least) {
+		n, mflags := b.Received(j)
+		if seg := b.Segment(j); seg > 0 && seg < n {
+			n = seg // coalesced: datagrams of seg bytes
+		}
+		if mflags&unix.MSG_TRUNC == 0 && (least < 0 || n < least) {
 			least = n
 		}
 	}
@@ -214,26 +231,48 @@ func nextHint(b *hostsock.Batch, m, want, floor int) int {
 }
 
 // spill handles datagrams [j, m) of the last batch of flow i, the first of
-// which did not fit its reservation: it assembles each in its overflow
-// region, gives the reservations back and delivers them from there. It
-// reports whether some are left pending (the guest's buffers ran out).
+// which did not fit its reservation or was several coalesced (UDP_GRO):
+// it assembles each in its overflow region, gives the reservations back
+// and delivers them from there, coalesced ones cut into their datagrams.
+// It reports whether some are left pending (the guest's buffers ran out).
 func (ft *Table) spill(w guestring.Sink, i int32, j, m int) (blocked bool) {
 	rx := &ft.rx
+	rx.pNext, rx.pEnd = 0, 0
 	for x := j; x < m; x++ {
 		n, mflags := rx.batch.Received(x)
 		if mflags&unix.MSG_TRUNC != 0 {
-			rx.pLen[x] = -1
+			rx.pend(x, 0, -1)
 			continue
 		}
 		reg := rx.region(x)
 		g := min(n, rx.plen[x])
 		copy(reg[g:n], reg[:n-g]) // the tail, behind where the head goes
 		header.CopyFromIovecs(reg[:g], rx.iov[rx.iovAt[x]:rx.iovAt[x+1]], 0)
-		rx.pLen[x] = n
+		seg := rx.batch.Segment(x)
+		if seg <= 0 || seg >= n {
+			rx.pend(x, 0, n)
+			continue
+		}
+		rx.coalesced++
+		for off := 0; off < n; off += seg {
+			rx.pend(x, off, min(seg, n-off))
+		}
 	}
 	w.Abort()
-	rx.pFlow, rx.pGen, rx.pNext, rx.pEnd = i, ft.flows[i].gen, j, m
+	rx.pFlow, rx.pGen = i, ft.flows[i].gen
 	return ft.deliverPending(w)
+}
+
+// pend adds a pending datagram of n bytes at off in region x (n < 0: one
+// to drop); past the list's room (more than the kernel coalesces) it is
+// dropped, counted.
+func (rx *udpRecv) pend(x, off, n int) {
+	if rx.pEnd == len(rx.pending) {
+		n = -1
+		rx.pEnd--
+	}
+	rx.pending[rx.pEnd] = pendingDatagram{reg: uint8(x), off: int32(off), n: int32(n)}
+	rx.pEnd++
 }
 
 // deliverPending copies pending datagrams into guest buffers of their
@@ -251,7 +290,8 @@ func (ft *Table) deliverPending(w guestring.Sink) (blocked bool) {
 	}
 	hl, _ := udpFrameSizes(f.key.v6)
 	for ; rx.pNext < rx.pEnd; rx.pNext++ {
-		n := rx.pLen[rx.pNext]
+		d := rx.pending[rx.pNext]
+		n := int(d.n)
 		if n < 0 {
 			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 			continue
@@ -273,7 +313,7 @@ func (ft *Table) deliverPending(w guestring.Sink) (blocked bool) {
 			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 			continue
 		}
-		header.WriteIovecs(pay, 0, rx.region(rx.pNext)[:n])
+		header.WriteIovecs(pay, 0, rx.region(int(d.reg))[d.off:int(d.off)+n])
 		ft.commitDatagram(w, hdr, &f.key, pay, n)
 	}
 	return false

@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -396,3 +398,66 @@ func (s *benchSink) Abort()                        {}
 func (s *benchSink) Enabled() bool                 { return true }
 func (s *benchSink) MoreLater() bool               { return false }
 func (s *benchSink) Merging() bool                 { return false }
+
+// TestUDPReceiveSplitsCoalesced: with UDP_GRO on the flow's socket, a
+// peer's run of same-size datagrams may come in as one (here: the peer
+// sends them with UDP_SEGMENT over the loopback, which hands the socket the
+// unsegmented buffer); the guest still gets each datagram, in order, byte
+// for byte, between single ones.
+func TestUDPReceiveSplitsCoalesced(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sink ringSink
+	}{
+		{"merged_buffers", ringSink{bufSize: 1536, mrg: true}},
+		{"big_buffers", ringSink{bufSize: 65562}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ft, i, c := flowTo(t)
+			w := &tc.sink
+			w.free = 1 << 20
+			raw, err := c.c.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			oob := make([]byte, unix.CmsgSpace(2))
+			h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+			h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+			h.SetLen(unix.CmsgLen(2))
+			var sizes []int
+			segmented := func(seg int, lens ...int) {
+				var buf []byte
+				for _, n := range lens {
+					buf = append(buf, datagram(len(sizes), n)...)
+					sizes = append(sizes, n)
+				}
+				*(*uint16)(unsafe.Pointer(&oob[unix.CmsgLen(0)])) = uint16(seg)
+				var serr error
+				if err := raw.Control(func(fd uintptr) {
+					_, serr = unix.SendmsgN(int(fd), buf, oob, &unix.SockaddrInet4{Port: c.to.Port, Addr: [4]byte{127, 0, 0, 1}}, 0)
+				}); err != nil || serr != nil {
+					t.Fatal(err, serr)
+				}
+			}
+			single := func(n int) {
+				if _, err := c.Write(datagram(len(sizes), n)); err != nil {
+					t.Fatal(err)
+				}
+				sizes = append(sizes, n)
+			}
+			for r := range 3 {
+				single(100 + r)
+				segmented(1400, 1400, 1400, 1400, 1400, 1400, 1400, 1400, 700)
+				segmented(1000, 1000, 1000)
+				single(5000)
+				segmented(1472, slices.Repeat([]int{1472}, 40)...)
+				flushFlow(t, ft, i, w)
+			}
+			checkFrames(t, ft, w, sizes)
+			if ft.rx.coalesced == 0 {
+				t.Fatal("the kernel coalesced nothing: UDP_GRO is not on the flow's socket")
+			}
+			t.Logf("%d datagrams, %d coalesced receives, %d recvmmsg calls", len(sizes), ft.rx.coalesced, ft.rx.batch.Calls())
+		})
+	}
+}

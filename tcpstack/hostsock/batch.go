@@ -20,8 +20,8 @@ type Batch struct {
 	iov     [2 * MaxIovecs]unix.Iovec
 	n, niov int
 	calls   uint64
-	// out are the messages of SendRuns, ctrl their UDP_SEGMENT control
-	// messages.
+	// out are the messages of SendRuns; ctrl their UDP_SEGMENT control
+	// messages, or a Recv's (UDP_GRO).
 	out     [MaxBatch]unix.Mmsghdr
 	ctrl    [MaxBatch][4]uint64
 	segSent uint64
@@ -71,6 +71,22 @@ func (b *Batch) Add(bufs [][]byte, off, n int, extra []byte) (covered int) {
 	return covered
 }
 
+// Segment is the UDP_GRO segment size of datagram j of the last Recv: with
+// UDP_GRO on the socket (EnableGRO), the kernel may hand over several
+// datagrams of one peer of that size (the last maybe shorter) as one,
+// coalesced; 0 when j is a single datagram.
+func (b *Batch) Segment(j int) int {
+	m := &b.msgs[j].Hdr
+	if m.Controllen < uint64(unix.CmsgLen(4)) {
+		return 0
+	}
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b.ctrl[j][0]))
+	if h.Level != unix.SOL_UDP || h.Type != unix.UDP_GRO || h.Len < uint64(unix.CmsgLen(4)) {
+		return 0
+	}
+	return int(*(*int32)(unsafe.Add(unsafe.Pointer(&b.ctrl[j][0]), unix.CmsgLen(0))))
+}
+
 // Received is the length and msghdr flags (unix.MSG_TRUNC: it did not
 // fit) of datagram j of the last Recv.
 func (b *Batch) Received(j int) (n, msgFlags int) {
@@ -83,6 +99,11 @@ func (b *Batch) Received(j int) (n, msgFlags int) {
 func (b *Batch) Recv(fd int) (int, error) {
 	if b.n == 0 {
 		return 0, nil
+	}
+	for j := range b.msgs[:b.n] {
+		m := &b.msgs[j].Hdr
+		m.Control = (*byte)(unsafe.Pointer(&b.ctrl[j][0]))
+		m.SetControllen(len(b.ctrl[j]) * 8)
 	}
 	return b.call(unix.SYS_RECVMMSG, fd, 0, b.n, unix.MSG_DONTWAIT)
 }

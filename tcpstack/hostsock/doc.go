@@ -1,6 +1,7 @@
 // Package hostsock is the data path's one layer of host-socket system
-// calls: sendmsg, recvmsg (peek, truncate, with the sender's address) and
-// the socket options TCP translation reads, all on preallocated iovec and
+// calls: sendmsg, recvmsg (peek, truncate, with the sender's address),
+// recvmmsg and sendmmsg of datagram batches (UDP_SEGMENT and UDP_GRO
+// included) and the socket options TCP translation reads, all on preallocated iovec and
 // msghdr storage so the hot path does not allocate (x/sys/unix's
 // convenience wrappers do); opening sockets (connect with an outbound
 // source address, listening on forwarded ports, accepting); and the event

@@ -50,10 +50,7 @@ func TestUDPManyDatagramsToGuest(t *testing.T) {
 	}
 	defer srv.Close()
 	port := uint16(srv.LocalAddr().(*net.UDPAddr).Port)
-	for range 250 {
-		p.rx.AddBuffers(nil, 1536)
-	}
-	p.rx.Post()
+	p.postRX(250, 1536)
 	p.start()
 	// The guest's first datagram opens the flow and tells the peer where
 	// the flow's socket is.

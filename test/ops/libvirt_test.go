@@ -66,45 +66,14 @@ func TestLibvirtDomainOnVunet(t *testing.T) {
 	d := qemu.StartDaemon(t, qemu.DaemonConfig{NetNS: ns, Dir: dir, Args: []string{"--socket-mode", "0666"}})
 
 	name := fmt.Sprintf("vunet-ops-%d", os.Getpid())
-	cmdline := guest.KernelArgs + " " + guest.Cmdline(
-		[]string{guest.CheckLink, guest.CheckDHCP, guest.CheckHTTP},
-		map[string]string{
-			guest.ParamHTTP:    fmt.Sprintf("http://%s:%d/blob", ns.Host.Gateway, page.Port),
-			guest.ParamResults: "/dev/ttyS1",
-			guest.ParamTimeout: "40s",
-		})
-	domXML := libvirtDomain(t, name, d.Socket, kernel, initrd, cmdline, console, results)
-	domPath := filepath.Join(dir, "dom.xml")
-	if err := os.WriteFile(domPath, []byte(domXML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if validate, err := exec.LookPath("virt-xml-validate"); err == nil {
-		if out, err := exec.Command(validate, domPath, "domain").CombinedOutput(); err != nil {
-			t.Errorf("virt-xml-validate %s domain: %v\n%s", domPath, err, out)
-		}
-	}
-
+	dom := testDomain{Name: name, Path: filepath.Join(dir, "dom.xml"), Console: console, Results: results,
+		Logs: map[string]string{"libvirt's QEMU log": qemuLog(name)}}
+	dom.XML = libvirtDomain(t, name, d.Socket, kernel, initrd, fetchCmdline(ns, page), console, results)
+	virshSystem := func(ctx context.Context, args ...string) (string, error) { return virshRun(ctx, virsh, args...) }
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	started := time.Now()
-	if _, err := virshRun(ctx, virsh, "create", domPath); err != nil {
-		t.Fatalf("%v\ndomain XML:\n%s\nlibvirt's QEMU log:\n%s", err, domXML, tail(qemuLog(name), 20))
-	}
-	t.Cleanup(func() {
-		// Transient domain: destroy removes it; an already gone one is fine.
-		dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer dcancel()
-		if out, err := virshRun(dctx, virsh, "destroy", name); err == nil {
-			t.Logf("virsh destroy %s: %s", name, strings.TrimSpace(out))
-		}
-		if t.Failed() {
-			t.Logf("domain XML (%s):\n%s", domPath, domXML)
-			t.Logf("libvirt's QEMU log (%s):\n%s", qemuLog(name), tail(qemuLog(name), 30))
-			t.Logf("guest console (%s):\n%s", console, tail(console, 40))
-			t.Logf("agent results (%s):\n%s", results, tail(results, 20))
-		}
-	})
-	t.Logf("virsh create %s: domain %s started in %v", domPath, name, time.Since(started).Round(time.Millisecond))
+	dom.create(t, ctx, virshSystem)
 
 	// The front-end that connected is libvirt's QEMU, running as libvirt-qemu.
 	conn, err := d.Log.Wait(30*time.Second, "front-end connected", qemu.MsgIs("vhost-user front-end connected"))
@@ -115,20 +84,7 @@ func TestLibvirtDomainOnVunet(t *testing.T) {
 		t.Errorf("front-end connected as uid %s, want libvirt-qemu (%s)", uid, qemuUser.Uid)
 	}
 
-	res, err := waitResults(ctx, results, guest.ResultDone)
-	for _, r := range res {
-		t.Logf("guest: %s", r)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string]guest.Result{}
-	for _, r := range res {
-		byName[r.Name] = r
-		if !r.OK {
-			t.Errorf("guest check %s failed: %s", r.Name, r)
-		}
-	}
+	byName := dom.guestResults(t, ctx)
 	if l := byName[guest.CheckDHCP]; l.Fields["router"] != ns.Host.Gateway.String() || l.Fields["ip"] != ns.Host.Addr.String() {
 		t.Errorf("lease %v: want %s via %s (the namespace's host address and gateway, as vunet hands them out)", l.Fields, ns.Host.Addr, ns.Host.Gateway)
 	}
@@ -136,16 +92,14 @@ func TestLibvirtDomainOnVunet(t *testing.T) {
 
 	// The guest powered off (ACPI): libvirt ends and forgets the transient
 	// domain.
-	waitDomainGone(t, func(ctx context.Context, args ...string) (string, error) {
-		return virshRun(ctx, virsh, args...)
-	}, name)
+	waitDomainGone(t, virshSystem, name)
 	t.Logf("domain %s: created, booted, fetched %d bytes through vunet and shut off in %v", name, page.Size, time.Since(started).Round(time.Millisecond))
 }
 
 // waitDomainGone waits up to 20 s for the transient domain name, whose
 // guest powered off, to be ended and forgotten by libvirt; virsh runs
 // one virsh command against the daemon.
-func waitDomainGone(t *testing.T, virsh func(ctx context.Context, args ...string) (string, error), name string) {
+func waitDomainGone(t *testing.T, virsh virshFunc, name string) {
 	t.Helper()
 	gone := time.Now().Add(20 * time.Second)
 	for {

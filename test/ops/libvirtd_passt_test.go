@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -112,15 +111,10 @@ func passtBackendDomains(t *testing.T, lv *privateLibvirtd, ns *qemu.NetNS, dir,
 		t.Run(tc.ifType, func(t *testing.T) {
 			name := fmt.Sprintf("vunet-passt-%s-%d", tc.ifType, os.Getpid())
 			page := startPageServer(t, ns, 4<<20)
-			console, results := filepath.Join(dir, name+"-console.log"), filepath.Join(dir, name+"-results.log")
 			passtLog := filepath.Join(logs, name+".log")
-			cmdline := guest.KernelArgs + " " + guest.Cmdline(
-				[]string{guest.CheckLink, guest.CheckDHCP, guest.CheckHTTP},
-				map[string]string{
-					guest.ParamHTTP:    fmt.Sprintf("http://%s:%d/blob", ns.Host.Gateway, page.Port),
-					guest.ParamResults: "/dev/ttyS1",
-					guest.ParamTimeout: "40s",
-				})
+			d := testDomain{Name: name, Path: filepath.Join(dir, name+".xml"),
+				Console: filepath.Join(dir, name+"-console.log"), Results: filepath.Join(dir, name+"-results.log"),
+				Logs: map[string]string{"domain log": lv.domainLog(name), "passt (vunet) log": passtLog}}
 			iface := fmt.Sprintf(`<interface type='%s'>
       <mac address='%s'/>
       <ip address='%s' prefix='%d'/>
@@ -136,57 +130,17 @@ func passtBackendDomains(t *testing.T, lv *privateLibvirtd, ns *qemu.NetNS, dir,
 			if i < 0 || j < i {
 				t.Fatalf("vunet libvirt-xml --domain has no <interface>:\n%s", dom)
 			}
-			dom = bootableDomain(t, dom[:i]+iface+dom[j+len("</interface>"):], kernel, initrd, cmdline, console, results)
-			domPath := filepath.Join(dir, name+".xml")
-			if err := os.WriteFile(domPath, []byte(dom), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if validate, err := exec.LookPath("virt-xml-validate"); err == nil {
-				if out, err := exec.Command(validate, domPath, "domain").CombinedOutput(); err != nil {
-					t.Errorf("virt-xml-validate %s domain: %v\n%s", domPath, err, out)
-				}
-			}
-
+			d.XML = bootableDomain(t, dom[:i]+iface+dom[j+len("</interface>"):], kernel, initrd, fetchCmdline(ns, page), d.Console, d.Results)
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 			defer cancel()
 			started := time.Now()
-			if _, err := lv.virshRun(ctx, "create", domPath); err != nil {
-				t.Fatalf("%v\ndomain XML:\n%s\ndomain log:\n%s\npasst log:\n%s", err, dom, tail(lv.domainLog(name), 20), tail(passtLog, 20))
-			}
-			t.Cleanup(func() {
-				dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer dcancel()
-				if out, err := lv.virshRun(dctx, "destroy", name); err == nil {
-					t.Logf("virsh destroy %s: %s", name, strings.TrimSpace(out))
-				}
-				if t.Failed() {
-					t.Logf("domain XML (%s):\n%s", domPath, dom)
-					t.Logf("domain log (%s):\n%s", lv.domainLog(name), tail(lv.domainLog(name), 30))
-					t.Logf("passt (vunet) log (%s):\n%s", passtLog, tail(passtLog, 30))
-					t.Logf("guest console (%s):\n%s", console, tail(console, 40))
-					t.Logf("agent results (%s):\n%s", results, tail(results, 20))
-				}
-			})
-			t.Logf("virsh create: domain %s started in %v", name, time.Since(started).Round(time.Millisecond))
+			d.create(t, ctx, lv.virshRun)
 
 			pid := checkPasstIsVunet(t, lv, ns, name, vunetBin, passtUID)
 			checkPasstCommand(t, lv.domainLog(name), tc.ifType == "vhostuser", tc.addr)
 			checkFileHas(t, passtLog, `msg="vunet starting"`, "transport="+tc.transport)
 
-			res, err := waitResults(ctx, results, guest.ResultDone)
-			for _, r := range res {
-				t.Logf("guest: %s", r)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			byName := map[string]guest.Result{}
-			for _, r := range res {
-				byName[r.Name] = r
-				if !r.OK {
-					t.Errorf("guest check %s failed: %s", r.Name, r)
-				}
-			}
+			byName := d.guestResults(t, ctx)
 			if l := byName[guest.CheckDHCP]; l.Fields["ip"] != tc.addr || l.Fields["router"] != ns.Host.Gateway.String() {
 				t.Errorf("lease %v: want %s via %s (the <ip> libvirt passed as --address, the namespace's gateway)", l.Fields, tc.addr, ns.Host.Gateway)
 			}

@@ -83,8 +83,24 @@ func TestSystemdUnitsVerify(t *testing.T) {
 	cmd := exec.Command(analyze, "verify", filepath.Join(dir, "vunet@vm1.service"), filepath.Join(dir, "vunet@vm1.socket"))
 	cmd.Env = append(os.Environ(), "MANPATH="+manDir)
 	out, err := cmd.CombinedOutput()
-	if err != nil || len(bytes.TrimSpace(out)) != 0 {
-		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	// verify also loads the machine's units ours order against
+	// (network-online.target and what it pulls in), and says what it
+	// thinks of them: libvirt 11's libvirtd.service has Type=notify-reload,
+	// which Debian 12's systemd 252 does not know. Those lines are about
+	// the machine, not about our units.
+	var ours []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue
+		}
+		if strings.HasPrefix(line, "/") && !strings.HasPrefix(line, dir+"/") {
+			t.Logf("about another unit on this machine: %s", line)
+			continue
+		}
+		ours = append(ours, line)
+	}
+	if err != nil || len(ours) != 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, strings.Join(ours, "\n"))
 	}
 
 	svc := unitSettings(t, serviceUnit)

@@ -37,9 +37,11 @@ const (
 	// overflowSize holds the largest datagram (65527 bytes over IPv6), or
 	// what UDP_GRO coalesced (at most 64 KiB).
 	overflowSize = 65536
-	// maxGROSegments bounds the datagrams the kernel coalesces into one
-	// (UDP_GRO_CNT_MAX).
-	maxGROSegments = 64
+	// maxGROSegments bounds the datagrams one receive hands over: GRO
+	// coalesces at most 64 from the network (UDP_GRO_CNT_MAX), but a
+	// local sender's UDP_SEGMENT send reaches a UDP_GRO socket whole, up
+	// to UDP_MAX_SEGMENTS (128 since Linux 6.9, 64 before).
+	maxGROSegments = 128
 	// udpHintMTU makes the smallest reservation a batch makes per
 	// datagram (udpHintFloor): an Ethernet MTU's worth of payload, which
 	// fits one buffer of a Linux guest's (at least 1536 bytes with merged
@@ -66,6 +68,10 @@ type udpRecv struct {
 	pGen        uint32
 	pNext, pEnd int
 	pending     [udpRecvBatch * maxGROSegments]pendingDatagram
+	// lost counts datagrams that found the pending list full (a kernel
+	// that hands over more than maxGROSegments at once), to be counted
+	// as drops.
+	lost int
 	// coalesced counts the receives UDP_GRO had coalesced.
 	coalesced uint64
 }
@@ -259,17 +265,20 @@ func (ft *Table) spill(w guestring.Sink, i int32, j, m int) (blocked bool) {
 		}
 	}
 	w.Abort()
+	for ; rx.lost > 0; rx.lost-- {
+		ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+	}
 	rx.pFlow, rx.pGen = i, ft.flows[i].gen
 	return ft.deliverPending(w)
 }
 
 // pend adds a pending datagram of n bytes at off in region x (n < 0: one
-// to drop); past the list's room (more than the kernel coalesces) it is
-// dropped, counted.
+// to drop); past the list's room (more than a receive hands over) it is
+// lost, and counted as a drop by the caller.
 func (rx *udpRecv) pend(x, off, n int) {
 	if rx.pEnd == len(rx.pending) {
-		n = -1
-		rx.pEnd--
+		rx.lost++
+		return
 	}
 	rx.pending[rx.pEnd] = pendingDatagram{reg: uint8(x), off: int32(off), n: int32(n)}
 	rx.pEnd++

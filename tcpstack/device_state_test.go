@@ -50,12 +50,7 @@ func repairPairs(t *testing.T) (src, dst *testPair, g *migGuest, host net.Conn) 
 // never sees a reset.
 func TestDeviceStateMovesConnection(t *testing.T) {
 	src, dst, g, host := repairPairs(t)
-	host.Write([]byte("before "))
-	g.until("data before", func(header.TCP) bool { return bytes.Equal(g.got, []byte("before ")) })
-	g.send(header.TCPFlagACK|header.TCPFlagPSH, []byte("up1 "))
-	if s := readFull(t, host, 4); s != "up1 " {
-		t.Fatalf("host got %q", s)
-	}
+	exchangeBefore(t, g, host)
 
 	src.s.StopPair(0)
 	host.Write([]byte("queued "))

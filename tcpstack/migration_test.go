@@ -157,6 +157,18 @@ func migPairs(t *testing.T) (src, dst *testPair, g *migGuest, host net.Conn) {
 	return src, dst, g, host
 }
 
+// exchangeBefore moves data both ways on the connection before it moves:
+// what the destination must carry on from.
+func exchangeBefore(t *testing.T, g *migGuest, host net.Conn) {
+	t.Helper()
+	host.Write([]byte("before "))
+	g.until("data before", func(header.TCP) bool { return bytes.Equal(g.got, []byte("before ")) })
+	g.send(header.TCPFlagACK|header.TCPFlagPSH, []byte("up1 "))
+	if s := readFull(t, host, 4); s != "up1 " {
+		t.Fatalf("host got %q", s)
+	}
+}
+
 // TestMigrationHandsOverConnection: the source's rings stop during a
 // migration, the connection goes to the destination, whose first pair
 // start takes it over: the host peer's data sent meanwhile reaches the
@@ -165,12 +177,7 @@ func migPairs(t *testing.T) (src, dst *testPair, g *migGuest, host net.Conn) {
 // no host peer).
 func TestMigrationHandsOverConnection(t *testing.T) {
 	src, dst, g, host := migPairs(t)
-	host.Write([]byte("before "))
-	g.until("data before", func(header.TCP) bool { return bytes.Equal(g.got, []byte("before ")) })
-	g.send(header.TCPFlagACK|header.TCPFlagPSH, []byte("up1 "))
-	if s := readFull(t, host, 4); s != "up1 " {
-		t.Fatalf("host got %q", s)
-	}
+	exchangeBefore(t, g, host)
 
 	// QEMU's stop-and-copy: the rings stop, then the control plane says so.
 	src.s.StopPair(0)

@@ -79,7 +79,7 @@ func (t *Table) keepOutOfOrder(f *conn, sg *segment, frame [][]byte, skip int) b
 		f.ooo = o
 	}
 	if !o.add(start, end) {
-		t.oooDrop(f)
+		// This segment alone is dropped; what is kept stays, SACKed.
 		return false
 	}
 	// Copy it in, in at most two pieces (the buffer wraps).

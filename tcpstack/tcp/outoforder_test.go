@@ -307,3 +307,49 @@ func (d *testDir) Add(fp uint64) {
 }
 func (d *testDir) Remove(fp uint64)     { d.fps[fp]-- }
 func (d *testDir) Fetch(fp uint64) bool { return false }
+
+// A segment that would need a range past oooRanges is dropped alone: what
+// is kept (and SACKed to the guest) stays kept. Dropping the whole buffer
+// left the guest, which believes the SACKed data arrived, to find out by
+// its retransmission timeout.
+func TestTCPOutOfOrderTooManyRangesKeepsTheRest(t *testing.T) {
+	h := tcpNewHarness(t, Config{})
+	ln := h.listen()
+	peer := h.establish(ln, tcpSackOpts)
+	seg := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 1000) }
+	base := h.seq
+	at := func(i int) uint32 { return base + uint32(1000*i) }
+	send := func(i int) {
+		h.inject(h.frame(header.TCPFlagACK, at(i), h.ack, h.wnd, nil, seg(i)))
+	}
+	last := 2*oooRanges + 2
+	send(0) // in order
+	// Segments 2, 4, ..., 2*oooRanges make oooRanges ranges behind holes;
+	// the next even one would make one more.
+	for i := 2; i <= last; i += 2 {
+		send(i)
+	}
+	ss := h.collect("SACKs", func(ss []tcpSeg) bool { b, _ := sackBlocksOf(ss); return len(b) > 0 })
+	if b, ack := sackBlocksOf(ss); ack != at(1) || len(b) == 0 {
+		t.Fatalf("ACK %d with SACK blocks %v, want the hole at 1000 and blocks", ack-base, b)
+	}
+	o := h.flow().ooo
+	if o == nil || o.n != oooRanges {
+		t.Fatalf("out-of-order buffer %v after one range too many, want %d ranges kept", o, oooRanges)
+	}
+	if kept := h.stats.OutOfOrderKept.Load(); kept != 1000*oooRanges {
+		t.Fatalf("kept %d bytes, want %d", kept, 1000*oooRanges)
+	}
+	// The holes filled, and the dropped segment sent again: all in order.
+	for i := 1; i < last; i += 2 {
+		send(i)
+	}
+	send(last)
+	var want []byte
+	for i := 0; i <= last; i++ {
+		want = append(want, seg(i)...)
+	}
+	if got := tcpReadN(t, peer, len(want)); !bytes.Equal(got, want) {
+		t.Fatal("host got other bytes than the segments in order")
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/flowdir"
 	"vunet/tcpstack/handover"
 	"vunet/tcpstack/hostsock"
 )
@@ -162,6 +163,11 @@ func (s *Stack) restoreLocked(items []handover.Item) (restored, refused int) {
 func (s *Stack) restoreConn(now time.Time, it handover.Item, live *[]int) error {
 	if s.repair == nil {
 		return errors.New("no TCP_REPAIR helper (--repair-path)")
+	}
+	// A pair number is checked before anything is made for it: each new
+	// one costs a pair's tables, and the stream comes from another host.
+	if int(it.Pair) >= flowdir.MaxPairs {
+		return fmt.Errorf("connection item for pair %d, at most %d pairs", it.Pair, flowdir.MaxPairs)
 	}
 	if _, running := s.loops[int(it.Pair)]; running {
 		return errors.New("the pair already runs")

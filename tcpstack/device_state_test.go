@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"vunet/tcpstack/handover"
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
@@ -122,10 +123,55 @@ func TestDeviceStateWithoutHelper(t *testing.T) {
 	src.restart()
 	host.Write([]byte("x"))
 	g.until("data through the source", func(header.TCP) bool { return bytes.Equal(g.got, []byte("x")) })
+	items, err := handover.ReadStream(bytes.NewReader(state.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		if it.Kind == handover.KindTCP {
+			t.Fatalf("the state carries a TCP connection (pair %d) with no helper to restore it", it.Pair)
+		}
+	}
 	if err := dst.s.LoadState(&state); err != nil {
 		t.Fatal(err)
 	}
-	if n := dst.s.PairTCPStats(0); n != nil && n.ConnsByState[stats.TCPEstablished].Load() != 0 {
-		t.Fatal("the destination made a connection from a state without one")
+}
+
+// TestDeviceStatePairOutOfRange: a connection item for a pair number past
+// any device's is refused before a socket or a pair's tables are made for
+// it (the stream comes from another host).
+func TestDeviceStatePairOutOfRange(t *testing.T) {
+	src, dst, _, _ := repairPairs(t)
+	src.s.StopPair(0)
+	var state bytes.Buffer
+	if err := src.s.SaveState(&state); err != nil {
+		t.Fatal(err)
+	}
+	items, err := handover.ReadStream(&state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := range items {
+		if items[i].Kind == handover.KindTCP {
+			items[i].Pair = 300
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d connection items saved, want 1", n)
+	}
+	var bad bytes.Buffer
+	if err := handover.WriteStream(&bad, items); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.s.LoadState(&bad); err != nil {
+		t.Fatal(err)
+	}
+	dst.s.mu.Lock()
+	ps := dst.s.pairs[300]
+	dst.s.mu.Unlock()
+	if ps != nil {
+		t.Fatal("pair 300's tables were made for a connection item")
 	}
 }

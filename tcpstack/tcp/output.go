@@ -50,9 +50,11 @@ func (t *Table) Flush(now time.Time, w guestring.Sink) (blocked bool) {
 // output writes everything due for f. It returns false when the guest had
 // no RX buffer for something that was due.
 func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
-	if f.oooReady() {
+	if f.oooReady() && f.flags&flOutArmed == 0 {
 		// Data kept past a filled hole that a full socket held back: the
 		// guest has it SACKed and will not send it again (outoforder.go).
+		// Not while the socket is known full: EPOLLOUT clears flOutArmed
+		// and brings us back, a sendmsg before it only fails with EAGAIN.
 		t.writeOutOfOrder(now, f)
 	}
 	if f.flags&flRstDue != 0 {

@@ -84,8 +84,8 @@ const (
 )
 
 // reserveDatagram takes guest buffers for the next datagram queued on fd
-// (IPv6 headers when v6), for UDP flows and forwarded ports alike. A
-// datagram the guest can never take is received into the discard buffer
+// (IPv6 headers when v6), for the datagrams of forwarded ports (flows use
+// the batch receive). A datagram the guest can never take is received into the discard buffer
 // and counted; with the ring disabled, everything queued is (vhost-user:
 // frames are not supplied, not queued).
 func (ft *Table) reserveDatagram(w guestring.Sink, fd int, v6 bool) (hdr []byte, pay [][]byte, r datagramReservation) {

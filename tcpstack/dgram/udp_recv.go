@@ -60,7 +60,9 @@ type udpRecv struct {
 	iovAt [udpRecvBatch + 1]int
 	iov   [2 * hostsock.MaxIovecs][]byte
 	// overflow holds udpRecvBatch regions of overflowSize, allocated at
-	// first need (a guest whose buffers take any datagram never needs it).
+	// the first batch receive: every reservation is shorter than the largest
+	// datagram or a GRO run, so each receive names its region as the tail
+	// (1 MiB per queue pair that receives UDP).
 	overflow []byte
 	// Pending datagrams of flow pFlow (generation pGen): pending[pNext:pEnd],
 	// in the overflow regions.

@@ -158,7 +158,13 @@ func (l *loop) openFDs() error {
 		if w.fd < 0 {
 			continue
 		}
-		if err := l.ep.Add(w.fd, unix.EPOLLIN, hostsock.NewToken(hostsock.OwnerLoop, 0, w.tok)); err != nil {
+		ev := uint32(unix.EPOLLIN)
+		if w.tok == loopFDTXKick || w.tok == loopFDRXKick {
+			// Edge-triggered: each kick is a new edge, so the counter
+			// need not be read to stop the reports (CountKick).
+			ev |= unix.EPOLLET
+		}
+		if err := l.ep.Add(w.fd, ev, hostsock.NewToken(hostsock.OwnerLoop, 0, w.tok)); err != nil {
 			return fmt.Errorf("epoll add fd %d: %w", w.fd, err)
 		}
 	}
@@ -255,12 +261,12 @@ func (l *loop) run() {
 				}
 				l.onTimer()
 			case loopFDTXKick:
-				l.qp.TX.DrainKick()
+				l.qp.TX.CountKick()
 				tx = true
 			case loopFDRXKick:
 				// The guest refilled its RX ring: the producers run in
 				// every iteration and retry what waited.
-				l.qp.RX.DrainKick()
+				l.qp.RX.CountKick()
 			case loopFDMail:
 				// Another pair asks for a flow or hands one over: iterate
 				// reads the mailbox.
@@ -314,6 +320,8 @@ func (l *loop) iterate(tx bool) {
 	l.out.Publish()
 	if l.stream != nil {
 		l.stream.settle(l.ep)
+	} else {
+		l.qp.TX.Notify() // the TX batches published without an interrupt
 	}
 	l.again = txMore || more || l.out.Limited()
 	l.armTimer()

@@ -27,8 +27,12 @@ import (
 //     nothing to take, and sysmon backs off to its 10 ms period;
 //   - passes through the scheduler (runtime.Gosched) at least every
 //     yieldEvery, so sysmon never preempts it (a signal, then the same
-//     hand-offs); the goroutine is not locked to its thread, which makes
-//     that yield a cheap re-queue on the same thread;
+//     hand-offs). A yield is not free either: with a P idle (reserveP
+//     keeps one), Gosched wakes a thread to look for work, a futex
+//     wake-up and two context switches, about half the runtime's futex
+//     calls under a QEMU guest at a 5 ms period. sysmon preempts a
+//     goroutine it has seen running for 10 ms, so the loop yields just
+//     inside that, every 9 ms;
 //   - after heldWait with no event, waits the ordinary way: an idle loop
 //     gives its P back, the runtime (sysmon included) goes to sleep, and
 //     an idle daemon burns nothing.
@@ -40,7 +44,7 @@ import (
 // preemption signal ends the held wait (EINTR).
 const (
 	heldWait   = 50 // milliseconds
-	yieldEvery = 5 * time.Millisecond
+	yieldEvery = 9 * time.Millisecond
 )
 
 // wait fills l.events: at once when timeout is 0, otherwise sleeping until

@@ -43,6 +43,13 @@ func (l *loop) shutdown() {
 	l.tcp.Detach()
 	l.ps.loop = nil
 	l.tx.fetch = txFetch{} // the chains went back (leaveRings); the next loop fetches again
+	if l.stream == nil {
+		// The kicks were watched edge-triggered and never read: clear
+		// them, or the front-end, taking the rings back, finds kicks
+		// that this loop already served.
+		l.qp.TX.DrainKick()
+		l.qp.RX.DrainKick()
+	}
 	l.closeFDs()
 }
 

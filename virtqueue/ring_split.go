@@ -91,6 +91,7 @@ type SplitQueue struct {
 	availShadow uint16 // last avail.idx read; entries up to it were checked against size
 	usedNext    uint16 // next used slot to stage
 	usedPub     uint16 // value of used.idx we last stored
+	sigFrom     uint16 // used.idx at the last interrupt decision (Notify)
 	highAvail   uint16 // one past the furthest avail entry ever taken; > lastAvail after Unpop
 	window      uint16 // entries behind highAvail whose skip marks are valid (<= size)
 	skip        []bool // per avail slot: taken as a bad chain (already used), skip on re-Pop
@@ -178,6 +179,7 @@ func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 	}
 	q.usedPub = load16(q.usedIdx)
 	q.usedNext = q.usedPub
+	q.sigFrom = q.usedPub
 	q.availShadow = q.lastAvail
 	if q.usedPub != q.lastAvail {
 		// Chains a previous back-end took and never returned (reconnect
@@ -428,8 +430,19 @@ func (q *SplitQueue) Staged() int { return int(q.usedNext - q.usedPub) }
 // Flush publishes the staged used elements with one used.idx store, then
 // signals the call eventfd once if the driver wants it: with EVENT_IDX when
 // the new used index passed used_event, otherwise unless the driver set
-// NO_INTERRUPT. It does nothing when nothing is staged.
+// NO_INTERRUPT. It does nothing when nothing is staged. It is Publish then
+// Notify.
 func (q *SplitQueue) Flush() {
+	q.Publish()
+	q.Notify()
+}
+
+// Publish stores the staged used elements with one used.idx store, so the
+// driver may take them back, and leaves the interrupt to Notify. A loop
+// that publishes several times in one pass notifies once at its end: one
+// interrupt for the pass instead of one per publication, and the
+// front-end is woken (and our thread preempted by it) once.
+func (q *SplitQueue) Publish() {
 	old, next := q.usedPub, q.usedNext
 	if old == next {
 		return
@@ -441,6 +454,18 @@ func (q *SplitQueue) Flush() {
 		q.logUsedRing()
 	}
 	q.stats.UsedPublished.Add(uint64(next - old))
+}
+
+// Notify signals the call eventfd once if the driver wants an interrupt
+// for the entries published since the last decision (the event-index test
+// over the whole range, as Linux's vhost does with its signalled_used). It
+// does nothing when nothing was published since.
+func (q *SplitQueue) Notify() {
+	old, next := q.sigFrom, q.usedPub
+	if old == next {
+		return
+	}
+	q.sigFrom = next
 	if !q.needSignal(old, next) {
 		q.stats.NotifiesSuppressed.Add(1)
 		return
@@ -521,6 +546,13 @@ func (q *SplitQueue) DrainKick() error {
 	q.stats.Kicks.Add(n)
 	return nil
 }
+
+// CountKick counts one kick that an edge-triggered poller reported. Such a
+// poller never reads the counter (a system call per wake-up saved): every
+// write to an eventfd is a new edge. DrainKick still clears the counter
+// when the poller stops, so that the front-end, which reads it once it
+// takes the ring back, finds no kick that was ours.
+func (q *SplitQueue) CountKick() { q.stats.Kicks.Add(1) }
 
 // SignalErr adds 1 to the error eventfd (Config.Err), telling the
 // front-end that this vring failed; QEMU logs it. The queue calls it itself

@@ -64,6 +64,7 @@ func (t *Table) HandleSocketEvent(now time.Time, token hostsock.Token, events ui
 	}
 	if events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP) != 0 {
 		// The output pass reads (or finds EOF, or the error behind HUP).
+		f.drained = false
 		t.markDirty(f)
 	}
 	t.noteTimer(t.deadline(f))

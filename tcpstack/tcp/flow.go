@@ -96,8 +96,13 @@ type conn struct {
 
 	epollEvents uint32 // events currently registered
 	inEpoll     bool
-	peekOff     bool // the socket is read at SO_PEEK_OFF, not past the discard buffer
-	clamp       int  // last TCP_WINDOW_CLAMP applied (0: never)
+
+	// Hints that save system calls; false is always safe (a handed-over
+	// connection starts without them).
+	drained  bool // the last read emptied the socket: no read until EPOLLIN (syscall_hints.go)
+	sendIdle bool // the last ACK/window refresh found the send side idle (syscall_hints.go)
+	peekOff  bool // the socket is read at SO_PEEK_OFF, not past the discard buffer
+	clamp    int  // last TCP_WINDOW_CLAMP applied (0: never)
 
 	created      time.Time
 	lastActivity time.Time     // any segment from the guest or socket event

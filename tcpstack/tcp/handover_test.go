@@ -125,8 +125,10 @@ func TestHandOverCoversEveryField(t *testing.T) {
 	// key it derives from the addresses; its ring-budget sender period
 	// (the connection counts as a sender there at its next write); its
 	// challenge-ACK rate limit (at worst one more challenge ACK).
+	// The system-call hints, which start false there: one read or one
+	// refresh more.
 	own := map[string]bool{"fd": true, "slot": true, "gen": true, "nextOut": true, "key": true, "senderPeriod": true,
-		"challengeAt": true}
+		"challengeAt": true, "drained": true, "sendIdle": true}
 	now := time.Unix(2_000_000, 0)
 	var f conn
 	v := reflect.ValueOf(&f).Elem()

@@ -98,7 +98,9 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 		f.sndMax = f.seqToGuest
 		return true
 	}
-	t.refreshAckWnd(now, f)
+	if !t.ackWndCurrent(now, f) {
+		t.refreshAckWnd(now, f)
+	}
 	if !t.sendData(now, f, w) {
 		return false
 	}

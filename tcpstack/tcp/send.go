@@ -30,6 +30,11 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			frameMax = (0xffff - header.TCPMinimumSize) / f.mssToGuest * f.mssToGuest
 		}
 	}
+	if f.drained {
+		// Nothing came since the socket was emptied (no EPOLLIN since):
+		// a read would only fail with EAGAIN.
+		return true
+	}
 	for {
 		already := f.inFlight()
 		wnd := min(f.wndFromGuest, maxWindow)
@@ -87,6 +92,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			}
 			return true
 		}
+		t.reads++
 		r, err := t.io.Peek(f.fd, t.bufs)
 		got := 0
 		eof := false
@@ -103,6 +109,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			eof = r == 0 || (f.has(evSockRdHup) && got <= 0)
 			got = max(got, 0)
 		case unix.EAGAIN:
+			f.drained = true
 		default:
 			w.Abort()
 			t.bufs = t.bufs[:0]
@@ -151,7 +158,9 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			}
 			continue
 		case got < reserved:
-			// The socket had less than we had room for: done for now.
+			// The socket had less than we had room for: done for now,
+			// and until it reports new data (EPOLLET fires per arrival).
+			f.drained = !eof
 			t.rxBlocked(f, false)
 			if got > 0 && t.clearStalled(f) {
 				t.updateEpoll(f)

@@ -94,12 +94,16 @@ type Table struct {
 
 	io   hostsock.IO
 	info unix.TCPInfo // TCP_INFO as last read
-	seg  segment
-	rsts [rstQueueLen]pendingRST
-	nrst int
-	vh   virtqueue.NetHdr // fields of the frame being committed
-	frm  [maxFramesPerPass]reservedFrame
-	bufs [][]byte // payload iovecs of the reserved frames, in order
+
+	// reads and infoReads count the peeks and the TCP_INFO reads, which
+	// the hints of syscall_hints.go save (tests read them).
+	reads, infoReads uint64
+	seg              segment
+	rsts             [rstQueueLen]pendingRST
+	nrst             int
+	vh               virtqueue.NetHdr // fields of the frame being committed
+	frm              [maxFramesPerPass]reservedFrame
+	bufs             [][]byte // payload iovecs of the reserved frames, in order
 }
 
 // reservedFrame is one reserved frame during an output pass.

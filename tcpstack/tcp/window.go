@@ -60,6 +60,7 @@ func (t *Table) rewind(f *conn, cause stats.TCPRetransCause) {
 		f.events &^= evGuestFinSent
 	}
 	f.seqToGuest = f.seqAckFromGuest
+	f.drained = false // what was in flight is to be read again
 	f.recover = f.sndMax
 	f.dupAcks = 0
 	f.flags &^= flZeroWnd
@@ -92,6 +93,7 @@ func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 		f.seqAckToGuest = f.seqFromGuest
 		return
 	}
+	t.infoReads++
 	haveInfo := hostsock.TCPInfo(f.fd, &t.info)
 	local := f.flags&flLocal != 0 && !t.cfg.AckOnPeerAck
 	peerAcks := false
@@ -145,8 +147,16 @@ func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 	}
 	f.wndToGuest = wnd
 	if handshake {
+		f.sendIdle = false
 		return
 	}
+	// Nothing queued, everything acknowledged, a window the guest can
+	// use that neither the peer nor the ring budget holds down: until the
+	// guest sends again (seqFromGuest moves), a refresh would find the
+	// same (syscall_hints.go).
+	f.sendIdle = haveInfo && queued == 0 && !full && f.seqAckToGuest == f.seqFromGuest &&
+		wnd >= f.guestMSS() && (!peerAcks || peerWnd >= uint32(space)) && t.txRing == 0 &&
+		f.flags&flWantOut == 0 && !f.oooReady()
 	// A window that is not worth the guest's while needs a trigger to
 	// reopen it. When the send buffer is full by the kernel's own measure,
 	// that trigger is EPOLLOUT: polling the socket now (epoll_ctl) sets

@@ -3,11 +3,16 @@ package rig
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // vethEnds builds the reference path: two namespaces joined by a veth pair,
@@ -80,4 +85,145 @@ func BenchmarkRigTCP(b *testing.B) {
 			b.ReportMetric(float64(bits.Load())/1000/float64(b.N), "Gbit/s")
 		})
 	}
+}
+
+// rigAloneEnds: a peer listening on the peer namespace's TAP address,
+// dialled from the guest namespace.
+func rigAloneEnds(r *Rig) ends {
+	return ends{
+		listen: func() (net.Listener, error) { return r.HostListen("tcp4", r.Gateway().String()+":0") },
+		dial: func(ctx context.Context, port int) (net.Conn, error) {
+			return r.GuestDial(ctx, "tcp4", net.JoinHostPort(r.Gateway().String(), strconv.Itoa(port)))
+		},
+	}
+}
+
+// echoOn serves a 1-byte echo on e's listening side until the benchmark
+// ends and returns its port.
+func echoOn(b *testing.B, e ends) int {
+	b.Helper()
+	l, err := e.listen()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var p [1]byte
+				for {
+					if _, err := c.Read(p[:]); err != nil {
+						return
+					}
+					if _, err := c.Write(p[:]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// BenchmarkRigRR times 1-byte request/response round trips (one per op)
+// through a veth pair, the rig alone and the rig with vunet, reporting the
+// p50 and p99 in µs; and BenchmarkRigConnect opens, uses and closes one
+// connection per op. Needs root.
+func BenchmarkRigRR(b *testing.B) {
+	needRig(b)
+	for _, c := range rrCases(b) {
+		b.Run(c.name, func(b *testing.B) {
+			defer withReservedPs()()
+			port := echoOn(b, c.e)
+			conn, err := c.e.dial(context.Background(), port)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			var p [1]byte
+			rt := func() {
+				if _, err := conn.Write(p[:]); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(conn, p[:]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range 200 {
+				rt()
+			}
+			samples := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				rt()
+				samples = append(samples, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(samples)
+			b.ReportMetric(float64(samples[len(samples)/2].Nanoseconds())/1e3, "p50-µs")
+			b.ReportMetric(float64(samples[len(samples)*99/100].Nanoseconds())/1e3, "p99-µs")
+		})
+	}
+}
+
+func BenchmarkRigConnect(b *testing.B) {
+	needRig(b)
+	for _, c := range rrCases(b) {
+		b.Run(c.name, func(b *testing.B) {
+			defer withReservedPs()()
+			port := echoOn(b, c.e)
+			var p [1]byte
+			for range b.N {
+				conn, err := c.e.dial(context.Background(), port)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := conn.Write(p[:]); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(conn, p[:]); err != nil {
+					b.Fatal(err)
+				}
+				conn.Close()
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "conn/s")
+		})
+	}
+}
+
+type rrCase struct {
+	name string
+	e    ends
+}
+
+func rrCases(b *testing.B) []rrCase {
+	sys := map[string]string{"net.ipv4.ip_local_port_range": "10000 65535", "net.ipv4.tcp_tw_reuse": "1"}
+	var cs []rrCase
+	for _, n := range strings.Split(os.Getenv("RIG_RR_CASES"), ",") {
+		switch n {
+		case "veth":
+			cs = append(cs, rrCase{n, vethEnds(b)})
+		case "alone":
+			cs = append(cs, rrCase{n, rigAloneEnds(startRig(b, Options{Loopback: true, MTU: 65520, GuestSysctls: sys, HostSysctls: sys}))})
+		case "vunet":
+			cs = append(cs, rrCase{n, rigEnds(startRig(b, Options{DHCP: true, MTU: 65520, GuestSysctls: sys, HostSysctls: sys}))})
+		}
+	}
+	return cs
+}
+
+// withReservedPs gives back, for one run of a sub-benchmark, the Ps the
+// running rigs reserved (procs.go), and returns what puts GOMAXPROCS
+// back: the testing package sets it to its -cpu value before every run of
+// a benchmark, which takes them away.
+func withReservedPs() (restore func()) {
+	p := runtime.GOMAXPROCS(0)
+	runtime.GOMAXPROCS(p + reservedPCount())
+	return func() { runtime.GOMAXPROCS(p) }
 }

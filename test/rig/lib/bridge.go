@@ -116,6 +116,7 @@ func newBridge(c bridgeConfig) (*bridge, error) {
 
 func (b *bridge) start() {
 	b.wg.Add(1 + len(b.rx))
+	reserveP(1 + len(b.rx)) // each loop's run gives its P back
 	go b.run("tx", b.txLoop)
 	for i := range b.rx {
 		pair := i
@@ -125,6 +126,7 @@ func (b *bridge) start() {
 
 func (b *bridge) run(name string, loop func() error) {
 	defer b.wg.Done()
+	defer reserveP(-1)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := loop(); err != nil {

@@ -123,8 +123,10 @@ func deviceQueue(mem *virtqueue.Memory, r *frontend.Ring, st *virtqueue.Stats, l
 
 func (d *crossDevice) start() {
 	d.wg.Add(1)
+	reserveP(1)
 	go func() {
 		defer d.wg.Done()
+		defer reserveP(-1)
 		runtime.LockOSThread()
 		if err := d.run(); err != nil {
 			d.fail(err)

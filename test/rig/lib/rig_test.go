@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -289,11 +290,17 @@ func TestRigNoOffloadsMTU1500(t *testing.T) {
 
 // TestRigAlone moves data both ways between two kernel namespaces through
 // the rig's front-end and its copying device, with no back-end: the bytes
-// (hashed end to end) and the bridge and device counters must agree.
+// (hashed end to end) and the bridge and device counters must agree. Its
+// five loops (two bridges' TX and RX, the device) hold a P each while the
+// rig runs, on top of GOMAXPROCS, and give them back on Close (procs.go).
 func TestRigAlone(t *testing.T) {
 	for _, mtu := range []int{1500, 65520} {
 		t.Run(strconv.Itoa(mtu), func(t *testing.T) {
+			procs := runtime.GOMAXPROCS(0)
 			r := startRig(t, Options{Loopback: true, MTU: mtu})
+			if n, p := reservedPCount(), runtime.GOMAXPROCS(0); n != 5 || p != procs+5 {
+				t.Errorf("rig alone up: %d Ps reserved, GOMAXPROCS %d; want 5 and %d", n, p, procs+5)
+			}
 			if r.BackendPID() != 0 || r.Gateway() != loopbackPeer.Addr() || r.MTU() != mtu {
 				t.Fatalf("rig alone: back-end pid %d, peer %v, mtu %d", r.BackendPID(), r.Gateway(), r.MTU())
 			}
@@ -321,6 +328,12 @@ func TestRigAlone(t *testing.T) {
 				t.Errorf("rig alone: %d bytes written to the TAPs for %d each way", s.RXBytes.Load(), n)
 			}
 			healthy(t, r)
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if n, p := reservedPCount(), runtime.GOMAXPROCS(0); n != 0 || p != procs {
+				t.Errorf("rig alone closed: %d Ps reserved, GOMAXPROCS %d; want 0 and %d", n, p, procs)
+			}
 		})
 	}
 }

@@ -37,6 +37,7 @@ type settings struct {
 	peerName       string
 	testpmd        bool
 	rigRounds      bool
+	throughput     bool
 	lossy          bool
 	qemu           bool
 	qemuBytes      int64
@@ -58,6 +59,7 @@ func main() {
 	flag.StringVar(&s.peer, "peer", os.Getenv("VUNET_BENCH_PEER"), "a second back-end's command `template` with {socket} (default $VUNET_BENCH_PEER); split on spaces")
 	flag.StringVar(&s.peerName, "peer-name", "", "the peer's name in the table (default: its command's base name)")
 	flag.BoolVar(&s.rigRounds, "rig", true, "run the rig rounds (kernel, rig alone, vunet, peer at each MTU)")
+	flag.BoolVar(&s.throughput, "throughput", true, "run the rig rounds' iperf3 TCP and UDP rows (false: only latency, connection rate, RSS and idle connections)")
 	flag.BoolVar(&s.lossy, "lossy", true, "run TCP over a lossy link (1% loss, 1% reordering, 0.5% duplication each way, made by the rig) through each back-end and through the rig alone")
 	flag.BoolVar(&s.testpmd, "testpmd", true, "also run TCP through DPDK testpmd as the front-end (skipped with a note when dpdk-testpmd is missing)")
 	flag.BoolVar(&s.qemu, "qemu", true, "also run a QEMU TCG guest through each back-end (skipped with a note when QEMU is missing)")

@@ -52,6 +52,32 @@ func (r *runner) mtuRound(ctx context.Context, mtu int, first, last bool) (err e
 			r.note("%s rig: guest MTU is %d, not %d", b.name, got, mtu)
 		}
 	}
+	if r.s.throughput {
+		if err := r.throughputRows(ctx, ts, mtu, first); err != nil {
+			return err
+		}
+	}
+	if last {
+		r.latencyAndRate(ctx, ts, mtu)
+	}
+	for _, t := range ts {
+		if t.pid() > 0 {
+			r.peakRSS(t, fmt.Sprintf("peak RSS (VmHWM) after MTU %d tests", mtu))
+		}
+	}
+	if last && r.s.idle > 0 {
+		for _, t := range ts {
+			if t.pid() > 0 {
+				r.idle(ctx, t)
+			}
+		}
+	}
+	return nil
+}
+
+// throughputRows runs the iperf3 rows of one round on every target: TCP
+// both ways with 1 and 4 streams, and UDP both ways in the first round.
+func (r *runner) throughputRows(ctx context.Context, ts []*target, mtu int, first bool) error {
 	for _, t := range ts {
 		if err := t.startHost("iperf3", "iperf3", "-s", "-p", strconv.Itoa(iperfPort)); err != nil {
 			return err
@@ -83,21 +109,6 @@ func (r *runner) mtuRound(ctx context.Context, mtu int, first, last bool) (err e
 			for _, t := range ts {
 				r.iperf(ctx, t, "udp_throughput", label, dir.name, iperfSpec{seconds: r.s.seconds, streams: 1,
 					reverse: dir.reverse, udp: true, udpRate: r.s.udpRate})
-			}
-		}
-	}
-	if last {
-		r.latencyAndRate(ctx, ts, mtu)
-	}
-	for _, t := range ts {
-		if t.pid() > 0 {
-			r.peakRSS(t, fmt.Sprintf("peak RSS (VmHWM) after MTU %d tests", mtu))
-		}
-	}
-	if last && r.s.idle > 0 {
-		for _, t := range ts {
-			if t.pid() > 0 {
-				r.idle(ctx, t)
 			}
 		}
 	}

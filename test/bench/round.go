@@ -246,18 +246,20 @@ func (r *runner) idle(ctx context.Context, t *target) {
 // backendShare derives, for every back-end, its own share of the 1-byte
 // round trip: what remains of its p50 once the rig's share is taken out.
 // A round trip through a back-end crosses the rig once each way (TAP read
-// and TX ring for the request, RX ring and TAP write for the reply); one
-// through the rig alone crosses it twice each way (guest side and peer
-// side), and both include the kernel's own TCP round trip, which the
-// kernel row measures. So the rig's share is (rig alone − kernel) / 2, and
-// a back-end's share is its p50 minus that, compared with the kernel's.
+// and TX ring for the request, RX ring and TAP write for the reply), and
+// so does one through the rig alone (each frame read from one TAP, copied
+// from TX ring to RX ring and written to the other TAP on the thread that
+// read it: one rig thread woken per frame, as with a back-end); both
+// include the kernel's own TCP round trip, which the kernel row measures.
+// So the rig's share is rig alone − kernel, and a back-end's share is its
+// p50 minus that, compared with the kernel's.
 func backendShare(p50s map[string]float64, ts []*target, mtu int) []Result {
 	k, okK := p50s["kernel"]
 	a, okA := p50s[aloneName]
 	if !okK || !okA {
 		return nil
 	}
-	rigShare := (a - k) / 2
+	rigShare := a - k
 	label := fmt.Sprintf("TCP RR 1B p50, back-end's share MTU %d", mtu)
 	var rows []Result
 	for _, t := range ts {
@@ -266,11 +268,11 @@ func backendShare(p50s map[string]float64, ts []*target, mtu int) []Result {
 			continue
 		}
 		share := v - rigShare
-		note := fmt.Sprintf("%s − rig share (%s rig alone − %s kernel)/2 = %s; %.2f× the kernel's %s",
+		note := fmt.Sprintf("%s − rig share (%s rig alone − %s kernel) = %s; %.2f× the kernel's %s",
 			num(v), num(a), num(k), num(share), share/k, num(k))
 		if share <= 0 {
-			// Thread hand-offs dominate on a loaded machine, and the rig
-			// alone's path has its own: the estimate breaks down.
+			// The rig alone does a subset of a back-end path's work with
+			// fewer wake-ups: only noise (a loaded machine) puts it above.
 			note += "; not meaningful: the rig alone took longer than this whole path (a loaded machine?)"
 		}
 		rows = append(rows, Result{Test: "tcp_rr_latency_p50_backend_share", Label: label, Backend: t.backend,

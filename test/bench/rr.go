@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	rig "vunet/test/rig/lib"
 )
 
 // echoServer answers every byte it reads with the same byte until EOF, on
@@ -106,30 +109,23 @@ func pingPong(ctx context.Context, t *target, d time.Duration) (p50, p99 float64
 
 // connectRate opens, uses (1-byte exchange) and closes connections one
 // after another for d, from the guest namespace, and returns connections
-// per second.
+// per second. The client makes blocking system calls on one thread
+// (rig.ConnectExchangeClose says why), as netperf's TCP_CRR does.
 func connectRate(ctx context.Context, t *target, d time.Duration) (rate float64, n int, err error) {
+	server, err := netip.ParseAddrPort(t.echoAddr())
+	if err != nil {
+		return 0, 0, err
+	}
 	start := time.Now()
 	end := start.Add(d)
 	err = t.inGuest(func() error {
-		dialer := &net.Dialer{Timeout: 5 * time.Second}
-		var b [1]byte
-		for time.Now().Before(end) {
-			c, err := dialer.DialContext(ctx, "tcp4", t.echoAddr())
-			if err != nil {
+		for time.Now().Before(end) && ctx.Err() == nil {
+			if err := rig.ConnectExchangeClose(server, 5*time.Second); err != nil {
 				return fmt.Errorf("connection %d: %w", n, err)
-			}
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			_, err = c.Write(b[:])
-			if err == nil {
-				_, err = io.ReadFull(c, b[:])
-			}
-			c.Close()
-			if err != nil {
-				return fmt.Errorf("connection %d exchange: %w", n, err)
 			}
 			n++
 		}
-		return nil
+		return ctx.Err()
 	})
 	return float64(n) / time.Since(start).Seconds(), n, err
 }

@@ -32,6 +32,10 @@ type Stats struct {
 	// RXFrames/RXBytes: frames the back-end completed and the rig wrote to
 	// the TAP (bytes include the virtio-net header).
 	RXFrames, RXBytes atomic.Uint64
+	// RXCalls counts the RX loops' wake-ups on a call of their ring; in
+	// the rig alone without damage, the device writes to the TAPs itself
+	// and none is due.
+	RXCalls atomic.Uint64
 	// RXWriteErrors counts TAP writes the kernel refused (frame dropped).
 	RXWriteErrors atomic.Uint64
 	// RXHeldBatches counts slow-reader delays (batches of used RX buffers
@@ -69,11 +73,14 @@ type bridgeConfig struct {
 	// impair, with seed, damages frames both ways (impair.go).
 	impair Impairment
 	seed   uint64
-	// observe, if set, sees every frame the back-end sent, on the RX
-	// thread of its pair, before it is written to the TAP.
+	// observe, if set, sees every frame the back-end sent, on the thread
+	// that writes it to the TAP, before it is written.
 	observe func(pair int, frame []byte)
-	stats   *Stats
-	log     *slog.Logger
+	// inlineRX: the device serves the RX rings itself (serveRX) right
+	// after filling them, and the RX loops keep their interrupts off.
+	inlineRX bool
+	stats    *Stats
+	log      *slog.Logger
 }
 
 // bridge moves frames between the TAP and the queue pairs: one locked
@@ -83,6 +90,8 @@ type bridgeConfig struct {
 type bridge struct {
 	bridgeConfig
 	batch int
+
+	rxp []*rxPath // one per RX ring
 
 	// cur is the TX ring the guest's frames go to; moving is set when
 	// the rotation timer asked for the next one (TX thread only).
@@ -111,6 +120,15 @@ func newBridge(c bridgeConfig) (*bridge, error) {
 	b := &bridge{bridgeConfig: c, stop: stop}
 	b.batch = min(max(int(c.tx[0].Ring().Size())/4, 1), 64)
 	b.txImp = newImpairer(c.impair, c.seed, 0, &c.stats.Impaired[0])
+	for i := range c.rx {
+		p, err := newRXPath(b, i)
+		if err != nil {
+			b.closePaths()
+			unix.Close(stop)
+			return nil, err
+		}
+		b.rxp = append(b.rxp, p)
+	}
 	return b, nil
 }
 
@@ -146,9 +164,16 @@ func (b *bridge) close() error {
 	unix.Write(b.stop, one[:])
 	b.wg.Wait()
 	unix.Close(b.stop)
+	b.closePaths()
 	b.errMu.Lock()
 	defer b.errMu.Unlock()
 	return b.err
+}
+
+func (b *bridge) closePaths() {
+	for _, p := range b.rxp {
+		p.close()
+	}
 }
 
 // failed reports a loop's fatal error, if any.
@@ -368,24 +393,17 @@ func (b *bridge) reclaimTX() error {
 	return nil
 }
 
-// rxLoop: back-end → guest, for one pair's RX ring. Used RX buffers are
-// written to the TAP as they are (virtio-net header first) and posted
-// again at once, or, in slow-reader mode, held until a timer fires every
-// slowRX.
+// rxLoop: back-end → guest, for one pair's RX ring (rxPath), on its
+// call. With inlineRX, the device serves the ring itself and the loop
+// keeps the ring's interrupts off: it wakes for the slow reader's timer,
+// and on a call only if the device ever makes one.
 func (b *bridge) rxLoop(pair int) error {
-	rx := b.rx[pair]
-	rxr := rx.Ring()
+	p := b.rxp[pair]
+	rxr := p.rx.Ring()
 	call := rxr.CallFD()
-	timer := -1
 	fds := [][2]int{{call, unix.EPOLLIN}, {b.stop, unix.EPOLLIN}}
-	if b.slowRX > 0 {
-		var err error
-		timer, err = unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
-		if err != nil {
-			return fmt.Errorf("timerfd: %w", err)
-		}
-		defer unix.Close(timer)
-		fds = append(fds, [2]int{timer, unix.EPOLLIN})
+	if p.timer >= 0 {
+		fds = append(fds, [2]int{p.timer, unix.EPOLLIN})
 	}
 	ep, err := newEpoll(fds...)
 	if err != nil {
@@ -393,87 +411,14 @@ func (b *bridge) rxLoop(pair int) error {
 	}
 	defer unix.Close(ep)
 	evs := make([]unix.EpollEvent, 4)
-	imp := newImpairer(b.impair, b.seed, 1+uint64(pair), &b.stats.Impaired[1])
-
-	size := int(rxr.Size())
-	held := make([]uint16, 0, size)
-	frame := make([]uint16, 0, size) // used heads of the frame being assembled (MRG_RXBUF)
-	frameLens := make([]uint32, 0, size)
-	want := 0
-	iov := make([]unix.Iovec, size)
-	armed := false
-	w := rxWriter{b: b, pair: pair, rx: rx, iov: iov}
-
-	for {
-		id, ok := rx.Get()
-		if !ok {
-			break
-		}
-		rx.Post(id, 0)
-	}
-	if _, err := rx.Publish(); err != nil {
-		return err
-	}
-	// release gives a written (or dropped) frame's buffers back.
-	reposted := 0
-	release := func(heads []uint16) {
-		for _, h := range heads {
-			if b.slowRX > 0 {
-				held = append(held, h)
-			} else {
-				rx.Post(h, 0)
-				reposted++
-			}
-		}
+	if b.inlineRX {
+		rxr.DisableInterrupts()
 	}
 	for {
-		reposted = 0
-		for {
-			u, ok, err := rx.PopUsed()
-			if !ok {
-				break
-			}
-			if err != nil {
-				b.stats.DeviceErrors.Add(1)
-				return err
-			}
-			id := uint16(u.ID)
-			if len(frame) == 0 {
-				want = 1
-				if b.mrg {
-					if int(u.Len) < b.hdrLen {
-						return fmt.Errorf("rx: used length %d below the %d-byte header", u.Len, b.hdrLen)
-					}
-					want = int(binary.LittleEndian.Uint16(rx.Buf(id)[10:12]))
-					if want < 1 || want > size {
-						return fmt.Errorf("rx: num_buffers %d with a %d-entry ring", want, size)
-					}
-				}
-			}
-			frame = append(frame, id)
-			frameLens = append(frameLens, u.Len)
-			if len(frame) < want {
-				continue
-			}
-			imp.deliver(&w, frame, frameLens, release)
-			frame, frameLens = frame[:0], frameLens[:0]
+		if err := b.serveRX(pair); err != nil {
+			return err
 		}
-		// Nothing more for now: a frame held back to be reordered goes.
-		imp.flushRX(&w, release)
-		if reposted > 0 {
-			if _, err := rx.Publish(); err != nil {
-				return err
-			}
-		}
-		if len(held) > 0 && !armed {
-			ts := unix.NsecToTimespec(b.slowRX.Nanoseconds())
-			if err := unix.TimerfdSettime(timer, 0, &unix.ItimerSpec{Value: ts}, nil); err != nil {
-				return fmt.Errorf("timerfd_settime: %w", err)
-			}
-			armed = true
-			b.stats.RXHeldBatches.Add(1)
-		}
-		if rxr.EnableInterrupts() {
+		if !b.inlineRX && rxr.EnableInterrupts() {
 			continue
 		}
 		n, err := epollWait(ep, evs, -1)
@@ -486,19 +431,34 @@ func (b *bridge) rxLoop(pair int) error {
 				return nil
 			case call:
 				rxr.DrainCall()
-			case timer:
-				drain(timer)
-				armed = false
-				for _, h := range held {
-					rx.Post(h, 0)
-				}
-				held = held[:0]
-				if _, err := rx.Publish(); err != nil {
+				b.stats.RXCalls.Add(1)
+			case p.timer:
+				p.mu.Lock()
+				err := p.repostHeld()
+				p.mu.Unlock()
+				if err != nil {
 					return err
 				}
 			}
 		}
 	}
+}
+
+// serveRX writes what the back-end completed on pair's RX ring to the TAP,
+// from any thread (the RX loop's, or the rig-alone device's with
+// inlineRX).
+func (b *bridge) serveRX(pair int) error {
+	p := b.rxp[pair]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.serve(); err != nil {
+		return err
+	}
+	if b.inlineRX {
+		// Keep the device from calling (used_event far ahead again).
+		p.rx.Ring().DisableInterrupts()
+	}
+	return nil
 }
 
 // rxWriter writes frames of one RX ring to the TAP.

@@ -20,15 +20,19 @@ import (
 // and all, into an RX buffer of the other pair, so two TAPs bridged by the
 // rig's unchanged front-end talk to each other (kernel ↔ rig ↔ kernel).
 //
-// It uses vunet's own device-side ring code (virtqueue), with EVENT_IDX,
-// batched used-ring updates and one call per batch, and the copy is the one
-// a back-end makes into RX buffers anyway. To add no thread hand-off of its
-// own, the copying runs inline on the bridge's TX thread right after it
-// publishes (pump): a round trip then passes as many threads as one through
-// a back-end does (the back-end's loop standing where the other TAP's
-// bridge stands), and what it costs beyond the kernel's own round trip is
-// the rig's share twice over. The device's thread only waits for RX
-// buffers when the other side has none.
+// It uses vunet's own device-side ring code (virtqueue), with EVENT_IDX and
+// batched used-ring updates, and the copy is the one a back-end makes into
+// RX buffers anyway. To add no thread hand-off of its own, the copying runs
+// inline on the bridge's TX thread right after it publishes (pump), and so
+// does, when serve is set, the other bridge's RX side: the frames go on to
+// the other TAP on that same thread (bridge.serveRX). A frame then wakes
+// one rig thread on its way from one kernel to the other (the TX loop that
+// reads it from the TAP), as a frame between a guest and a back-end wakes
+// one (the TX loop one way, the RX loop the other), and the rig's work on
+// it is the same: TAP read, ring, ring, TAP write. So a round trip through
+// the rig alone costs the rig's share of a round trip through a back-end
+// once, and never more than the whole. The device's thread only waits
+// for RX buffers when the other side has none.
 type crossDevice struct {
 	log  *slog.Logger
 	mem  *virtqueue.Memory
@@ -36,6 +40,9 @@ type crossDevice struct {
 	stop int // eventfd
 	wake int // eventfd: a side waits for RX buffers
 	wg   sync.WaitGroup
+	// serve[i], if set before start, writes what side i's RX ring holds to
+	// its TAP: run after every move into that ring, on the mover's thread.
+	serve [2]func() error
 
 	errMu sync.Mutex
 	err   error
@@ -159,6 +166,9 @@ func (d *crossDevice) pump(i int) {
 	err := d.drain(s, o)
 	wait := s.rxWait
 	s.mu.Unlock()
+	if err == nil {
+		err = d.served(1 - i)
+	}
 	if err != nil {
 		d.fail(err)
 		return
@@ -166,6 +176,14 @@ func (d *crossDevice) pump(i int) {
 	if wait {
 		notify(d.wake)
 	}
+}
+
+// served runs side i's serve, if any.
+func (d *crossDevice) served(i int) error {
+	if d.serve[i] == nil {
+		return nil
+	}
+	return d.serve[i]()
 }
 
 func (d *crossDevice) fail(err error) {
@@ -207,6 +225,7 @@ func (d *crossDevice) run() error {
 		for i := range d.side {
 			s, o := &d.side[i], &d.side[1-i]
 			s.mu.Lock()
+			moved := s.rxWait
 			if s.rxWait {
 				o.rx.DisableKicks()
 				if err := d.drain(s, o); err != nil {
@@ -220,6 +239,11 @@ func (d *crossDevice) run() error {
 				o.rx.DisableKicks()
 			}
 			s.mu.Unlock()
+			if moved {
+				if err := d.served(1 - i); err != nil {
+					return err
+				}
+			}
 		}
 		if more {
 			continue

@@ -47,7 +47,11 @@ func (r *Rig) startLoopback() error {
 	if r.dev, err = newCrossDevice(mem, pairs, o.Log); err != nil {
 		return err
 	}
-	r.dev.start()
+	// Without damage, the device writes to the TAPs itself (crossDevice);
+	// an impaired link keeps a thread per RX ring, so that a frame held
+	// back to be reordered leaves on its own schedule as before.
+	inline := !o.Impair.On()
+	var brs [2]*bridge
 	const hdrLen = 12 // virtio 1.x header
 	offloads := tunOffloads(loopbackFeatures)
 	for i, ns := range []string{r.guestNS, r.hostNS} {
@@ -72,7 +76,7 @@ func (r *Rig) startLoopback() error {
 			return err
 		}
 		c := bridgeConfig{tap: tap, hdrLen: hdrLen, tx: []*frontend.FixedRing{tx}, rx: []*frontend.FixedRing{rx},
-			slowRX: o.SlowRX, stats: &r.stats, log: o.Log}
+			slowRX: o.SlowRX, inlineRX: inline, stats: &r.stats, log: o.Log}
 		if i == 0 {
 			// The guest's side only: each direction is damaged once,
 			// as between a guest and a back-end.
@@ -89,6 +93,13 @@ func (r *Rig) startLoopback() error {
 		} else {
 			r.br2 = br
 		}
+		brs[i] = br
+		if inline {
+			r.dev.serve[i] = func() error { return br.serveRX(0) }
+		}
+	}
+	r.dev.start()
+	for _, br := range brs {
 		br.start()
 	}
 	mtu := o.MTU

@@ -27,7 +27,8 @@ type Options struct {
 	// Loopback measures the rig front-end alone (kernel ↔ rig ↔ kernel): no
 	// back-end runs; a second TAP in a peer namespace is bridged by the
 	// same front-end code, and an in-process device copies each frame one
-	// pair transmits into the other's RX ring (see crossDevice). The peer
+	// pair transmits into the other's RX ring, and (without Impair) writes
+	// it to the other TAP on the same thread (see crossDevice). The peer
 	// namespace takes the host namespace's place (HostNetns, HostListen,
 	// HostCommand), at Gateway(); addressing is static; Backend, DHCP and
 	// the guest address options are ignored.
@@ -82,7 +83,7 @@ type Options struct {
 	Impair Impairment
 	// RXObserve, if set, sees every frame the back-end sent to the guest
 	// (Ethernet frame, virtio-net header stripped) with its queue pair,
-	// on that pair's RX thread, before the TAP gets it.
+	// on the thread that writes it to the TAP, before the TAP gets it.
 	RXObserve func(pair int, frame []byte)
 
 	// DHCP configures the guest with busybox udhcpc from the back-end's DHCP

@@ -290,9 +290,11 @@ func TestRigNoOffloadsMTU1500(t *testing.T) {
 
 // TestRigAlone moves data both ways between two kernel namespaces through
 // the rig's front-end and its copying device, with no back-end: the bytes
-// (hashed end to end) and the bridge and device counters must agree. Its
-// five loops (two bridges' TX and RX, the device) hold a P each while the
-// rig runs, on top of GOMAXPROCS, and give them back on Close (procs.go).
+// (hashed end to end) and the bridge and device counters must agree, and
+// each frame must go from one TAP to the other on the thread that read it
+// (crossDevice). Its five loops (two bridges' TX and RX, the device) hold
+// a P each while the rig runs, on top of GOMAXPROCS, and give them back on
+// Close (procs.go).
 func TestRigAlone(t *testing.T) {
 	for _, mtu := range []int{1500, 65520} {
 		t.Run(strconv.Itoa(mtu), func(t *testing.T) {
@@ -304,12 +306,7 @@ func TestRigAlone(t *testing.T) {
 			if r.BackendPID() != 0 || r.Gateway() != loopbackPeer.Addr() || r.MTU() != mtu {
 				t.Fatalf("rig alone: back-end pid %d, peer %v, mtu %d", r.BackendPID(), r.Gateway(), r.MTU())
 			}
-			e := ends{
-				listen: func() (net.Listener, error) { return r.HostListen("tcp4", r.Gateway().String()+":0") },
-				dial: func(ctx context.Context, port int) (net.Conn, error) {
-					return r.GuestDial(ctx, "tcp4", net.JoinHostPort(r.Gateway().String(), strconv.Itoa(port)))
-				},
-			}
+			e := rigAloneEnds(r)
 			const n = 64 << 20
 			transferBetween(t, e, true, n, 60*time.Second, false)
 			transferBetween(t, e, false, n, 60*time.Second, false)
@@ -326,6 +323,11 @@ func TestRigAlone(t *testing.T) {
 			}
 			if s.RXBytes.Load() < 2*n {
 				t.Errorf("rig alone: %d bytes written to the TAPs for %d each way", s.RXBytes.Load(), n)
+			}
+			// Every frame went on to the other TAP on the thread that
+			// read it: no RX loop was woken to write one.
+			if c := s.RXCalls.Load(); c != 0 {
+				t.Errorf("rig alone: RX loops woken %d times by their rings' calls, want 0", c)
 			}
 			healthy(t, r)
 			if err := r.Close(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -115,13 +116,32 @@ func transferBetween(t testing.TB, e ends, toHost bool, n int64, timeout time.Du
 type ends struct {
 	listen func() (net.Listener, error)
 	dial   func(ctx context.Context, port int) (net.Conn, error)
+	// server is the address dial connects to; inClient runs a function in
+	// the dialling side's namespace (BenchmarkRigConnect's blocking client).
+	server   netip.Addr
+	inClient func(fn func() error) error
 }
 
 // rigEnds: a host peer on the back-end namespace's loopback, reached by the
 // guest through its gateway address.
 func rigEnds(r *Rig) ends {
 	return ends{
-		listen: func() (net.Listener, error) { return r.HostListen("tcp4", "127.0.0.1:0") },
+		server:   r.Gateway(),
+		inClient: r.InGuest,
+		listen:   func() (net.Listener, error) { return r.HostListen("tcp4", "127.0.0.1:0") },
+		dial: func(ctx context.Context, port int) (net.Conn, error) {
+			return r.GuestDial(ctx, "tcp4", net.JoinHostPort(r.Gateway().String(), strconv.Itoa(port)))
+		},
+	}
+}
+
+// rigAloneEnds: a peer listening on the peer namespace's TAP address,
+// dialled from the guest namespace.
+func rigAloneEnds(r *Rig) ends {
+	return ends{
+		server:   r.Gateway(),
+		inClient: r.InGuest,
+		listen:   func() (net.Listener, error) { return r.HostListen("tcp4", r.Gateway().String()+":0") },
 		dial: func(ctx context.Context, port int) (net.Conn, error) {
 			return r.GuestDial(ctx, "tcp4", net.JoinHostPort(r.Gateway().String(), strconv.Itoa(port)))
 		},

@@ -128,6 +128,10 @@ func newBridge(c bridgeConfig) (*bridge, error) {
 			return nil, err
 		}
 		b.rxp = append(b.rxp, p)
+		if c.inlineRX {
+			// Before the device runs: its first used element would call.
+			p.rx.Ring().DisableInterrupts()
+		}
 	}
 	return b, nil
 }
@@ -411,9 +415,6 @@ func (b *bridge) rxLoop(pair int) error {
 	}
 	defer unix.Close(ep)
 	evs := make([]unix.EpollEvent, 4)
-	if b.inlineRX {
-		rxr.DisableInterrupts()
-	}
 	for {
 		if err := b.serveRX(pair); err != nil {
 			return err

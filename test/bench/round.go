@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // mtuRound brings up the kernel path and one rig per back-end at one guest
@@ -148,8 +149,14 @@ func (r *runner) measureIperf(ctx context.Context, t *target, test, label, dir s
 	return row
 }
 
+// rrSlices is how many turns the targets take at the latency and at the
+// connection-rate test: each target runs its share of the test time in
+// every turn, so a change in the machine's load shifts every row alike.
+const rrSlices = 4
+
 // latencyAndRate runs the ping-pong and connection-rate tests on every
-// target with an echo server in each host namespace.
+// target with an echo server in each host namespace, the targets taking
+// turns (rrSlices).
 func (r *runner) latencyAndRate(ctx context.Context, ts []*target, mtu int) {
 	servers := make([]*echoServer, len(ts))
 	for i, t := range ts {
@@ -161,6 +168,21 @@ func (r *runner) latencyAndRate(ctx context.Context, ts []*target, mtu int) {
 		servers[i] = s
 		defer s.close()
 	}
+	slice := r.s.rrTime / rrSlices
+	conns := make([]*rrConn, len(ts))
+	errs := make([]error, len(ts))
+	for i, t := range ts {
+		if servers[i] != nil {
+			conns[i], errs[i] = dialRR(ctx, t)
+		}
+	}
+	for range rrSlices {
+		for i, c := range conns {
+			if c != nil && errs[i] == nil {
+				errs[i] = c.measure(slice)
+			}
+		}
+	}
 	l50 := fmt.Sprintf("TCP RR 1B latency p50 MTU %d", mtu)
 	l99 := fmt.Sprintf("TCP RR 1B latency p99 MTU %d", mtu)
 	var p99rows []Result
@@ -169,7 +191,15 @@ func (r *runner) latencyAndRate(ctx context.Context, ts []*target, mtu int) {
 		if servers[i] == nil {
 			continue
 		}
-		p50, p99, n, err := pingPong(ctx, t, r.s.rrTime)
+		var p50, p99 float64
+		var n int
+		err := errs[i]
+		if conns[i] != nil {
+			conns[i].c.Close()
+			if err == nil {
+				p50, p99, n, err = conns[i].quantiles()
+			}
+		}
 		if err == nil {
 			p50s[t.backend] = p50
 		}
@@ -190,17 +220,38 @@ func (r *runner) latencyAndRate(ctx context.Context, ts []*target, mtu int) {
 	for _, row := range backendShare(p50s, ts, mtu) {
 		r.add(row)
 	}
+
+	counts := make([]int, len(ts))
+	took := make([]time.Duration, len(ts))
+	errs = make([]error, len(ts))
+	for range rrSlices {
+		for i, t := range ts {
+			if servers[i] == nil || errs[i] != nil {
+				continue
+			}
+			n, d, err := connectRate(ctx, t, slice)
+			counts[i] += n
+			took[i] += d
+			errs[i] = err
+		}
+	}
 	label := fmt.Sprintf("TCP connect/1B/close rate MTU %d", mtu)
+	rates := map[string]float64{}
 	for i, t := range ts {
 		if servers[i] == nil {
 			continue
 		}
-		rate, n, err := connectRate(ctx, t, r.s.rrTime)
+		rate := float64(counts[i]) / took[i].Seconds()
 		row := Result{Test: "tcp_crr_rate", Label: label, Backend: t.backend, MTU: mtu, Value: rate,
-			Unit: "conn/s", HigherIsBetter: true, Count: n, Note: fmt.Sprintf("%d connections", n)}
-		if err != nil {
-			row.Error = err.Error()
+			Unit: "conn/s", HigherIsBetter: true, Count: counts[i], Note: fmt.Sprintf("%d connections", counts[i])}
+		if errs[i] != nil {
+			row.Error = errs[i].Error()
+		} else {
+			rates[t.backend] = rate
 		}
+		r.add(row)
+	}
+	for _, row := range backendRateShare(rates, ts, mtu) {
 		r.add(row)
 	}
 }
@@ -277,6 +328,41 @@ func backendShare(p50s map[string]float64, ts []*target, mtu int) []Result {
 		}
 		rows = append(rows, Result{Test: "tcp_rr_latency_p50_backend_share", Label: label, Backend: t.backend,
 			MTU: mtu, Value: share, Unit: "µs", Note: note})
+	}
+	return rows
+}
+
+// backendRateShare derives, for every back-end, the connection rate it
+// would reach if the rig cost nothing: each connection's time (1/rate)
+// less the rig's share of it (rig alone − kernel, per connection, as
+// backendShare does for the round trip), compared with the kernel's rate.
+func backendRateShare(rates map[string]float64, ts []*target, mtu int) []Result {
+	k, okK := rates["kernel"]
+	a, okA := rates[aloneName]
+	if !okK || !okA || k <= 0 || a <= 0 {
+		return nil
+	}
+	rigShare := 1e6/a - 1e6/k // µs per connection
+	label := fmt.Sprintf("TCP connect/1B/close, back-end's share MTU %d", mtu)
+	var rows []Result
+	for _, t := range ts {
+		v, ok := rates[t.backend]
+		if !ok || v <= 0 || t.rig == nil || t.alone {
+			continue
+		}
+		perConn := 1e6/v - rigShare
+		row := Result{Test: "tcp_crr_rate_backend_share", Label: label, Backend: t.backend, MTU: mtu,
+			Unit: "conn/s", HigherIsBetter: true}
+		note := fmt.Sprintf("1/(1/%s − rig share (1/%s rig alone − 1/%s kernel)): %s µs per connection",
+			num(v), num(a), num(k), num(perConn))
+		if perConn <= 0 {
+			note += "; not meaningful: the rig alone took longer per connection than this whole path (a loaded machine?)"
+		} else {
+			row.Value = 1e6 / perConn
+			note += fmt.Sprintf("; %.2f× the kernel's %s", row.Value/k, num(k))
+		}
+		row.Note = note
+		rows = append(rows, row)
 	}
 	return rows
 }

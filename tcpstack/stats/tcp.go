@@ -37,11 +37,16 @@ const (
 	// TCPRetransWindow: the guest shut its window on data in flight and
 	// reopened it without acknowledging that data.
 	TCPRetransWindow
+	// TCPRetransSACK: the guest's SACK blocks showed holes in the data in
+	// flight (on the third ACK that SACKed more, or at once when nothing
+	// more can be sent), or that a hole sent again was lost again; only
+	// the holes go again.
+	TCPRetransSACK
 	// NumTCPRetransCauses is the number of causes (array size).
 	NumTCPRetransCauses
 )
 
-var retransCauseNames = [NumTCPRetransCauses]string{"dup_ack", "timeout", "window_reopened"}
+var retransCauseNames = [NumTCPRetransCauses]string{"dup_ack", "timeout", "window_reopened", "sack"}
 
 // String returns the metric label value of the cause.
 func (c TCPRetransCause) String() string { return label(retransCauseNames[:], c) }
@@ -144,7 +149,8 @@ type TCP struct {
 	// established connection, an ACK of data never sent) not sent because
 	// the connection had sent one less than 500 ms before.
 	ChallengeAcksLimited atomic.Uint64
-	// Retransmits counts rewinds of the sequence to the guest, by cause.
+	// Retransmits counts rewinds of the sequence to the guest, and SACK
+	// recoveries (TCPRetransSACK: holes sent again, no rewind), by cause.
 	Retransmits [NumTCPRetransCauses]atomic.Uint64
 	// RSTSent counts RSTs sent to the guest; RSTReceived RSTs from it.
 	RSTSent, RSTReceived atomic.Uint64

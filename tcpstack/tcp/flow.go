@@ -74,6 +74,14 @@ type conn struct {
 	dupAcks         uint8
 	retrans         uint8 // ACK timeouts in a row; with nothing in flight, zero-window probes in a row
 
+	// SACK recovery towards the guest (recovery.go).
+	sackRecovery bool
+	sackN        uint8                  // blocks in sackBlk
+	sackBlk      [sackMaxBlocks]seqRange // the guest's latest SACK blocks above its ACK, sorted, disjoint
+	sackHigh     uint32                 // highest sequence the guest SACKed (meaningful while above seqAckFromGuest)
+	rtxNext      uint32                 // in SACK recovery: the holes below it went again (RFC 6675's HighRxt)
+	rtxMark      uint32                 // sndMax when holes last went again
+
 	// Guest → host socket.
 	seqInitFromGuest uint32 // guest's ISN
 	ackBase          uint32 // sequence that tcpi_bytes_acked == 0 stands for

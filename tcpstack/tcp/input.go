@@ -28,8 +28,9 @@ type segment struct {
 	seq, ack   uint32
 	flags      header.TCPFlags
 	wnd        uint16
-	opts       header.TCPOptions
-	payloadOff int // from the start of the Ethernet frame
+	opts       header.TCPOptions // parsed on a SYN only
+	rawOpts    []byte            // the option bytes (in the copied head): an ACK's SACK blocks are read from them when needed
+	payloadOff int               // from the start of the Ethernet frame
 	payloadLen int
 }
 
@@ -50,6 +51,7 @@ func segmentFrom(p *header.Packet, sg *segment) bool {
 	sg.flags = th.Flags()
 	sg.wnd = th.WindowSize()
 	sg.opts = header.TCPOptions{}
+	sg.rawOpts = th.Options()
 	if sg.flags.Has(header.TCPFlagSYN) {
 		// A bad option list leaves what decoded before it; the SYN is still
 		// answered with defaults, as a host stack would.
@@ -213,6 +215,9 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 		return false
 	}
 	wnd := min(uint32(sg.wnd)<<f.wsFromGuest, maxWindow)
+	// SACK blocks say what of the flight the guest has (sack_recovery.go).
+	// Blocks take at least 10 option bytes.
+	sack := t.sackOK(f) && len(sg.rawOpts) >= 10 && f.inFlight() > 0 && t.readGuestSACK(f, sg)
 	progressed := false
 	if seqGT(ack, f.seqAckFromGuest) {
 		dataEnd := ack
@@ -241,6 +246,7 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 		f.dupAcks = 0
 		f.lastAckProg = now
 		progressed = true
+		t.sackAckProgress(f, sack)
 	} else if ack == f.seqAckFromGuest && sg.payloadLen == 0 && !sg.flags.Has(header.TCPFlagFIN) && f.inFlight() > 0 {
 		switch {
 		case wnd != 0 && f.flags&flZeroWnd != 0:
@@ -249,6 +255,13 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 			// window it dropped. Send it again now, not at the ACK
 			// timeout.
 			t.rewind(f, stats.TCPRetransWindow)
+		case t.sackOK(f):
+			// Only SACK blocks say whether this repeat reports a loss:
+			// the guest's window grows with out-of-order data, and a
+			// duplicate frame is echoed with a D-SACK.
+			if sack {
+				t.sackDupAck(f)
+			}
 		case wnd == f.wndFromGuest:
 			// The guest is asking for the data after ack again: once per
 			// loss. A duplicate that does not pass the recovery point

@@ -101,6 +101,9 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 	if !t.ackWndCurrent(now, f) {
 		t.refreshAckWnd(now, f)
 	}
+	if f.sackRecovery && !t.resendHoles(now, f, w) {
+		return false
+	}
 	if !t.sendData(now, f, w) {
 		return false
 	}

@@ -20,16 +20,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 	if f.fd < 0 || f.has(evGuestFinSent) || (f.has(evSockFin) && f.seqToGuest == f.eofSeq) {
 		return true
 	}
-	v6 := f.key.v6
-	hdrLen := header.EthernetMinimumSize + t.ipHdrLen(v6) + header.TCPMinimumSize
-	frameMax := f.mssToGuest
-	if (v6 && t.tso6) || (!v6 && t.tso4) {
-		// One GSO frame: the IP packet must stay within 64 KiB.
-		frameMax = (0xffff - t.ipHdrLen(v6) - header.TCPMinimumSize) / f.mssToGuest * f.mssToGuest
-		if v6 {
-			frameMax = (0xffff - header.TCPMinimumSize) / f.mssToGuest * f.mssToGuest
-		}
-	}
+	hdrLen, frameMax := t.frameShape(f)
 	if f.drained {
 		// Nothing came since the socket was emptied (no EPOLLIN since):
 		// a read would only fail with EAGAIN.
@@ -42,45 +33,11 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			t.stall(f, true)
 			return true
 		}
-		fill := int(wnd - already)
 		t.bufs = t.bufs[:0]
 		if !f.peekOff && already > 0 {
 			t.bufs = append(t.bufs, t.discardBuf()[:already])
 		}
-		nfr, reserved, blocked := 0, 0, false
-		for fill > 0 && nfr < len(t.frm) && len(t.bufs) < hostsock.MaxIovecs {
-			hdr, pay, st := w.Reserve(hdrLen, min(fill, frameMax))
-			if st != guestring.OK {
-				blocked = true
-				break
-			}
-			fr := &t.frm[nfr]
-			fr.hdr, fr.first, fr.capLen = hdr, len(t.bufs), 0
-			for _, b := range pay {
-				if len(t.bufs) == hostsock.MaxIovecs {
-					// One recvmsg takes no more iovecs: the frame carries
-					// less than reserved, and reserved counts only what the
-					// peek can fill, so a short read is never mistaken for
-					// the end of the data.
-					break
-				}
-				if len(b) > fill-fr.capLen {
-					b = b[:fill-fr.capLen]
-				}
-				if len(b) == 0 {
-					continue
-				}
-				t.bufs = append(t.bufs, b)
-				fr.capLen += len(b)
-			}
-			fr.nbufs = len(t.bufs) - fr.first
-			nfr++
-			if fr.capLen == 0 {
-				break
-			}
-			reserved += fr.capLen
-			fill -= fr.capLen
-		}
+		nfr, reserved, blocked := t.reserveFrames(w, hdrLen, frameMax, int(wnd-already))
 		if nfr > 0 && !blocked {
 			t.rxBlocked(f, false) // buffers came: whatever stops this pass, it is not them
 		}
@@ -177,6 +134,62 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 	}
 }
 
+// frameShape returns the header length of f's frames to the guest and the
+// most payload one frame carries: one MSS, or with TSO one GSO frame whose
+// IP packet stays within 64 KiB.
+func (t *Table) frameShape(f *conn) (hdrLen, frameMax int) {
+	v6 := f.key.v6
+	hdrLen = header.EthernetMinimumSize + t.ipHdrLen(v6) + header.TCPMinimumSize
+	frameMax = f.mssToGuest
+	if (v6 && t.tso6) || (!v6 && t.tso4) {
+		frameMax = (0xffff - t.ipHdrLen(v6) - header.TCPMinimumSize) / f.mssToGuest * f.mssToGuest
+		if v6 {
+			frameMax = (0xffff - header.TCPMinimumSize) / f.mssToGuest * f.mssToGuest
+		}
+	}
+	return hdrLen, frameMax
+}
+
+// reserveFrames reserves guest RX buffers for up to fill payload bytes,
+// frameMax per frame, into t.frm, their payload iovecs appended to t.bufs
+// (after whatever the caller put there to skip). blocked reports that the
+// guest ran out of buffers before fill was reached.
+func (t *Table) reserveFrames(w guestring.Sink, hdrLen, frameMax, fill int) (nfr, reserved int, blocked bool) {
+	for fill > 0 && nfr < len(t.frm) && len(t.bufs) < hostsock.MaxIovecs {
+		hdr, pay, st := w.Reserve(hdrLen, min(fill, frameMax))
+		if st != guestring.OK {
+			return nfr, reserved, true
+		}
+		fr := &t.frm[nfr]
+		fr.hdr, fr.first, fr.capLen = hdr, len(t.bufs), 0
+		for _, b := range pay {
+			if len(t.bufs) == hostsock.MaxIovecs {
+				// One recvmsg takes no more iovecs: the frame carries
+				// less than reserved, and reserved counts only what the
+				// peek can fill, so a short read is never mistaken for
+				// the end of the data.
+				break
+			}
+			if len(b) > fill-fr.capLen {
+				b = b[:fill-fr.capLen]
+			}
+			if len(b) == 0 {
+				continue
+			}
+			t.bufs = append(t.bufs, b)
+			fr.capLen += len(b)
+		}
+		fr.nbufs = len(t.bufs) - fr.first
+		nfr++
+		if fr.capLen == 0 {
+			break
+		}
+		reserved += fr.capLen
+		fill -= fr.capLen
+	}
+	return nfr, reserved, false
+}
+
 // stall marks f STALLED (invariant 4): wnd when the guest's window is the
 // limit, otherwise all readable data is in flight.
 func (t *Table) stall(f *conn, wnd bool) {
@@ -221,16 +234,22 @@ func (t *Table) rxBlocked(f *conn, b bool) {
 	t.updateEpoll(f)
 }
 
-// commitData fills the headers of reserved frame fr for n payload bytes and
-// commits it.
+// commitData fills the headers of reserved frame fr for n payload bytes at
+// seqToGuest, commits it and advances seqToGuest past it.
 func (t *Table) commitData(f *conn, w guestring.Sink, fr *reservedFrame, n int, last bool) {
+	t.commitFrame(f, w, fr, f.seqToGuest, n, last)
+	f.seqToGuest += uint32(n)
+	f.sndMax = seqMax(f.sndMax, f.seqToGuest)
+}
+
+// commitFrame fills the headers of reserved frame fr for n payload bytes
+// at sequence seq and commits it.
+func (t *Table) commitFrame(f *conn, w guestring.Sink, fr *reservedFrame, seq uint32, n int, last bool) {
 	fl := header.TCPFlagACK
 	if last {
 		fl |= header.TCPFlagPSH
 	}
 	payload := t.bufs[fr.first : fr.first+fr.nbufs]
-	t.buildHeaders(f, fr.hdr, fl, f.seqToGuest, nil, payload, n)
+	t.buildHeaders(f, fr.hdr, fl, seq, nil, payload, n)
 	w.Commit(n, &t.vh)
-	f.seqToGuest += uint32(n)
-	f.sndMax = seqMax(f.sndMax, f.seqToGuest)
 }

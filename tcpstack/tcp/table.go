@@ -99,11 +99,14 @@ type Table struct {
 	// the hints of syscall_hints.go save (tests read them).
 	reads, infoReads uint64
 	seg              segment
-	rsts             [rstQueueLen]pendingRST
-	nrst             int
-	vh               virtqueue.NetHdr // fields of the frame being committed
-	frm              [maxFramesPerPass]reservedFrame
-	bufs             [][]byte // payload iovecs of the reserved frames, in order
+	// sackIn is the SACK blocks of the guest ACK being handled
+	// (sack_recovery.go).
+	sackIn sackView
+	rsts   [rstQueueLen]pendingRST
+	nrst   int
+	vh     virtqueue.NetHdr // fields of the frame being committed
+	frm    [maxFramesPerPass]reservedFrame
+	bufs   [][]byte // payload iovecs of the reserved frames, in order
 }
 
 // reservedFrame is one reserved frame during an output pass.

@@ -63,6 +63,7 @@ func (t *Table) rewind(f *conn, cause stats.TCPRetransCause) {
 	f.drained = false // what was in flight is to be read again
 	f.recover = f.sndMax
 	f.dupAcks = 0
+	f.endSACKRecovery()
 	f.flags &^= flZeroWnd
 	if f.peekOff && f.fd >= 0 {
 		if err := t.setPeekOff(f.fd, 0); err != nil {

@@ -42,11 +42,15 @@ const (
 	// more can be sent), or that a hole sent again was lost again; only
 	// the holes go again.
 	TCPRetransSACK
+	// TCPRetransTailProbe: data was in flight, nothing more could be sent
+	// and the guest said nothing for two round trips: the last segment
+	// went again, for the guest's SACK to show what it misses.
+	TCPRetransTailProbe
 	// NumTCPRetransCauses is the number of causes (array size).
 	NumTCPRetransCauses
 )
 
-var retransCauseNames = [NumTCPRetransCauses]string{"dup_ack", "timeout", "window_reopened", "sack"}
+var retransCauseNames = [NumTCPRetransCauses]string{"dup_ack", "timeout", "window_reopened", "sack", "tail_probe"}
 
 // String returns the metric label value of the cause.
 func (c TCPRetransCause) String() string { return label(retransCauseNames[:], c) }

@@ -80,7 +80,13 @@ type conn struct {
 	sackBlk      [sackMaxBlocks]seqRange // the guest's latest SACK blocks above its ACK, sorted, disjoint
 	sackHigh     uint32                 // highest sequence the guest SACKed (meaningful while above seqAckFromGuest)
 	rtxNext      uint32                 // in SACK recovery: the holes below it went again (RFC 6675's HighRxt)
-	rtxMark      uint32                 // sndMax when holes last went again
+	rtxMark      uint32                 // sndMax when the hole at the guest's ACK last went again
+	tlp          uint8                  // tail-loss probe: tlpDue, tlpSent (since the last ACK progress) or 0
+
+	// Round-trip time to the guest (rto.go).
+	srtt, rttvar time.Duration // smoothed RTT and its variation; srtt 0: no sample yet
+	rttAt        time.Time     // when the byte before rttSeq was sent; zero: none timed
+	rttSeq       uint32
 
 	// Guest → host socket.
 	seqInitFromGuest uint32 // guest's ISN

@@ -242,6 +242,8 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 			// which is exactly ack now.
 			f.seqToGuest = ack
 		}
+		f.ackRTT(now, ack)
+		f.tlp = 0
 		f.retrans = 0
 		f.dupAcks = 0
 		f.lastAckProg = now

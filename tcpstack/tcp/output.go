@@ -104,6 +104,9 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 	if f.sackRecovery && !t.resendHoles(now, f, w) {
 		return false
 	}
+	if f.tlp == tlpDue && !t.sendTailProbe(now, f, w) {
+		return false
+	}
 	if !t.sendData(now, f, w) {
 		return false
 	}

@@ -129,12 +129,12 @@ func (t *Table) sackDupAck(f *conn) {
 	if f.dupAcks < 0xff {
 		f.dupAcks++
 	}
+	// Nothing more to send (the window is full or all socket data is in
+	// flight) and the guest has all after the hole: no more duplicates
+	// will come to count.
+	early := v.high == f.sndMax && f.flags&flStalled != 0
 	switch {
 	case !f.sackRecovery:
-		// Nothing more to send (the window is full or all socket data is
-		// in flight) and the guest has all after the hole: no more
-		// duplicates will come to count.
-		early := v.high == f.sndMax && f.flags&flStalled != 0
 		if f.dupAcks < dupAcksToRetransmit && !early {
 			return
 		}
@@ -142,9 +142,9 @@ func (t *Table) sackDupAck(f *conn) {
 		f.recover = f.sndMax
 		f.rtxNext = una
 	case seqGT(v.high, f.rtxMark) && seqGT(f.rtxNext, una):
-		// Data sent after the holes went again has arrived, and the hole
-		// at the ACK is still open: that resend was lost too.
-		if f.dupAcks < dupAcksToRetransmit {
+		// Data sent after the hole at the ACK went again has arrived, and
+		// that hole is still open: the resend was lost too.
+		if f.dupAcks < dupAcksToRetransmit && !early {
 			return
 		}
 		f.rtxNext = una
@@ -213,8 +213,11 @@ func (t *Table) resendHoles(now time.Time, f *conn, w guestring.Sink) bool {
 		}
 		reached, ok := t.resend(now, f, w, from, end)
 		if reached != from {
+			if from == f.seqAckFromGuest {
+				// What is sent after this is what shows it lost.
+				f.rtxMark = f.sndMax
+			}
 			f.rtxNext = reached
-			f.rtxMark = f.sndMax
 		}
 		if !ok {
 			return false
@@ -259,6 +262,7 @@ func (t *Table) resend(now time.Time, f *conn, w guestring.Sink, from, end uint3
 		}
 	}
 	r, err := t.io.Peek(f.fd, t.bufs)
+	f.stopRTT()
 	if f.peekOff {
 		if err := t.setPeekOff(f.fd, int(f.inFlight())); err != nil {
 			t.log.Debug("tcp SO_PEEK_OFF restore failed", "err", err)
@@ -298,4 +302,53 @@ func (t *Table) resend(now time.Time, f *conn, w guestring.Sink, from, end uint3
 		t.rxBlocked(f, true)
 	}
 	return seq, !blocked
+}
+
+// Tail-loss probe (after RFC 8985 §7): when the end of a flight is lost
+// and nothing more can be sent, no ACK comes to show it. Two round trips
+// after the last ACK progress, the last segment in flight goes again:
+// lost with the rest, the guest SACKs it (a recovery starts at once: it
+// has all after the hole), or it ACKs everything it got.
+const (
+	tlpDue  = 1 // a probe is due in the next output pass
+	tlpSent = 2 // a probe went since the last ACK progress
+)
+
+// minPTO is the floor of the probe timeout: a guest's ACK for a lone
+// segment may be delayed, and a probe too early is a segment for nothing.
+const minPTO = 10 * time.Millisecond
+
+// tlpArmed reports whether f is to be probed: SACK, data in flight and
+// nothing more sent (STALLED), no recovery or rewind under way, no probe
+// since the last ACK progress, a round trip measured.
+func (t *Table) tlpArmed(f *conn) bool {
+	return f.tlp == 0 && f.flags&flStalled != 0 && f.inFlight() > 0 && !f.sackRecovery &&
+		f.seqToGuest == f.sndMax && f.srtt != 0 && f.fd >= 0 && t.sackOK(f)
+}
+
+// pto is the probe timeout: two round trips, within [minPTO, rto/2].
+func (t *Table) pto(f *conn) time.Duration {
+	return min(max(2*f.srtt, minPTO), t.rto(f)/2)
+}
+
+// sendTailProbe sends the last segment in flight again. It returns false
+// when the guest had no RX buffer (the probe stays due).
+func (t *Table) sendTailProbe(now time.Time, f *conn, w guestring.Sink) bool {
+	end := f.seqToGuest
+	if f.has(evSockFin) && seqGT(end, f.eofSeq) {
+		end = f.eofSeq // the FIN is not a byte in the socket
+	}
+	from := end - uint32(f.mssToGuest)
+	if seqLT(from, f.seqAckFromGuest) {
+		from = f.seqAckFromGuest
+	}
+	if seqLT(from, end) && f.fd >= 0 {
+		reached, ok := t.resend(now, f, w, from, end)
+		if !ok && reached == from {
+			return false
+		}
+	}
+	f.tlp = tlpSent
+	t.stats.Retransmits[stats.TCPRetransTailProbe].Add(1)
+	return true
 }

@@ -94,6 +94,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			if startedIdle {
 				f.lastAckProg = now // the ACK timeout runs from the first unacked byte
 			}
+			f.timeSend(now, f.seqToGuest)
 			f.flags &^= flAckDue
 		}
 		if eof {

@@ -26,8 +26,13 @@ func (t *Table) deadline(f *conn) time.Time {
 		return f.lastActivity.Add(t.cfg.FinTimeout)
 	}
 	d := f.lastActivity.Add(t.quietTimeout(f))
-	if f.inFlight() > 0 || zeroWindow(f) {
+	if f.inFlight() > 0 {
 		d = earliest(d, f.lastAckProg.Add(t.ackTimeout(f)))
+		if t.tlpArmed(f) {
+			d = earliest(d, f.lastAckProg.Add(t.pto(f)))
+		}
+	} else if zeroWindow(f) {
+		d = earliest(d, f.lastAckProg.Add(t.probeTimeout(f)))
 	}
 	return earliest(d, f.ackDueAt)
 }
@@ -120,8 +125,12 @@ func (t *Table) fire(now time.Time, f *conn) {
 		f.flags |= flAckCheck
 		t.markDirty(f)
 	}
+	if t.tlpArmed(f) && !f.lastAckProg.Add(t.pto(f)).After(now) {
+		f.tlp = tlpDue
+		t.markDirty(f)
+	}
 	if f.inFlight() > 0 && !f.lastAckProg.Add(t.ackTimeout(f)).After(now) {
-		if int(f.retrans) >= t.cfg.MaxRetrans {
+		if int(f.retrans) >= t.maxRetrans(f) {
 			t.log.Debug("tcp retransmissions exceeded", "remote", f.remoteAddr, "port", f.remotePort)
 			t.resetFlow(f, now, stats.TCPTimeout)
 			return
@@ -130,7 +139,7 @@ func (t *Table) fire(now time.Time, f *conn) {
 		f.lastAckProg = now
 		t.rewind(f, stats.TCPRetransTimeout)
 	}
-	if zeroWindow(f) && !f.lastAckProg.Add(t.ackTimeout(f)).After(now) {
+	if zeroWindow(f) && !f.lastAckProg.Add(t.probeTimeout(f)).After(now) {
 		// Probe the shut window, backing off as the ACK timeout does but
 		// with no limit: a guest may keep its window shut for as long as
 		// it likes; only its silence (the idle timeout) ends it. The
@@ -160,13 +169,3 @@ func zeroWindow(f *conn) bool {
 
 // maxAckTimeout caps the backed-off ACK timeout.
 const maxAckTimeout = time.Minute
-
-// ackTimeout is the ACK timeout after f.retrans retries: AckTimeout doubled
-// per retry, capped (and safe from shift overflow with a large MaxRetrans).
-func (t *Table) ackTimeout(f *conn) time.Duration {
-	d := t.cfg.AckTimeout
-	for i := uint8(0); i < f.retrans && d < maxAckTimeout; i++ {
-		d *= 2
-	}
-	return min(d, maxAckTimeout)
-}

@@ -64,6 +64,8 @@ func (t *Table) rewind(f *conn, cause stats.TCPRetransCause) {
 	f.recover = f.sndMax
 	f.dupAcks = 0
 	f.endSACKRecovery()
+	f.stopRTT()
+	f.tlp = 0
 	f.flags &^= flZeroWnd
 	if f.peekOff && f.fd >= 0 {
 		if err := t.setPeekOff(f.fd, 0); err != nil {

@@ -76,12 +76,12 @@ type conn struct {
 
 	// SACK recovery towards the guest (recovery.go).
 	sackRecovery bool
-	sackN        uint8                  // blocks in sackBlk
+	sackN        uint8                   // blocks in sackBlk
 	sackBlk      [sackMaxBlocks]seqRange // the guest's latest SACK blocks above its ACK, sorted, disjoint
-	sackHigh     uint32                 // highest sequence the guest SACKed (meaningful while above seqAckFromGuest)
-	rtxNext      uint32                 // in SACK recovery: the holes below it went again (RFC 6675's HighRxt)
-	rtxMark      uint32                 // sndMax when the hole at the guest's ACK last went again
-	tlp          uint8                  // tail-loss probe: tlpDue, tlpSent (since the last ACK progress) or 0
+	sackHigh     uint32                  // highest sequence the guest SACKed (meaningful while above seqAckFromGuest)
+	rtxNext      uint32                  // in SACK recovery: the holes below it went again (RFC 6675's HighRxt)
+	rtxMark      uint32                  // sndMax when the hole at the guest's ACK last went again
+	tlp          uint8                   // tail-loss probe: tlpDue, tlpSent (since the last ACK progress) or 0
 
 	// Round-trip time to the guest (rto.go).
 	srtt, rttvar time.Duration // smoothed RTT and its variation; srtt 0: no sample yet

@@ -70,11 +70,11 @@ type conn struct {
 	wndFromGuest    uint32 // guest's receive window in bytes (scaled)
 	wsFromGuest     uint8  // guest's window scale (0 when it sent none)
 	mssToGuest      int    // payload per segment: guest MSS, limited by the MTU
-	recover         uint32 // sndMax at the last rewind: duplicate ACKs that do not pass it rewind nothing (RFC 6582)
+	recover         uint32 // sndMax at the last rewind or SACK recovery start: duplicate ACKs that do not pass it rewind nothing (RFC 6582); an ACK that reaches it ends the recovery
 	dupAcks         uint8
 	retrans         uint8 // ACK timeouts in a row; with nothing in flight, zero-window probes in a row
 
-	// SACK recovery towards the guest (recovery.go).
+	// SACK recovery towards the guest (sack_recovery.go).
 	sackRecovery bool
 	sackN        uint8                   // blocks in sackBlk
 	sackBlk      [sackMaxBlocks]seqRange // the guest's latest SACK blocks above its ACK, sorted, disjoint

@@ -7,7 +7,8 @@ import "time"
 // and a fixed first timeout of Config.AckTimeout (2 s) stalled a
 // connection for that long whenever the end of a flight was lost and no
 // SACK could tell. One byte at a time is timed, from the output pass that
-// sent it to the ACK that covers it; never across a retransmission (Karn).
+// sent it (the first of a pass) to the ACK that covers it; never across a
+// retransmission (Karn).
 // Until a first sample, and as its ceiling, the timeout is AckTimeout.
 
 // minRTO is the floor of the measured timeout (Linux's TCP_RTO_MIN): a
@@ -17,7 +18,7 @@ const minRTO = 200 * time.Millisecond
 // rtoClockGranularity is RFC 6298's G: the variation term is never less.
 const rtoClockGranularity = time.Millisecond
 
-// timeSend starts timing the data just sent, up to seq, unless a byte is
+// timeSend starts timing the byte before seq, just sent, unless one is
 // being timed already.
 func (f *conn) timeSend(now time.Time, seq uint32) {
 	if f.rttAt.IsZero() {

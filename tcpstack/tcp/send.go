@@ -75,6 +75,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			return true
 		}
 		startedIdle := already == 0
+		first := f.seqToGuest
 		rest := got
 		committed := 0
 		for i := 0; i < nfr && rest > 0; i++ {
@@ -94,7 +95,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			if startedIdle {
 				f.lastAckProg = now // the ACK timeout runs from the first unacked byte
 			}
-			f.timeSend(now, f.seqToGuest)
+			f.timeSend(now, first+1)
 			f.flags &^= flAckDue
 		}
 		if eof {

@@ -1,0 +1,231 @@
+package tcp
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"vunet/tcpstack/header"
+	"vunet/tcpstack/stats"
+)
+
+// The harness's clock (h.now) only moves when a test moves it: a
+// retransmission seen without moving it did not wait for any timer.
+
+var tcpMss1400ws7SACK = header.TCPOptions{HasMSS: true, MSS: 1400, HasWindowScale: true, WindowScale: 7, SACKPermitted: true}
+
+// sendSACK sends a pure ACK from the guest's state carrying SACK blocks
+// (absolute sequence ranges [start, end)).
+func (h *tcpHarness) sendSACK(blocks ...[2]uint32) {
+	h.t.Helper()
+	o := header.TCPOptions{NumSACKBlocks: len(blocks)}
+	for i, b := range blocks {
+		o.SACKBlocks[i] = header.TCPSACKBlock{Start: b[0], End: b[1]}
+	}
+	var ob [40]byte
+	n := header.EncodeTCPOptions(ob[:], &o)
+	h.inject(h.frame(header.TCPFlagACK, h.seq, h.ack, h.wnd, ob[:n], nil))
+}
+
+// sackConn establishes a SACK connection and has the peer send n frames
+// of 1400 bytes, all taken by the guest's ring. It returns the peer's
+// connection, the first sequence and the data.
+func sackConn(t *testing.T, cfg Config, n int) (*tcpHarness, *conn, interface{ Write([]byte) (int, error) }, uint32, []byte) {
+	t.Helper()
+	h := tcpNewHarness(t, cfg)
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7SACK)
+	f := h.flow()
+	if !h.tab.sackOK(f) {
+		t.Fatal("SACK not negotiated")
+	}
+	start := f.seqToGuest
+	got, data := h.tcpSendWindow(peer, n)
+	if got[0].seq != start {
+		t.Fatalf("flight starts at %d", got[0].seq-start)
+	}
+	return h, f, peer, start, data
+}
+
+func retransmits(h *tcpHarness) [stats.NumTCPRetransCauses]uint64 {
+	var r [stats.NumTCPRetransCauses]uint64
+	for i := range r {
+		r[i] = h.stats.Retransmits[i].Load()
+	}
+	return r
+}
+
+// TestTCPSACKFastRetransmitHole: the guest lost the third of ten frames
+// and says so as a Linux guest does, with an ACK at the hole that SACKs
+// what came after it and a window that grows with that out-of-order data.
+// On the third such ACK (not before: one frame held back would show
+// twice), exactly the missing 1400 bytes go again, at their sequence, with
+// no timer: nothing SACKed is sent again, seqToGuest stays where new data
+// continues. An ACK that SACKs nothing new (a D-SACK for a duplicate
+// frame) does not count. main ignored these ACKs (the window moved) until
+// its 2 s ACK timeout, then sent the whole flight again.
+func TestTCPSACKFastRetransmitHole(t *testing.T) {
+	h, f, peer, start, data := sackConn(t, Config{MTU: 1500}, 10)
+	end := start + uint32(len(data))
+	h.ack = start + 2800
+	h.sendAck(nil) // frames 0 and 1
+	h.flush()
+	dsack := [2]uint32{start, start + 1400} // a duplicate of frame 0
+	for i := 3; i < 10; i++ {
+		h.wnd += 100 // the window grows with out-of-order data
+		h.sendSACK([2]uint32{start + 4200, start + uint32(1400*(i+1))})
+		if i == 4 {
+			h.sendSACK(dsack, [2]uint32{start + 4200, start + uint32(1400*(i+1))}) // nothing new
+		}
+		got := h.flush()
+		frames, _ := dataFrames(got)
+		switch {
+		case i < 5 && frames != 0:
+			t.Fatalf("duplicate ACK %d (of 3): %d frames sent again", i-2, frames)
+		case i == 5:
+			if frames != 1 {
+				t.Fatalf("third duplicate ACK: %d frames sent again, want 1 (the hole)", frames)
+			}
+			var s tcpSeg
+			for _, x := range got {
+				if len(x.payload) > 0 {
+					s = x
+				}
+			}
+			if s.seq != start+2800 || !bytes.Equal(s.payload, data[2800:4200]) {
+				t.Fatalf("resent %d bytes at %d, want data[2800:4200] at 2800", len(s.payload), s.seq-start)
+			}
+		case i > 5 && frames != 0:
+			t.Fatalf("duplicate ACK %d: %d frames sent again after the hole went", i-2, frames)
+		}
+		if f.seqToGuest != end || f.sndMax != end {
+			t.Fatalf("seqToGuest %d, sndMax %d: moved from %d", f.seqToGuest-start, f.sndMax-start, len(data))
+		}
+	}
+	r := retransmits(h)
+	if r[stats.TCPRetransSACK] != 1 || r[stats.TCPRetransDupAck] != 0 || r[stats.TCPRetransTimeout] != 0 {
+		t.Fatalf("retransmissions %v, want one SACK recovery", r)
+	}
+	// The hole is filled: the guest has everything; the recovery is over
+	// and new data follows from the end of the flight.
+	h.ack = end
+	h.sendAck(nil)
+	if f.sackRecovery {
+		t.Fatal("still recovering after the full ACK")
+	}
+	more, _ := h.tcpSendWindow(peer, 2)
+	if more[0].seq != end {
+		t.Fatalf("new data at %d, want %d", more[0].seq-start, len(data))
+	}
+}
+
+// TestTCPSACKResendLostAgain: the hole went again and was lost again.
+// ACKs that SACK data sent after that resend, with the hole still open,
+// show it: on the third, the hole goes once more.
+func TestTCPSACKResendLostAgain(t *testing.T) {
+	h, f, peer, start, data := sackConn(t, Config{MTU: 1500}, 6)
+	for i := 1; i < 4; i++ { // frame 0 lost
+		h.sendSACK([2]uint32{start + 1400, start + uint32(1400*(i+1))})
+	}
+	if fr, _ := dataFrames(h.flush()); fr != 1 || !f.sackRecovery {
+		t.Fatalf("%d frames resent, recovering %v", fr, f.sackRecovery)
+	}
+	// New data goes after the resend, which the guest did not get.
+	more, _ := h.tcpSendWindow(peer, 4)
+	end := start + uint32(len(data))
+	if more[0].seq != end {
+		t.Fatalf("new data at %d", more[0].seq-start)
+	}
+	for i := 1; i <= 3; i++ {
+		h.sendSACK([2]uint32{start + 1400, end + uint32(1400*i)})
+		got := h.flush()
+		fr, _ := dataFrames(got)
+		if i < 3 && fr != 0 {
+			t.Fatalf("ACK %d past the resend: %d frames sent again", i, fr)
+		}
+		if i == 3 {
+			if fr != 1 || got[0].seq != start || !bytes.Equal(got[0].payload, data[:1400]) {
+				t.Fatalf("third ACK past the resend: %d frames, first at %d; want frame 0 again", fr, got[0].seq-start)
+			}
+		}
+	}
+	if r := retransmits(h); r[stats.TCPRetransSACK] != 2 || r[stats.TCPRetransTimeout] != 0 {
+		t.Fatalf("retransmissions %v, want two SACK recoveries", r)
+	}
+}
+
+// TestTCPSACKTailLoss: the last two of four frames are lost and the socket
+// has nothing more: no ACK can come to show it. Two round trips after the
+// guest's last ACK progress (the probe timeout, 10 ms at least; far below
+// the 200 ms RTO floor, and AckTimeout is an hour here), the last segment
+// goes again; the guest SACKs it, and since it has everything after the
+// hole and nothing more can be sent, the hole goes at once, with nothing
+// SACKed in it.
+func TestTCPSACKTailLoss(t *testing.T) {
+	h, f, _, start, data := sackConn(t, Config{MTU: 1500, AckTimeout: time.Hour}, 4)
+	end := start + uint32(len(data))
+	h.ack = start + 2800
+	h.sendAck(nil) // an RTT sample: the probe timer can be set
+	h.flush()
+	if f.srtt == 0 || f.flags&flStalled == 0 {
+		t.Fatalf("srtt %v, stalled %v", f.srtt, f.flags&flStalled != 0)
+	}
+	h.now = h.now.Add(minPTO - time.Millisecond)
+	h.tab.Timers(h.now)
+	if fr, _ := dataFrames(h.flush()); fr != 0 {
+		t.Fatalf("probe before its timeout: %d frames", fr)
+	}
+	h.now = h.now.Add(time.Millisecond)
+	h.tab.Timers(h.now)
+	probe := h.flush()
+	if fr, _ := dataFrames(probe); fr != 1 || probe[0].seq != end-1400 || !bytes.Equal(probe[0].payload, data[4200:]) {
+		t.Fatalf("probe: %d frames, first at %d; want the last 1400 bytes", fr, probe[0].seq-start)
+	}
+	h.sendSACK([2]uint32{end - 1400, end})
+	got := h.flush()
+	if fr, _ := dataFrames(got); fr != 1 || got[0].seq != start+2800 || !bytes.Equal(got[0].payload, data[2800:4200]) {
+		t.Fatalf("after the probe's SACK: %d frames, first at %d; want data[2800:4200]", fr, got[0].seq-start)
+	}
+	r := retransmits(h)
+	if r[stats.TCPRetransTailProbe] != 1 || r[stats.TCPRetransSACK] != 1 || r[stats.TCPRetransTimeout] != 0 {
+		t.Fatalf("retransmissions %v", r)
+	}
+}
+
+// TestTCPRTOFollowsRTT: once the guest's ACKs gave a round trip, the ACK
+// timeout is the measured RTO (200 ms at least), not AckTimeout; before
+// any sample it is AckTimeout. Without SACK, so that no probe comes first.
+func TestTCPRTOFollowsRTT(t *testing.T) {
+	h := tcpNewHarness(t, Config{MTU: 1500, AckTimeout: 2 * time.Second})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	f := h.flow()
+	if got := h.tab.ackTimeout(f); got != 2*time.Second {
+		t.Fatalf("ACK timeout %v before any sample, want AckTimeout", got)
+	}
+	start := f.seqToGuest
+	h.tcpSendWindow(peer, 2)
+	h.now = h.now.Add(time.Millisecond)
+	h.ack = start + 1400
+	h.sendAck(nil)
+	h.flush()
+	if f.srtt != time.Millisecond {
+		t.Fatalf("srtt %v, want the 1 ms the ACK took", f.srtt)
+	}
+	h.now = h.now.Add(minRTO - time.Millisecond)
+	h.tab.Timers(h.now)
+	if fr, _ := dataFrames(h.flush()); fr != 0 {
+		t.Fatalf("%d frames resent before the RTO", fr)
+	}
+	h.now = h.now.Add(time.Millisecond)
+	h.tab.Timers(h.now)
+	got := h.flush()
+	if fr, _ := dataFrames(got); fr != 1 || got[0].seq != start+1400 || h.stats.Retransmits[stats.TCPRetransTimeout].Load() != 1 {
+		t.Fatalf("at the RTO: %d frames, timeouts %d", fr, h.stats.Retransmits[stats.TCPRetransTimeout].Load())
+	}
+	// A silent guest is given up on no sooner than with AckTimeout first:
+	// 200 ms doubled 4 times reaches 2 s, then MaxRetrans more.
+	if got, want := h.tab.maxRetrans(f), h.tab.cfg.MaxRetrans+4; got != want {
+		t.Fatalf("maxRetrans %d, want %d", got, want)
+	}
+}

@@ -129,10 +129,9 @@ func (t *Table) sackDupAck(f *conn) {
 	if f.dupAcks < 0xff {
 		f.dupAcks++
 	}
-	// Nothing more to send (the window is full or all socket data is in
-	// flight) and the guest has all after the hole: no more duplicates
-	// will come to count.
-	early := v.high == f.sndMax && f.flags&flStalled != 0
+	// Nothing more to send and the guest has all after the hole: no more
+	// duplicates will come to count.
+	early := v.high == f.sndMax && f.sendsNothing()
 	switch {
 	case !f.sackRecovery:
 		if f.dupAcks < dupAcksToRetransmit && !early {
@@ -187,6 +186,12 @@ func (f *conn) endSACKRecovery() {
 	f.sackN = 0
 	f.sackHigh = f.seqAckFromGuest
 }
+
+// sendsNothing reports whether the last output pass left f with nothing
+// more to send: the guest's window is full or all socket data is in flight
+// (STALLED), or the socket was emptied and no EPOLLIN came since (drained,
+// syscall_hints.go).
+func (f *conn) sendsNothing() bool { return f.flags&flStalled != 0 || f.drained }
 
 // nextHole returns the first range in flight that the guest is missing
 // below what it SACKed and that did not go again yet.
@@ -319,10 +324,10 @@ const (
 const minPTO = 10 * time.Millisecond
 
 // tlpArmed reports whether f is to be probed: SACK, data in flight and
-// nothing more sent (STALLED), no recovery or rewind under way, no probe
-// since the last ACK progress, a round trip measured.
+// nothing more sent, no recovery or rewind under way, no probe since the
+// last ACK progress, a round trip measured.
 func (t *Table) tlpArmed(f *conn) bool {
-	return f.tlp == 0 && f.flags&flStalled != 0 && f.inFlight() > 0 && !f.sackRecovery &&
+	return f.tlp == 0 && f.sendsNothing() && f.inFlight() > 0 && !f.sackRecovery &&
 		f.seqToGuest == f.sndMax && f.srtt != 0 && f.fd >= 0 && t.sackOK(f)
 }
 

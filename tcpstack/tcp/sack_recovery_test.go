@@ -167,8 +167,8 @@ func TestTCPSACKTailLoss(t *testing.T) {
 	h.ack = start + 2800
 	h.sendAck(nil) // an RTT sample: the probe timer can be set
 	h.flush()
-	if f.srtt == 0 || f.flags&flStalled == 0 {
-		t.Fatalf("srtt %v, stalled %v", f.srtt, f.flags&flStalled != 0)
+	if f.srtt == 0 || !f.sendsNothing() {
+		t.Fatalf("srtt %v, nothing more to send %v", f.srtt, f.sendsNothing())
 	}
 	h.now = h.now.Add(minPTO - time.Millisecond)
 	h.tab.Timers(h.now)

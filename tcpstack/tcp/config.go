@@ -31,11 +31,14 @@ type Config struct {
 	// HandshakeTimeout resets a connection whose handshake with the host or
 	// the guest does not finish in time (default 10s).
 	HandshakeTimeout time.Duration
-	// AckTimeout is the first guest ACK timeout; it doubles per retry
-	// (default 2s).
+	// AckTimeout is the guest ACK timeout until the guest's ACKs give a
+	// round trip, and the ceiling of the one they give (rto.go, 200 ms at
+	// least); it doubles per retry. It is also the first zero-window
+	// probe interval (default 2s).
 	AckTimeout time.Duration
-	// MaxRetrans is how many ACK timeouts in a row reset the connection
-	// (default 5).
+	// MaxRetrans is how many ACK timeouts in a row reset the connection,
+	// counted from AckTimeout: a shorter measured timeout adds the
+	// doublings that reach AckTimeout (default 5).
 	MaxRetrans int
 	// FinTimeout resets a connection stuck half-closed after FINs went both
 	// ways or a FIN to the guest stays unacknowledged (default 60s).

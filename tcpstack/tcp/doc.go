@@ -52,7 +52,12 @@
 // and the loop calls it again on the guest's refill kick; nothing else
 // retries it. The window the guest is offered follows the socket's send
 // side (window.go); timers run from timestamps kept per connection
-// (timers.go).
+// (timers.go). Frames lost on the way to the guest are sent again from the
+// socket, where they stay until ACKed: with SACK, only the holes the
+// guest's SACK blocks show, peeked at their offset (sack_recovery.go,
+// with a tail-loss probe); without, from its ACK on (window.go: rewind);
+// at the latest at an ACK timeout that follows the measured round trip
+// (rto.go).
 //
 // Epoll: connected sockets are registered edge-triggered (updateEpoll says
 // why), a socket still connecting waits for EPOLLOUT, forwarded-port

@@ -266,6 +266,7 @@ func (t *Table) resend(now time.Time, f *conn, w guestring.Sink, from, end uint3
 			return from, true
 		}
 	}
+	t.reads++
 	r, err := t.io.Peek(f.fd, t.bufs)
 	f.stopRTT()
 	if f.peekOff {
@@ -348,12 +349,13 @@ func (t *Table) sendTailProbe(now time.Time, f *conn, w guestring.Sink) bool {
 		from = f.seqAckFromGuest
 	}
 	if seqLT(from, end) && f.fd >= 0 {
+		// Only a FIN in flight: the ACK timeout sends it again (rewind).
 		reached, ok := t.resend(now, f, w, from, end)
 		if !ok && reached == from {
 			return false
 		}
+		t.stats.Retransmits[stats.TCPRetransTailProbe].Add(1)
 	}
 	f.tlp = tlpSent
-	t.stats.Retransmits[stats.TCPRetransTailProbe].Add(1)
 	return true
 }

@@ -41,8 +41,9 @@ func TestRigLossyLink(t *testing.T) {
 				}
 			}
 			m := metrics(t, r)
-			t.Logf("vunet: retransmissions to the guest %v (dup ACK %v, timeout %v), RSTs sent %v",
-				m.Sum("vunet_tcp_retransmissions_total"), m.Sum("vunet_tcp_retransmissions_total", `cause="dup_ack"`),
+			t.Logf("vunet: retransmissions to the guest %v (SACK recoveries %v, tail probes %v, dup ACK %v, timeout %v), RSTs sent %v",
+				m.Sum("vunet_tcp_retransmissions_total"), m.Sum("vunet_tcp_retransmissions_total", `cause="sack"`),
+				m.Sum("vunet_tcp_retransmissions_total", `cause="tail_probe"`), m.Sum("vunet_tcp_retransmissions_total", `cause="dup_ack"`),
 				m.Sum("vunet_tcp_retransmissions_total", `cause="timeout"`), m.Sum("vunet_tcp_resets_sent_total"))
 			if rst := m.Sum("vunet_tcp_resets_sent_total"); rst != 0 {
 				t.Errorf("vunet sent %v RSTs", rst)

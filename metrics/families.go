@@ -62,7 +62,7 @@ var (
 	// Rings: the virtqueues as the control plane set them up.
 	descNotify     = counterFam("queue_notifications_total", "Interrupts sent to the guest (call eventfd writes).", queueDir...)
 	descSuppressed = counterFam("queue_notifications_suppressed_total", "Used-ring publications that needed no interrupt (EVENT_IDX or NO_INTERRUPT).", queueDir...)
-	descKicks      = counterFam("queue_kicks_total", "Guest kicks read from the kick eventfd (coalesced).", queueDir...)
+	descKicks      = counterFam("queue_kicks_total", "Guest kicks seen on the kick eventfd (coalesced: kicks that come before the back-end looks count once).", queueDir...)
 	descBadChains  = counterFam("queue_bad_chains_total", "Malformed descriptor chains returned to the guest with length 0.", queueDir...)
 	descDirtyLog   = counterFam("queue_dirty_log_writes_total", "Writes into guest memory marked in the front-end's dirty-page log while it migrates the guest (used-ring updates, RX buffers); the series appears at the first.", queueDir...)
 	descDirtyMiss  = counterFam("queue_dirty_log_misses_total", "Writes the front-end's dirty-page log was too small to cover, wholly or partly: those pages may reach the migration's destination stale; the series appears at the first.", queueDir...)

@@ -11,7 +11,7 @@ type Stats struct {
 	UsedPublished      atomic.Uint64 // used elements made visible to the driver (Flush)
 	Notifies           atomic.Uint64 // call eventfd signals sent by Flush
 	NotifiesSuppressed atomic.Uint64 // Flushes that needed no signal (EVENT_IDX or NO_INTERRUPT)
-	Kicks              atomic.Uint64 // driver kicks read from the kick eventfd (coalesced count)
+	Kicks              atomic.Uint64 // driver kicks seen: counter reads (DrainKick) or edges of an edge-triggered poller (CountKick); coalesced
 	SignalErrors       atomic.Uint64 // failed writes to the call eventfd
 	ErrSignals         atomic.Uint64 // writes to the error eventfd (queue broken, memory fault)
 	DirtyLogWrites     atomic.Uint64 // writes to guest memory marked in the dirty log (migration)

@@ -116,6 +116,8 @@ type conn struct {
 	drained  bool // the last read emptied the socket: no read until EPOLLIN (syscall_hints.go)
 	sendIdle bool // the last ACK/window refresh found the send side idle (syscall_hints.go)
 	peekOff  bool // the socket is read at SO_PEEK_OFF, not past the discard buffer
+	dialV6   bool // with dialled: the host socket is AF_INET6 (kernel_probe.go)
+	dialled  bool // we made the socket (connect), so dialV6 holds; else ask it
 	clamp    int  // last TCP_WINDOW_CLAMP applied (0: never)
 
 	created      time.Time

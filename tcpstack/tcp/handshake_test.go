@@ -231,3 +231,49 @@ func TestTCPSynRetransmitAndAckInOneBatch(t *testing.T) {
 		t.Fatalf("peer got %q", b)
 	}
 }
+
+// TestTCPLoopbackConnectAnsweredInOnePass: a connect() to the host's
+// loopback is usually over when the call returns, and the guest then gets
+// its SYN-ACK (or, when nothing listens, its RST) from the same output
+// pass as the SYN, without waiting for epoll to report the connect
+// (settleLocalConnect). The kernel may defer the handshake (softirqs run
+// by ksoftirqd on a loaded machine), so of a few tries one must be
+// answered at once; without settleLocalConnect none is.
+func TestTCPLoopbackConnectAnsweredInOnePass(t *testing.T) {
+	const tries = 5
+	for _, refused := range []bool{false, true} {
+		atOnce := 0
+		for range tries {
+			h := tcpNewHarness(t, Config{})
+			ln := h.listen()
+			if refused {
+				ln.Close()
+			}
+			h.sendSYN(tcpMss1400ws7)
+			got := h.flush()
+			if len(got) == 0 {
+				if f := h.flow(); f == nil || f.state != stats.TCPConnecting {
+					t.Fatalf("refused=%v: no frame and the flow is not connecting: %+v", refused, f)
+				}
+				continue
+			}
+			want := header.TCPFlagSYN | header.TCPFlagACK
+			if refused {
+				want = header.TCPFlagRST | header.TCPFlagACK
+			}
+			if len(got) != 1 || got[0].flags != want || got[0].ack != h.isn+1 {
+				t.Fatalf("refused=%v: want one %v acking the SYN, got %+v", refused, want, got)
+			}
+			if refused && (h.stats.ConnectFailures[stats.TCPRefused].Load() != 1 || h.tab.Len() != 0) {
+				t.Fatalf("refused connect: failures %v, %d flows", reasonCounts(&h.stats.ConnectFailures), h.tab.Len())
+			}
+			if !refused && h.flow().state != stats.TCPSynAckSent {
+				t.Fatalf("after the SYN-ACK the flow is %v", h.flow().state)
+			}
+			atOnce++
+		}
+		if atOnce == 0 {
+			t.Errorf("refused=%v: none of %d loopback connects answered in the SYN's pass", refused, tries)
+		}
+	}
+}

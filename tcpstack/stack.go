@@ -49,6 +49,7 @@ type Stack struct {
 	mu       sync.Mutex
 	loops    map[int]*loop
 	stopping map[*loop]struct{} // taken out of loops by StopPair, not stopped yet
+	closed   bool               // Close began: no loop starts any more
 	pairs    map[int]*pairState
 
 	// dir names the pair holding each flow, and byIndex finds a pair's
@@ -141,6 +142,9 @@ var (
 // ErrPairRunning is returned by StartPair for a pair that is already running.
 var ErrPairRunning = errors.New("queue pair already running")
 
+// ErrClosed is StartPair's and ServeStream's error once Close began.
+var ErrClosed = errors.New("stack closed")
+
 // StartPair starts the event loop of qp. It returns once the loop's epoll set
 // is built, so errors in setting it up are reported here.
 func (s *Stack) StartPair(qp virtqueue.QueuePair) error {
@@ -154,6 +158,9 @@ func (s *Stack) StartPair(qp virtqueue.QueuePair) error {
 	s.awaitArrival()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("start pair %d: %w", qp.Index, ErrClosed)
+	}
 	if _, ok := s.loops[qp.Index]; ok {
 		return fmt.Errorf("start pair %d: %w", qp.Index, ErrPairRunning)
 	}
@@ -266,6 +273,12 @@ func (s *Stack) Close() {
 	// No forward changes from here on (fwdMu comes before mu).
 	s.fwdMu.Lock()
 	defer s.fwdMu.Unlock()
+	// A loop started after stopAllPairs looked would run on while the
+	// tables below are closed under it (a stream session that a new
+	// connection started during Close did, under -race).
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.closeMigration()
 	s.stopAllPairs()
 	s.mu.Lock()

@@ -60,6 +60,10 @@ func (s *Stack) ServeStream(ctx context.Context, fd int) error {
 	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, streamSockBuf)
 	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, streamSockBuf)
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("serve stream: %w", ErrClosed)
+	}
 	if _, ok := s.loops[0]; ok {
 		s.mu.Unlock()
 		return fmt.Errorf("serve stream: %w", ErrPairRunning)

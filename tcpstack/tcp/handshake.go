@@ -167,6 +167,7 @@ func (t *Table) establish(now time.Time, f *conn) {
 	f.seqAckFromGuest = f.iss + 1
 	f.lastAckProg = now
 	t.usePeekOffset(f)
+	inlineUrgent(f.fd)
 	t.updateEpoll(f)
 	// The host peer may have sent data already (it spoke first): read it.
 	t.markDirty(f)

@@ -7,6 +7,8 @@ package tcp
 import (
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"vunet/tcpstack/hostsock"
 )
 
@@ -48,6 +50,16 @@ func (t *Table) usePeekOffset(f *conn) {
 		return
 	}
 	f.peekOff = true
+}
+
+// inlineUrgent sets SO_OOBINLINE on a connection's socket: a host peer's
+// urgent byte (MSG_OOB) stays in its place in the stream. Out of line, the
+// kernel takes it out of the data the peek reads, which the guest, who
+// sees only the stream, would never get, and around which the peek offset
+// went wrong. A refusal is harmless for any other data: the byte is then
+// lost as before.
+func inlineUrgent(fd int) {
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_OOBINLINE, 1)
 }
 
 // discardBuf returns the fallback's discard buffer, allocated on first

@@ -332,9 +332,20 @@ func (t *Table) tlpArmed(f *conn) bool {
 		f.seqToGuest == f.sndMax && f.srtt != 0 && f.fd >= 0 && t.sackOK(f)
 }
 
-// pto is the probe timeout: two round trips, within [minPTO, rto/2].
+// delAckAllowance is RFC 8985's WCDelAckT: how long a receiver may delay
+// its ACK for a lone segment (a Linux guest delays it 40 ms or more).
+const delAckAllowance = 200 * time.Millisecond
+
+// pto is the probe timeout: two round trips, within [minPTO, rto/2]; with
+// one segment in flight, plus the delayed-ACK allowance, within the RTO
+// (RFC 8985 7.2), or a lone server push would be probed before the guest's
+// delayed ACK could come.
 func (t *Table) pto(f *conn) time.Duration {
-	return min(max(2*f.srtt, minPTO), t.rto(f)/2)
+	p := max(2*f.srtt, minPTO)
+	if int(f.inFlight()) <= f.mssToGuest {
+		return min(p+delAckAllowance, t.rto(f))
+	}
+	return min(p, t.rto(f)/2)
 }
 
 // sendTailProbe sends the last segment in flight again. It returns false

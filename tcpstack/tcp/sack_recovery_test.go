@@ -229,3 +229,102 @@ func TestTCPRTOFollowsRTT(t *testing.T) {
 		t.Fatalf("maxRetrans %d, want %d", got, want)
 	}
 }
+
+// TestTCPTailProbeBlockedThenAcked: a tail probe that finds no RX buffer
+// masks EPOLLIN (the flow waits for buffers); an ACK for everything then
+// cancels the probe, with the socket drained. The wait must end with it:
+// host data that comes afterwards reaches the guest (it never did, found
+// by review).
+func TestTCPTailProbeBlockedThenAcked(t *testing.T) {
+	h, f, peer, start, data := sackConn(t, Config{MTU: 1500, AckTimeout: time.Hour}, 4)
+	end := start + uint32(len(data))
+	h.ack = start + 2800
+	h.sendAck(nil)
+	h.flush()
+	if !f.drained {
+		t.Fatalf("not drained")
+	}
+	h.w.free = 0 // ring empty (another flow took it)
+	h.now = h.now.Add(minPTO)
+	h.tab.Timers(h.now)
+	h.flush()
+	// The guest's (delayed) ACK for everything arrives; the guest refills.
+	h.ack = end
+	h.sendAck(nil)
+	h.w.free = 1 << 20
+	h.flush()
+	more := []byte("server push after a pause")
+	peer.Write(more)
+	var got []byte
+	for deadline := time.Now().Add(2 * time.Second); len(got) < len(more) && time.Now().Before(deadline); {
+		got = append(got, tcpPayloadOf(h.pump(50*time.Millisecond))...)
+	}
+	if len(got) != len(more) {
+		t.Fatalf("host data after the ACK: %d bytes reached the guest, want %d (rxBlocked=%v drained=%v)", len(got), len(more), f.flags&flRxBlocked != 0, f.drained)
+	}
+}
+
+// TestTCPSACKResendBlockedThenAcked: the same with a SACK recovery's resend
+// that found no RX buffer.
+func TestTCPSACKResendBlockedThenAcked(t *testing.T) {
+	h, f, peer, start, data := sackConn(t, Config{MTU: 1500, AckTimeout: time.Hour}, 4)
+	end := start + uint32(len(data))
+	h.w.free = 0
+	for i := 1; i < 4; i++ {
+		h.sendSACK([2]uint32{start + 1400, start + uint32(1400*(i+1))})
+	}
+	h.flush()
+	h.ack = end
+	h.sendAck(nil)
+	h.w.free = 1 << 20
+	h.flush()
+	more := []byte("more")
+	peer.Write(more)
+	var got []byte
+	for deadline := time.Now().Add(2 * time.Second); len(got) < len(more) && time.Now().Before(deadline); {
+		got = append(got, tcpPayloadOf(h.pump(50*time.Millisecond))...)
+	}
+	if len(got) != len(more) {
+		t.Fatalf("host data after the ACK: %d bytes, want %d (rxBlocked=%v drained=%v)", len(got), len(more), f.flags&flRxBlocked != 0, f.drained)
+	}
+}
+
+// TestTCPTailProbeLoneSegmentWaitsForDelayedACK: with one segment in
+// flight, the probe allows for the guest's delayed ACK (RFC 8985's
+// WCDelAckT): none at the two round trips that would do for a longer
+// flight, nor at a Linux guest's 40 ms delayed ACK; one by the RTO.
+func TestTCPTailProbeLoneSegmentWaitsForDelayedACK(t *testing.T) {
+	h, f, _, start, data := sackConn(t, Config{MTU: 1500, AckTimeout: time.Hour}, 2)
+	h.now = h.now.Add(time.Millisecond)
+	h.ack = start + 1400
+	h.sendAck(nil) // an RTT sample; one segment left in flight
+	h.flush()
+	if f.srtt == 0 || f.inFlight() != 1400 {
+		t.Fatalf("srtt %v, in flight %d", f.srtt, f.inFlight())
+	}
+	for _, d := range []time.Duration{minPTO, 40 * time.Millisecond} {
+		h.tab.Timers(h.now.Add(d))
+		if fr, _ := dataFrames(h.flush()); fr != 0 {
+			t.Fatalf("a lone segment probed %v after the ACK", d)
+		}
+	}
+	h.now = h.now.Add(h.tab.rto(f))
+	h.tab.Timers(h.now)
+	probe := h.flush()
+	if fr, _ := dataFrames(probe); fr != 1 || !bytes.Equal(probe[0].payload, data[1400:]) {
+		t.Fatalf("no probe of the lone segment by the RTO: %d frames", fr)
+	}
+}
+
+// TestTCPResendNotTimed: bytes sent again after a rewind are not timed
+// (Karn): the ACK for their first copy would give a round trip too short.
+func TestTCPResendNotTimed(t *testing.T) {
+	h, f, _, _, _ := sackConn(t, Config{MTU: 1500, AckTimeout: time.Hour}, 3)
+	h.tab.rewind(f, stats.TCPRetransTimeout)
+	if fr, _ := dataFrames(h.flush()); fr != 3 {
+		t.Fatalf("%d frames sent again, want 3", fr)
+	}
+	if !f.rttAt.IsZero() {
+		t.Fatalf("a resent byte is being timed (seq %d)", f.rttSeq)
+	}
+}

@@ -23,7 +23,11 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 	hdrLen, frameMax := t.frameShape(f)
 	if f.drained {
 		// Nothing came since the socket was emptied (no EPOLLIN since):
-		// a read would only fail with EAGAIN.
+		// a read would only fail with EAGAIN. Nothing is sent, so nothing
+		// waits for RX buffers either: a wait left by a resend that found
+		// none (sack_recovery.go) ends here, or its EPOLLIN mask would
+		// keep the socket from ever reporting new data.
+		t.rxBlocked(f, false)
 		return true
 	}
 	for {
@@ -76,6 +80,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 		}
 		startedIdle := already == 0
 		first := f.seqToGuest
+		fresh := first == f.sndMax // nothing of it was sent before (Karn: resent bytes are not timed)
 		rest := got
 		committed := 0
 		for i := 0; i < nfr && rest > 0; i++ {
@@ -95,7 +100,9 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			if startedIdle {
 				f.lastAckProg = now // the ACK timeout runs from the first unacked byte
 			}
-			f.timeSend(now, first+1)
+			if fresh {
+				f.timeSend(now, first+1)
+			}
 			f.flags &^= flAckDue
 		}
 		if eof {
@@ -117,9 +124,9 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			}
 			continue
 		case got < reserved:
-			// The socket had less than we had room for: done for now,
-			// and until it reports new data (EPOLLET fires per arrival).
-			f.drained = !eof
+			// The socket had less than we had room for: done for now. Not
+			// drained: a read also stops short at an urgent mark with data
+			// behind it; the next pass finds out (EAGAIN).
 			t.rxBlocked(f, false)
 			if got > 0 && t.clearStalled(f) {
 				t.updateEpoll(f)

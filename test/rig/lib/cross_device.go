@@ -24,15 +24,19 @@ import (
 // batched used-ring updates, and the copy is the one a back-end makes into
 // RX buffers anyway. To add no thread hand-off of its own, the copying runs
 // inline on the bridge's TX thread right after it publishes (pump), and so
-// does, when serve is set, the other bridge's RX side: the frames go on to
-// the other TAP on that same thread (bridge.serveRX). A frame then wakes
-// one rig thread on its way from one kernel to the other (the TX loop that
-// reads it from the TAP), as a frame between a guest and a back-end wakes
-// one (the TX loop one way, the RX loop the other), and the rig's work on
-// it is the same: TAP read, ring, ring, TAP write. So a round trip through
-// the rig alone costs the rig's share of a round trip through a back-end
-// once, and never more than the whole. The device's thread only waits
-// for RX buffers when the other side has none.
+// does, when serve is set and the pump moved at most inlineFrames frames,
+// the other bridge's RX side: the frames go on to the other TAP on that
+// same thread (bridge.serveRX). A lone frame (a request, a reply, a
+// handshake segment) then wakes one rig thread on its way from one kernel
+// to the other (the TX loop that reads it from the TAP), as a frame between
+// a guest and a back-end wakes one (the TX loop one way, the RX loop the
+// other), and the rig's work on it is the same: TAP read, ring, ring, TAP
+// write. So a round trip through the rig alone costs the rig's share of a
+// round trip through a back-end once, and never more than the whole. A
+// larger batch (a bulk transfer) goes to the other bridge's RX loop
+// instead, woken by a call, so that reading one TAP and writing the other
+// overlap as they do around a back-end. The device's thread only waits for
+// RX buffers when the other side has none.
 type crossDevice struct {
 	log  *slog.Logger
 	mem  *virtqueue.Memory
@@ -41,7 +45,8 @@ type crossDevice struct {
 	wake int // eventfd: a side waits for RX buffers
 	wg   sync.WaitGroup
 	// serve[i], if set before start, writes what side i's RX ring holds to
-	// its TAP: run after every move into that ring, on the mover's thread.
+	// its TAP: run after a move of at most inlineFrames frames into that
+	// ring, on the mover's thread; a larger move calls the ring's RX loop.
 	serve [2]func() error
 
 	errMu sync.Mutex
@@ -63,6 +68,10 @@ type crossSide struct {
 // crossBatch bounds the frames moved per direction between used-ring
 // publications, as a back-end's TX batch does.
 const crossBatch = 64
+
+// inlineFrames is the most frames a move hands to the other TAP on the
+// mover's own thread (crossDevice.serve); more go to that side's RX loop.
+const inlineFrames = 4
 
 // newCrossDevice maps the front-end's memory a second time (as a back-end
 // would) and takes the device side of the rings of two queue pairs, each
@@ -163,11 +172,11 @@ func (d *crossDevice) close() error {
 func (d *crossDevice) pump(i int) {
 	s, o := &d.side[i], &d.side[1-i]
 	s.mu.Lock()
-	err := d.drain(s, o)
+	n, err := d.drain(s, o)
 	wait := s.rxWait
 	s.mu.Unlock()
 	if err == nil {
-		err = d.served(1 - i)
+		err = d.deliver(1-i, n)
 	}
 	if err != nil {
 		d.fail(err)
@@ -178,12 +187,17 @@ func (d *crossDevice) pump(i int) {
 	}
 }
 
-// served runs side i's serve, if any.
-func (d *crossDevice) served(i int) error {
-	if d.serve[i] == nil {
+// deliver has the n frames just moved into side i's RX ring written to its
+// TAP: here with serve and at most inlineFrames of them, else by the RX
+// loop, called for it (without serve, the ring's own call suffices).
+func (d *crossDevice) deliver(i, n int) error {
+	switch {
+	case d.serve[i] == nil || n == 0:
 		return nil
+	case n <= inlineFrames:
+		return d.serve[i]()
 	}
-	return d.serve[i]()
+	return d.side[i].rx.Signal()
 }
 
 func (d *crossDevice) fail(err error) {
@@ -195,12 +209,15 @@ func (d *crossDevice) fail(err error) {
 	}
 }
 
-// drain moves batches until the TX ring is empty or the RX ring full.
-func (d *crossDevice) drain(s, o *crossSide) error {
+// drain moves batches until the TX ring is empty or the RX ring full, and
+// returns how many frames it moved.
+func (d *crossDevice) drain(s, o *crossSide) (int, error) {
+	total := 0
 	for {
-		moved, err := d.move(s, o)
-		if err != nil || !moved {
-			return err
+		n, err := d.move(s, o)
+		total += n
+		if err != nil || n == 0 {
+			return total, err
 		}
 	}
 }
@@ -225,10 +242,11 @@ func (d *crossDevice) run() error {
 		for i := range d.side {
 			s, o := &d.side[i], &d.side[1-i]
 			s.mu.Lock()
-			moved := s.rxWait
+			moved := 0
 			if s.rxWait {
 				o.rx.DisableKicks()
-				if err := d.drain(s, o); err != nil {
+				var err error
+				if moved, err = d.drain(s, o); err != nil {
 					s.mu.Unlock()
 					return err
 				}
@@ -239,10 +257,8 @@ func (d *crossDevice) run() error {
 				o.rx.DisableKicks()
 			}
 			s.mu.Unlock()
-			if moved {
-				if err := d.served(1 - i); err != nil {
-					return err
-				}
+			if err := d.deliver(1-i, moved); err != nil {
+				return err
 			}
 		}
 		if more {
@@ -266,21 +282,21 @@ func (d *crossDevice) run() error {
 }
 
 // move copies up to crossBatch frames from s's TX ring into o's RX ring and
-// publishes both rings once. It reports whether it moved anything.
-func (d *crossDevice) move(s, o *crossSide) (bool, error) {
+// publishes both rings once. It returns how many it moved.
+func (d *crossDevice) move(s, o *crossSide) (int, error) {
 	n := 0
 	s.rxWait = false
 	for n < crossBatch {
 		ok, err := s.tx.Pop(&s.c)
 		if err != nil {
-			return false, fmt.Errorf("TX ring %w", err)
+			return 0, fmt.Errorf("TX ring %w", err)
 		}
 		if !ok {
 			break
 		}
 		ok, err = o.rx.Pop(&o.rc)
 		if err != nil {
-			return false, fmt.Errorf("RX ring %w", err)
+			return 0, fmt.Errorf("RX ring %w", err)
 		}
 		if !ok {
 			s.tx.Unpop(1)
@@ -301,7 +317,7 @@ func (d *crossDevice) move(s, o *crossSide) (bool, error) {
 	}
 	o.rx.Flush()
 	s.tx.Flush()
-	return n > 0, nil
+	return n, nil
 }
 
 // notify adds 1 to an eventfd (a full counter means a wake-up is pending

@@ -3,6 +3,7 @@ package rig
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -291,8 +292,8 @@ func TestRigNoOffloadsMTU1500(t *testing.T) {
 // TestRigAlone moves data both ways between two kernel namespaces through
 // the rig's front-end and its copying device, with no back-end: the bytes
 // (hashed end to end) and the bridge and device counters must agree, and
-// each frame must go from one TAP to the other on the thread that read it
-// (crossDevice). Its five loops (two bridges' TX and RX, the device) hold
+// in a request/response exchange each frame must go from one TAP to the
+// other on the thread that read it (crossDevice). Its five loops (two bridges' TX and RX, the device) hold
 // a P each while the rig runs, on top of GOMAXPROCS, and give them back on
 // Close (procs.go).
 func TestRigAlone(t *testing.T) {
@@ -324,10 +325,12 @@ func TestRigAlone(t *testing.T) {
 			if s.RXBytes.Load() < 2*n {
 				t.Errorf("rig alone: %d bytes written to the TAPs for %d each way", s.RXBytes.Load(), n)
 			}
-			// Every frame went on to the other TAP on the thread that
-			// read it: no RX loop was woken to write one.
-			if c := s.RXCalls.Load(); c != 0 {
-				t.Errorf("rig alone: RX loops woken %d times by their rings' calls, want 0", c)
+			// Request and response: each lone frame goes on to the other
+			// TAP on the thread that read it, no RX loop is woken.
+			calls, frames := s.RXCalls.Load(), s.RXFrames.Load()
+			pingPong(t, e, 200)
+			if c, f := s.RXCalls.Load()-calls, s.RXFrames.Load()-frames; c != 0 || f < 400 {
+				t.Errorf("rig alone, 200 round trips: %d frames written, RX loops woken %d times by their rings' calls; want 400 or more and 0", f, c)
 			}
 			healthy(t, r)
 			if err := r.Close(); err != nil {
@@ -337,5 +340,57 @@ func TestRigAlone(t *testing.T) {
 				t.Errorf("rig alone closed: %d Ps reserved, GOMAXPROCS %d; want 0 and %d", n, p, procs)
 			}
 		})
+	}
+}
+
+// pingPong makes n 1-byte request/response round trips between e's ends.
+func pingPong(t *testing.T, e ends, n int) {
+	t.Helper()
+	l, err := e.listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	done := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer c.Close()
+		var b [1]byte
+		for range n {
+			if _, err := io.ReadFull(c, b[:]); err != nil {
+				done <- err
+				return
+			}
+			if _, err := c.Write(b[:]); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := e.dial(ctx, l.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	var b [1]byte
+	for i := range n {
+		b[0] = byte(i)
+		if _, err := c.Write(b[:]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != byte(i) {
+			t.Fatalf("round trip %d: %v, byte %d", i, err, b[0])
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

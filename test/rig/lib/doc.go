@@ -13,7 +13,9 @@
 // guest TX buffers in the front-end's memfd and written to the TAP straight
 // from used RX buffers, with the virtio-net header passed through unchanged
 // both ways. Everything is event-driven (epoll on the TAP, the call
-// eventfds and a timerfd for the slow-reader mode).
+// eventfds and a timerfd for the slow-reader mode), one locked thread per
+// loop; each loop raises GOMAXPROCS by one while it runs (procs.go says
+// why).
 //
 // The back-end runs in the host namespace, where a veth interface with an
 // address and a default route gives it a host-like address configuration;

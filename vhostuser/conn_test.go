@@ -55,7 +55,7 @@ func TestReadMessageWithFDs(t *testing.T) {
 	if m.Header.Request != ReqGetFeatures || m.Header.Flags != FlagVersion1|FlagNeedReply || len(m.Payload) != 0 || len(m.FDs) != 0 {
 		t.Fatalf("second message %+v fds %v", m.Header, m.FDs)
 	}
-	if n := openFDs(t); n != before {
+	if n := openFDs(t); n > before {
 		t.Fatalf("fds %d, before %d", n, before)
 	}
 	// Front-end closes between messages: EOF.
@@ -77,7 +77,7 @@ func TestReadMessageTooManyFDs(t *testing.T) {
 	if err := c.ReadMessage(&m); !errors.Is(err, ErrFDCount) {
 		t.Fatalf("want ErrFDCount, got %v", err)
 	}
-	if n := openFDs(t); n != before {
+	if n := openFDs(t); n > before {
 		t.Fatalf("fds leaked: %d, before %d", n, before)
 	}
 }

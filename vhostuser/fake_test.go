@@ -384,6 +384,10 @@ func readEventfd(t testing.TB, fd int) uint64 {
 }
 
 // openFDs counts this process's open descriptors.
+// openFDs counts the test process's open descriptors. A leak check compares
+// with more, never with fewer: a descriptor an earlier test's goroutine
+// closes late makes the count drop (TestMessages failed on "12 open, 13
+// before" once in CI).
 func openFDs(t testing.TB) int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")

@@ -166,6 +166,7 @@ func (t *Table) establish(now time.Time, f *conn) {
 	t.setState(f, stats.TCPEstablished)
 	f.seqAckFromGuest = f.iss + 1
 	f.lastAckProg = now
+	f.retrans = 0 // SYN-ACKs sent again count no more
 	t.usePeekOffset(f)
 	inlineUrgent(f.fd)
 	t.updateEpoll(f)

@@ -277,3 +277,53 @@ func TestTCPLoopbackConnectAnsweredInOnePass(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPSynAckRetransmittedOnTimeout: the guest's ACK of our SYN-ACK is lost (a
+// guest that only receives then sends nothing else, and the host peer's
+// data waits for the handshake): the SYN-ACK goes again after the initial
+// RTO, then after twice that, never before; the guest's ACK of it
+// establishes the connection and the host's data flows. Without it the
+// connection sat until the handshake timeout reset it (the rig's lossy
+// link test: host→guest 0 bytes in 5 s, once "vunet sent 1 RSTs").
+func TestTCPSynAckRetransmittedOnTimeout(t *testing.T) {
+	h := tcpNewHarness(t, Config{})
+	ln := h.listen()
+	h.sendSYN(tcpMss1400ws7)
+	var synack []tcpSeg
+	for i := 0; i < 100 && len(synack) == 0; i++ {
+		synack = h.pump(20 * time.Millisecond)
+	}
+	if len(synack) != 1 || synack[0].flags != header.TCPFlagSYN|header.TCPFlagACK {
+		t.Fatalf("want one SYN-ACK, got %+v", synack)
+	}
+	peer, err := ln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	peer.Write([]byte("host speaks first"))
+	// The guest's ACK is lost: nothing from the guest.
+	sent := h.now
+	for _, wait := range []time.Duration{synAckRTO, 2 * synAckRTO} {
+		h.tab.Timers(sent.Add(wait - time.Millisecond))
+		if got := h.flush(); len(got) != 0 {
+			t.Fatalf("%d frames before the SYN-ACK's timeout (%v)", len(got), wait)
+		}
+		h.now = sent.Add(wait)
+		h.tab.Timers(h.now)
+		again := h.flush()
+		if len(again) != 1 || again[0].flags != header.TCPFlagSYN|header.TCPFlagACK || again[0].seq != synack[0].seq {
+			t.Fatalf("after %v: want the SYN-ACK again, got %+v", wait, again)
+		}
+		sent = h.now
+	}
+	h.ack = synack[0].seq + 1
+	h.sendAck(nil)
+	var got []byte
+	for deadline := time.Now().Add(2 * time.Second); len(got) < len("host speaks first") && time.Now().Before(deadline); {
+		got = append(got, tcpPayloadOf(h.pump(20*time.Millisecond))...)
+	}
+	if string(got) != "host speaks first" || h.flow().state != stats.TCPEstablished {
+		t.Fatalf("after the guest's ACK: %q, state %v", got, h.flow().state)
+	}
+}

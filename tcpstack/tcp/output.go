@@ -96,6 +96,7 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 		f.flags &^= flSynAckDue
 		f.seqToGuest = f.iss + 1
 		f.sndMax = f.seqToGuest
+		f.lastAckProg = now // the SYN-ACK's retransmission timer runs from here
 		return true
 	}
 	if !t.ackWndCurrent(now, f) {

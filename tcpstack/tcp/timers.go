@@ -15,8 +15,14 @@ func (t *Table) deadline(f *conn) time.Time {
 	switch f.state {
 	case stats.TCPFree:
 		return time.Time{}
-	case stats.TCPConnecting, stats.TCPSynAckSent:
+	case stats.TCPConnecting:
 		return f.created.Add(t.cfg.HandshakeTimeout)
+	case stats.TCPSynAckSent:
+		d := f.created.Add(t.cfg.HandshakeTimeout)
+		if f.flags&flSynAckDue == 0 {
+			d = earliest(d, f.lastAckProg.Add(synAckTimeout(f)))
+		}
+		return d
 	case stats.TCPSynSent:
 		// Our SYN is repeated every AckTimeout until the handshake times out.
 		return earliest(f.created.Add(t.cfg.HandshakeTimeout), f.lastAckProg.Add(t.cfg.AckTimeout))
@@ -51,6 +57,18 @@ func (t *Table) quietTimeout(f *conn) time.Duration {
 	}
 	return t.cfg.IdleTimeout
 }
+
+// synAckRTO is the first retransmission timeout of a SYN-ACK to the
+// guest: RFC 6298's initial RTO (no round trip measured yet), as Linux
+// retransmits its own SYN-ACK.
+const synAckRTO = time.Second
+
+// synAckMaxBackoff bounds the doublings of synAckRTO (the handshake
+// timeout ends the connection first with the defaults).
+const synAckMaxBackoff = 6
+
+// synAckTimeout is how long after the last SYN-ACK the next one goes.
+func synAckTimeout(f *conn) time.Duration { return synAckRTO << f.retrans }
 
 func earliest(a, b time.Time) time.Time {
 	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
@@ -107,6 +125,17 @@ func (t *Table) fire(now time.Time, f *conn) {
 		t.resetFlow(f, now, stats.TCPTimeout)
 		return
 	case stats.TCPConnecting, stats.TCPSynAckSent:
+		if f.state == stats.TCPSynAckSent && f.created.Add(t.cfg.HandshakeTimeout).After(now) {
+			// The SYN-ACK or the guest's ACK of it was lost: a guest that
+			// only receives sends nothing else, and the host peer's data
+			// waits for the handshake. Send it again (the guest answers a
+			// repeated SYN-ACK with its ACK), backing off.
+			f.flags |= flSynAckDue
+			f.retrans = min(f.retrans+1, synAckMaxBackoff)
+			t.stats.Retransmits[stats.TCPRetransTimeout].Add(1)
+			t.markDirty(f)
+			return
+		}
 		t.log.Debug("tcp handshake timeout", "remote", f.remoteAddr, "port", f.remotePort)
 		if f.state == stats.TCPConnecting {
 			t.connectFailed(f, now, stats.TCPTimeout)

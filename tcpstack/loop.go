@@ -320,8 +320,6 @@ func (l *loop) iterate(tx bool) {
 	l.out.Publish()
 	if l.stream != nil {
 		l.stream.settle(l.ep)
-	} else {
-		l.qp.TX.Notify() // the TX batches published without an interrupt
 	}
 	l.again = txMore || more || l.out.Limited()
 	l.armTimer()

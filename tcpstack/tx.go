@@ -132,10 +132,8 @@ func (l *loop) txBatch() (full bool) {
 	// chains (n == 0) must be published too, or the guest never gets those
 	// descriptors back.
 	if q.Staged() > 0 {
-		l.st.TX.Batches.Add(1) // before Publish: counters never lag the ring
-		// The interrupt waits for the end of the iteration (iterate):
-		// one for all of its batches, next to the RX ring's.
-		q.Publish()
+		l.st.TX.Batches.Add(1) // before Flush: counters never lag the ring
+		q.Flush()
 	}
 	if f.waiting {
 		return false

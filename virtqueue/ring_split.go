@@ -438,10 +438,12 @@ func (q *SplitQueue) Flush() {
 }
 
 // Publish stores the staged used elements with one used.idx store, so the
-// driver may take them back, and leaves the interrupt to Notify. A loop
-// that publishes several times in one pass notifies once at its end: one
-// interrupt for the pass instead of one per publication, and the
-// front-end is woken (and our thread preempted by it) once.
+// driver may take them back, and leaves the interrupt to Notify: a caller
+// that publishes several times can decide on one interrupt for all of it.
+// (tcpstack's TX path deferred its interrupt to the end of each loop
+// iteration that way for a while; under a QEMU guest that measured no
+// better, upload CPU per GB 1.01–1.18 s against 0.99–1.08 with a Flush
+// per batch, so it flushes per batch again.)
 func (q *SplitQueue) Publish() {
 	old, next := q.usedPub, q.usedNext
 	if old == next {

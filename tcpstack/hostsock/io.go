@@ -115,16 +115,24 @@ func (s *IO) call(trap uintptr, fd, flags int) (int, error) {
 
 // Discard drops n bytes from the front of a stream socket's receive queue
 // without copying them (recv with MSG_TRUNC). The kernel moves SO_PEEK_OFF
-// back by as much.
+// back by as much. A TCP read stops at an urgent mark once it has taken
+// anything, so it reads on from there until it has dropped n bytes, the
+// queue is empty or an error comes; it returns what it dropped.
 func Discard(fd, n int) (int, error) {
-	for {
-		r, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), 0, uintptr(n), unix.MSG_TRUNC|unix.MSG_DONTWAIT, 0, 0)
-		if e == unix.EINTR {
+	done := 0
+	for done < n {
+		r, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), 0, uintptr(n-done), unix.MSG_TRUNC|unix.MSG_DONTWAIT, 0, 0)
+		switch {
+		case e == unix.EINTR:
 			continue
+		case e == unix.EAGAIN && done > 0:
+			return done, nil
+		case e != 0:
+			return done, e
+		case r == 0:
+			return done, nil
 		}
-		if e != 0 {
-			return 0, e
-		}
-		return int(r), nil
+		done += int(r)
 	}
+	return done, nil
 }

@@ -230,7 +230,7 @@ func (t *Table) importConn(now time.Time, state []byte, fd int) (*conn, error) {
 	// not set, the discard-buffer fallback).
 	off, err := hostsock.GetInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF)
 	f.peekOff = err == nil && off >= 0
-	if f.state == stats.TCPEstablished {
+	if st := stats.TCPState(w.State); st == stats.TCPEstablished || st == stats.TCPClosing {
 		inlineUrgent(fd) // a socket rebuilt by TCP_REPAIR has lost it
 	}
 	if !f.inEpoll {

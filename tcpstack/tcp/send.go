@@ -116,17 +116,18 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			t.rxBlocked(f, false)
 			t.stall(f, false)
 			return true
-		case got < reserved && got > 0 && !eof && f.has(evSockRdHup):
-			// Short, but the peer's FIN is queued behind this data: peek
-			// again, to reach it (EOF) in this pass.
+		case got < reserved && got > 0 && !eof:
+			// Short: peek again, in this pass. Usually the socket is empty
+			// (EAGAIN: drained, which spares the next pass its read), but a
+			// read also stops short at an urgent mark with data behind it,
+			// and the peer's FIN may be queued behind this data (EOF), and
+			// no new EPOLLIN would come for either.
 			if t.clearStalled(f) {
 				t.updateEpoll(f)
 			}
 			continue
 		case got < reserved:
-			// The socket had less than we had room for: done for now. Not
-			// drained: a read also stops short at an urgent mark with data
-			// behind it; the next pass finds out (EAGAIN).
+			// The socket had nothing more (EAGAIN or EOF): done for now.
 			t.rxBlocked(f, false)
 			if got > 0 && t.clearStalled(f) {
 				t.updateEpoll(f)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/stats"
 )
 
 // TestTCPUrgentDataInline: a host peer's urgent byte (MSG_OOB) reaches the
@@ -44,5 +46,52 @@ func TestTCPUrgentDataInline(t *testing.T) {
 	}
 	if string(got) != want {
 		t.Fatalf("guest got %q, want %q", got, want)
+	}
+}
+
+// TestTCPUrgentDataCumulativeAck: one guest ACK for data on both sides of
+// an urgent mark consumes all of it: a read stops at the mark, and a
+// short consume read as a failure reset the connection (found by review).
+func TestTCPUrgentDataCumulativeAck(t *testing.T) {
+	h := tcpNewHarness(t, Config{MTU: 1500})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	raw, err := peer.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(b []byte, flags int) {
+		var serr error
+		raw.Write(func(fd uintptr) bool { serr = unix.Sendto(int(fd), b, flags, nil); return true })
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	send([]byte("abc"), 0)
+	send([]byte("x"), unix.MSG_OOB)
+	send([]byte("hello"), 0)
+	var got []byte
+	var last tcpSeg
+	// No ACK from the guest meanwhile: "xhello" comes with its EPOLLIN.
+	for deadline := time.Now().Add(2 * time.Second); len(got) < 9 && time.Now().Before(deadline); {
+		segs := h.pump(50 * time.Millisecond)
+		got = append(got, tcpPayloadOf(segs)...)
+		if len(segs) > 0 {
+			last = segs[len(segs)-1]
+		}
+	}
+	if string(got) != "abcxhello" {
+		t.Fatalf("guest got %q", got)
+	}
+	h.ack = last.seq + uint32(len(last.payload))
+	h.sendAck(nil)
+	h.flush()
+	f := h.flow()
+	if f == nil || f.state != stats.TCPEstablished || f.inFlight() != 0 {
+		t.Fatalf("after one ACK for all of it: flow %v", f)
+	}
+	if n := sumReasons(&h.stats.Resets); n != 0 {
+		t.Fatalf("%d resets", n)
 	}
 }

@@ -91,7 +91,6 @@ type SplitQueue struct {
 	availShadow uint16 // last avail.idx read; entries up to it were checked against size
 	usedNext    uint16 // next used slot to stage
 	usedPub     uint16 // value of used.idx we last stored
-	sigFrom     uint16 // used.idx at the last interrupt decision (Notify)
 	highAvail   uint16 // one past the furthest avail entry ever taken; > lastAvail after Unpop
 	window      uint16 // entries behind highAvail whose skip marks are valid (<= size)
 	skip        []bool // per avail slot: taken as a bad chain (already used), skip on re-Pop
@@ -179,7 +178,6 @@ func NewSplitQueue(cfg Config) (*SplitQueue, error) {
 	}
 	q.usedPub = load16(q.usedIdx)
 	q.usedNext = q.usedPub
-	q.sigFrom = q.usedPub
 	q.availShadow = q.lastAvail
 	if q.usedPub != q.lastAvail {
 		// Chains a previous back-end took and never returned (reconnect
@@ -430,21 +428,8 @@ func (q *SplitQueue) Staged() int { return int(q.usedNext - q.usedPub) }
 // Flush publishes the staged used elements with one used.idx store, then
 // signals the call eventfd once if the driver wants it: with EVENT_IDX when
 // the new used index passed used_event, otherwise unless the driver set
-// NO_INTERRUPT. It does nothing when nothing is staged. It is Publish then
-// Notify.
+// NO_INTERRUPT. It does nothing when nothing is staged.
 func (q *SplitQueue) Flush() {
-	q.Publish()
-	q.Notify()
-}
-
-// Publish stores the staged used elements with one used.idx store, so the
-// driver may take them back, and leaves the interrupt to Notify: a caller
-// that publishes several times can decide on one interrupt for all of it.
-// (tcpstack's TX path deferred its interrupt to the end of each loop
-// iteration that way for a while; under a QEMU guest that measured no
-// better, upload CPU per GB 1.01–1.18 s against 0.99–1.08 with a Flush
-// per batch, so it flushes per batch again.)
-func (q *SplitQueue) Publish() {
 	old, next := q.usedPub, q.usedNext
 	if old == next {
 		return
@@ -456,18 +441,6 @@ func (q *SplitQueue) Publish() {
 		q.logUsedRing()
 	}
 	q.stats.UsedPublished.Add(uint64(next - old))
-}
-
-// Notify signals the call eventfd once if the driver wants an interrupt
-// for the entries published since the last decision (the event-index test
-// over the whole range, as Linux's vhost does with its signalled_used). It
-// does nothing when nothing was published since.
-func (q *SplitQueue) Notify() {
-	old, next := q.sigFrom, q.usedPub
-	if old == next {
-		return
-	}
-	q.sigFrom = next
 	if !q.needSignal(old, next) {
 		q.stats.NotifiesSuppressed.Add(1)
 		return

@@ -908,38 +908,3 @@ func TestSignalErrorCounted(t *testing.T) {
 		t.Fatalf("SignalErrors %d Notifies %d used %d", r.stats.SignalErrors.Load(), r.stats.Notifies.Load(), r.d.UsedIdx())
 	}
 }
-
-// TestPublishThenNotify: publications without an interrupt decision
-// accumulate, and Notify decides once over their whole range. With
-// EVENT_IDX, a used_event crossed by the first of two publications still
-// gets its interrupt when Notify comes after the second (a decision over
-// the second alone would miss it); a Notify with nothing new does nothing.
-func TestPublishThenNotify(t *testing.T) {
-	r := newRig(t, rigOpt{size: 8, eventIdx: true, call: true})
-	heads := offerN(t, r, 4)
-	r.d.SetUsedEvent(0) // interrupt once used.idx passes 0
-	var c virtqueue.Chain
-	for i := range heads {
-		if !r.pop(t, &c) {
-			t.Fatal("empty")
-		}
-		r.q.Push(c.Head, 1)
-		if i == 1 || i == 3 {
-			r.q.Publish()
-		}
-	}
-	if r.d.UsedIdx() != 4 {
-		t.Fatalf("used.idx %d after two publications, want 4", r.d.UsedIdx())
-	}
-	if readEventfd(t, r.cfg.Call) != 0 || r.stats.Notifies.Load() != 0 {
-		t.Fatal("Publish signalled")
-	}
-	r.q.Notify()
-	if got := readEventfd(t, r.cfg.Call); got != 1 || r.stats.Notifies.Load() != 1 {
-		t.Fatalf("Notify after two publications: %d signals (Notifies %d), want 1", got, r.stats.Notifies.Load())
-	}
-	r.q.Notify()
-	if readEventfd(t, r.cfg.Call) != 0 || r.stats.Notifies.Load() != 1 || r.stats.NotifiesSuppressed.Load() != 0 {
-		t.Fatal("a second Notify with nothing published signalled or counted")
-	}
-}

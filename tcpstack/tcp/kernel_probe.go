@@ -59,7 +59,7 @@ func (t *Table) usePeekOffset(f *conn) {
 // went wrong. A refusal is harmless for any other data: the byte is then
 // lost as before.
 func inlineUrgent(fd int) {
-	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_OOBINLINE, 1)
+	_ = hostsock.SetInt(fd, unix.SOL_SOCKET, unix.SO_OOBINLINE, 1)
 }
 
 // discardBuf returns the fallback's discard buffer, allocated on first

@@ -319,10 +319,7 @@ func TestTCPSynAckRetransmittedOnTimeout(t *testing.T) {
 	}
 	h.ack = synack[0].seq + 1
 	h.sendAck(nil)
-	var got []byte
-	for deadline := time.Now().Add(2 * time.Second); len(got) < len("host speaks first") && time.Now().Before(deadline); {
-		got = append(got, tcpPayloadOf(h.pump(20*time.Millisecond))...)
-	}
+	got := h.pumpPayload(len("host speaks first"), 2*time.Second)
 	if string(got) != "host speaks first" || h.flow().state != stats.TCPEstablished {
 		t.Fatalf("after the guest's ACK: %q, state %v", got, h.flow().state)
 	}

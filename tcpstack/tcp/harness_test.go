@@ -248,6 +248,17 @@ func (h *tcpHarness) pump(d time.Duration) []tcpSeg {
 	return h.flush()
 }
 
+// pumpPayload pumps until n payload bytes reached the guest or d passed,
+// and returns them (the guest sends no ACK meanwhile).
+func (h *tcpHarness) pumpPayload(n int, d time.Duration) []byte {
+	h.t.Helper()
+	var got []byte
+	for deadline := time.Now().Add(d); len(got) < n && time.Now().Before(deadline); {
+		got = append(got, tcpPayloadOf(h.pump(50*time.Millisecond))...)
+	}
+	return got
+}
+
 // flush runs only the output pass.
 func (h *tcpHarness) flush() []tcpSeg {
 	h.blocked = h.tab.Flush(h.now, h.w)

@@ -255,10 +255,7 @@ func TestTCPTailProbeBlockedThenAcked(t *testing.T) {
 	h.flush()
 	more := []byte("server push after a pause")
 	peer.Write(more)
-	var got []byte
-	for deadline := time.Now().Add(2 * time.Second); len(got) < len(more) && time.Now().Before(deadline); {
-		got = append(got, tcpPayloadOf(h.pump(50*time.Millisecond))...)
-	}
+	got := h.pumpPayload(len(more), 2*time.Second)
 	if len(got) != len(more) {
 		t.Fatalf("host data after the ACK: %d bytes reached the guest, want %d (rxBlocked=%v drained=%v)", len(got), len(more), f.flags&flRxBlocked != 0, f.drained)
 	}
@@ -269,6 +266,13 @@ func TestTCPTailProbeBlockedThenAcked(t *testing.T) {
 func TestTCPSACKResendBlockedThenAcked(t *testing.T) {
 	h, f, peer, start, data := sackConn(t, Config{MTU: 1500, AckTimeout: time.Hour}, 4)
 	end := start + uint32(len(data))
+	h.ack = start // a window update: its pass reads the socket empty
+	h.wnd--
+	h.sendAck(nil)
+	h.flush()
+	if !f.drained {
+		t.Fatal("not drained: the test would not reach the stall it guards against")
+	}
 	h.w.free = 0
 	for i := 1; i < 4; i++ {
 		h.sendSACK([2]uint32{start + 1400, start + uint32(1400*(i+1))})
@@ -280,10 +284,7 @@ func TestTCPSACKResendBlockedThenAcked(t *testing.T) {
 	h.flush()
 	more := []byte("more")
 	peer.Write(more)
-	var got []byte
-	for deadline := time.Now().Add(2 * time.Second); len(got) < len(more) && time.Now().Before(deadline); {
-		got = append(got, tcpPayloadOf(h.pump(50*time.Millisecond))...)
-	}
+	got := h.pumpPayload(len(more), 2*time.Second)
 	if len(got) != len(more) {
 		t.Fatalf("host data after the ACK: %d bytes, want %d (rxBlocked=%v drained=%v)", len(got), len(more), f.flags&flRxBlocked != 0, f.drained)
 	}

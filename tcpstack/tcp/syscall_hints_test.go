@@ -51,10 +51,7 @@ func TestTCPSyscallHints(t *testing.T) {
 	second := guestframe.Pattern(5000)[2000:]
 	peer.Write(second)
 	h.waitQueued(len(second))
-	var got []byte
-	for deadline := time.Now().Add(5 * time.Second); len(got) < len(second) && time.Now().Before(deadline); {
-		got = append(got, tcpPayloadOf(h.pump(100*time.Millisecond))...)
-	}
+	got := h.pumpPayload(len(second), 5*time.Second)
 	if !bytes.Equal(got, second) {
 		t.Fatalf("after new data: %d bytes, want %d", len(got), len(second))
 	}

@@ -15,24 +15,7 @@ import (
 // out of the stream moves the peek offset off the data (found by review:
 // "abc", "hello", then a stray "o").
 func TestTCPUrgentDataInline(t *testing.T) {
-	h := tcpNewHarness(t, Config{MTU: 1500})
-	ln := h.listen()
-	peer := h.establish(ln, tcpMss1400ws7)
-	raw, err := peer.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	send := func(b []byte, flags int) {
-		var serr error
-		raw.Write(func(fd uintptr) bool { serr = unix.Sendto(int(fd), b, flags, nil); return true })
-		if serr != nil {
-			t.Fatal(serr)
-		}
-		time.Sleep(20 * time.Millisecond) // separate segments
-	}
-	send([]byte("abc"), 0)
-	send([]byte("x"), unix.MSG_OOB)
-	send([]byte("hello"), 0)
+	h := urgentConn(t)
 	want := "abcxhello"
 	var got []byte
 	for deadline := time.Now().Add(time.Second); len(got) < len(want)+4 && time.Now().Before(deadline); {
@@ -53,24 +36,7 @@ func TestTCPUrgentDataInline(t *testing.T) {
 // an urgent mark consumes all of it: a read stops at the mark, and a
 // short consume read as a failure reset the connection (found by review).
 func TestTCPUrgentDataCumulativeAck(t *testing.T) {
-	h := tcpNewHarness(t, Config{MTU: 1500})
-	ln := h.listen()
-	peer := h.establish(ln, tcpMss1400ws7)
-	raw, err := peer.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	send := func(b []byte, flags int) {
-		var serr error
-		raw.Write(func(fd uintptr) bool { serr = unix.Sendto(int(fd), b, flags, nil); return true })
-		if serr != nil {
-			t.Fatal(serr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	send([]byte("abc"), 0)
-	send([]byte("x"), unix.MSG_OOB)
-	send([]byte("hello"), 0)
+	h := urgentConn(t)
 	var got []byte
 	var last tcpSeg
 	// No ACK from the guest meanwhile: "xhello" comes with its EPOLLIN.
@@ -94,4 +60,29 @@ func TestTCPUrgentDataCumulativeAck(t *testing.T) {
 	if n := sumReasons(&h.stats.Resets); n != 0 {
 		t.Fatalf("%d resets", n)
 	}
+}
+
+// urgentConn is an established connection whose host peer sent "abc",
+// then "x" as urgent data (MSG_OOB), then "hello", each its own segment.
+func urgentConn(t *testing.T) *tcpHarness {
+	t.Helper()
+	h := tcpNewHarness(t, Config{MTU: 1500})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	raw, err := peer.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		b     string
+		flags int
+	}{{"abc", 0}, {"x", unix.MSG_OOB}, {"hello", 0}} {
+		var serr error
+		raw.Write(func(fd uintptr) bool { serr = unix.Sendto(int(fd), []byte(s.b), s.flags, nil); return true })
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		time.Sleep(20 * time.Millisecond) // separate segments
+	}
+	return h
 }

@@ -216,8 +216,12 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 	}
 	wnd := min(uint32(sg.wnd)<<f.wsFromGuest, maxWindow)
 	// SACK blocks say what of the flight the guest has (sack_recovery.go).
-	// Blocks take at least 10 option bytes.
-	sack := t.sackOK(f) && len(sg.rawOpts) >= 10 && f.inFlight() > 0 && t.readGuestSACK(f, sg)
+	// Blocks take at least 10 option bytes. They are read only where they
+	// are used: a repeated ACK, or any ACK during a recovery. An ACK that
+	// moves on outside one needs none, and a Linux guest's timestamps make
+	// every ACK 10 option bytes or more: no option parse per ACK.
+	sack := t.sackOK(f) && len(sg.rawOpts) >= 10 && f.inFlight() > 0 &&
+		(ack == f.seqAckFromGuest || f.sackRecovery) && t.readGuestSACK(f, sg)
 	progressed := false
 	if seqGT(ack, f.seqAckFromGuest) {
 		dataEnd := ack

@@ -278,6 +278,41 @@ func TestTCPLoopbackConnectAnsweredInOnePass(t *testing.T) {
 	}
 }
 
+// TestTCPRefusedLoopbackRSTTimer: a loopback connect refused in the SYN's
+// own pass queues an RST; with no RX buffer for it, the loop's timer must
+// still be armed for its deadline (FinTimeout), or the slot and its RST
+// wait for whatever other timer happens to run the table's timers.
+func TestTCPRefusedLoopbackRSTTimer(t *testing.T) {
+	const tries = 5
+	settled := 0
+	for range tries {
+		h := tcpNewHarness(t, Config{})
+		ln := h.listen()
+		ln.Close()
+		h.w.free = 0
+		h.sendSYN(tcpMss1400ws7)
+		if got := h.flush(); len(got) != 0 || !h.blocked {
+			t.Fatalf("with no RX buffer: %d frames, blocked %v", len(got), h.blocked)
+		}
+		f := h.flow()
+		if f == nil || f.state != stats.TCPResetting {
+			continue // the connect was still in progress after the call
+		}
+		settled++
+		if want := f.lastActivity.Add(h.tab.cfg.FinTimeout); !h.tab.NextTimer().Equal(want) {
+			t.Fatalf("next timer %v after the refusal, want the RST's deadline %v", h.tab.NextTimer(), want)
+		}
+		h.now = h.now.Add(h.tab.cfg.FinTimeout)
+		h.tab.Timers(h.now)
+		if h.tab.Len() != 0 {
+			t.Fatalf("%d flows after the RST's deadline", h.tab.Len())
+		}
+	}
+	if settled == 0 {
+		t.Errorf("none of %d loopback connects was refused in the SYN's pass", tries)
+	}
+}
+
 // TestTCPSynAckRetransmittedOnTimeout: the guest's ACK of our SYN-ACK is lost (a
 // guest that only receives then sends nothing else, and the host peer's
 // data waits for the handshake): the SYN-ACK goes again after the initial

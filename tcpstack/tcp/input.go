@@ -260,7 +260,7 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 			// again without acknowledging any: what we sent into the zero
 			// window it dropped. Send it again now, not at the ACK
 			// timeout.
-			t.rewind(f, stats.TCPRetransWindow)
+			t.rewind(now, f, stats.TCPRetransWindow)
 		case t.sackOK(f):
 			// Only SACK blocks say whether this repeat reports a loss:
 			// the guest's window grows with out-of-order data, and a
@@ -276,7 +276,7 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 			// sends again (NewReno's rule, RFC 6582 §3.2).
 			f.dupAcks++
 			if f.dupAcks == 2 && seqGT(ack, f.recover) {
-				t.rewind(f, stats.TCPRetransDupAck)
+				t.rewind(now, f, stats.TCPRetransDupAck)
 			}
 		}
 	}

@@ -271,7 +271,14 @@ func (t *Table) resend(now time.Time, f *conn, w guestring.Sink, from, end uint3
 	f.stopRTT()
 	if f.peekOff {
 		if err := t.setPeekOff(f.fd, int(f.inFlight())); err != nil {
-			t.log.Debug("tcp SO_PEEK_OFF restore failed", "err", err)
+			// New data would be read from the hole's offset and sent
+			// at seqToGuest: other bytes at their sequence. Nothing
+			// is committed yet.
+			w.Abort()
+			t.bufs = t.bufs[:0]
+			t.log.Debug("tcp SO_PEEK_OFF restore failed: connection reset", "err", err)
+			t.resetFlow(f, now, stats.TCPError)
+			return from, true
 		}
 	}
 	got := 0

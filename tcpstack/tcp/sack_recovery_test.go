@@ -321,7 +321,7 @@ func TestTCPTailProbeLoneSegmentWaitsForDelayedACK(t *testing.T) {
 // (Karn): the ACK for their first copy would give a round trip too short.
 func TestTCPResendNotTimed(t *testing.T) {
 	h, f, _, _, _ := sackConn(t, Config{MTU: 1500, AckTimeout: time.Hour}, 3)
-	h.tab.rewind(f, stats.TCPRetransTimeout)
+	h.tab.rewind(h.now, f, stats.TCPRetransTimeout)
 	if fr, _ := dataFrames(h.flush()); fr != 3 {
 		t.Fatalf("%d frames sent again, want 3", fr)
 	}

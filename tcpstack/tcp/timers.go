@@ -166,7 +166,7 @@ func (t *Table) fire(now time.Time, f *conn) {
 		}
 		f.retrans++
 		f.lastAckProg = now
-		t.rewind(f, stats.TCPRetransTimeout)
+		t.rewind(now, f, stats.TCPRetransTimeout)
 	}
 	if zeroWindow(f) && !f.lastAckProg.Add(t.probeTimeout(f)).After(now) {
 		// Probe the shut window, backing off as the ACK timeout does but

@@ -52,7 +52,7 @@ func (t *Table) reopenWindow(f *conn) {
 }
 
 // rewind makes the next output pass send again from the guest's last ACK.
-func (t *Table) rewind(f *conn, cause stats.TCPRetransCause) {
+func (t *Table) rewind(now time.Time, f *conn, cause stats.TCPRetransCause) {
 	if f.inFlight() == 0 {
 		return
 	}
@@ -69,7 +69,11 @@ func (t *Table) rewind(f *conn, cause stats.TCPRetransCause) {
 	f.flags &^= flZeroWnd
 	if f.peekOff && f.fd >= 0 {
 		if err := t.setPeekOff(f.fd, 0); err != nil {
-			t.log.Debug("tcp SO_PEEK_OFF reset failed", "err", err)
+			// The next peek would read past the bytes to send again
+			// and hand the guest other bytes at their sequence.
+			t.log.Debug("tcp SO_PEEK_OFF rewind failed: connection reset", "err", err)
+			t.resetFlow(f, now, stats.TCPError)
+			return
 		}
 	}
 	t.stats.Retransmits[cause].Add(1)

@@ -87,7 +87,7 @@ func (t *Table) epollWant(f *conn) uint32 {
 	case t.readPaused(f):
 		ev = unix.EPOLLET
 	default:
-		ev = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
+		ev = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLPRI | unix.EPOLLET
 	}
 	if f.flags&flWantOut != 0 {
 		ev |= unix.EPOLLOUT

@@ -62,7 +62,10 @@ func (t *Table) HandleSocketEvent(now time.Time, token hostsock.Token, events ui
 	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP) != 0 {
 		f.events |= evSockRdHup
 	}
-	if events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP) != 0 {
+	if events&unix.EPOLLPRI != 0 {
+		f.urgent = true
+	}
+	if events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLPRI) != 0 {
 		// The output pass reads (or finds EOF, or the error behind HUP).
 		f.drained = false
 		t.markDirty(f)

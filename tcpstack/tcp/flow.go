@@ -115,6 +115,7 @@ type conn struct {
 	// connection starts without them).
 	drained  bool // the last read emptied the socket: no read until EPOLLIN (syscall_hints.go)
 	sendIdle bool // the last ACK/window refresh found the send side idle (syscall_hints.go)
+	urgent   bool // epoll reported urgent data (EPOLLPRI) since the last empty read: a short read may have stopped at its mark
 	peekOff  bool // the socket is read at SO_PEEK_OFF, not past the discard buffer
 	dialV6   bool // with dialled: the host socket is AF_INET6 (kernel_probe.go)
 	dialled  bool // we made the socket (connect), so dialV6 holds; else ask it

@@ -124,7 +124,7 @@ func (t *Table) encode(now time.Time, f *conn) ([]byte, error) {
 		SndRatio: f.sndRatio, DupAckSent: f.dupAckSent, GuestSACK: f.guestSACK, InEpoll: f.inEpoll,
 		SeqFromGuest: f.seqFromGuest, SeqAckToGuest: f.seqAckToGuest, AckSent: f.ackSent,
 		WndToGuest: f.wndToGuest, WndSent: f.wndSent, MaxWndSent: f.maxWndSent, DupAckSeq: f.dupAckSeq,
-		EpollEvents: f.epollEvents, Clamp: int64(f.clamp), Recover: f.recover,
+		EpollEvents: f.epollEvents &^ unix.EPOLLPRI, Clamp: int64(f.clamp), Recover: f.recover,
 		Created: age(now, f.created), LastActivity: age(now, f.lastActivity),
 		LastAckProg: age(now, f.lastAckProg), AckDueAt: age(now, f.ackDueAt), SndBufAt: age(now, f.sndBufAt),
 		AckCheckIvl: int64(f.ackCheckIvl),
@@ -271,7 +271,7 @@ func (w *connWire) check() error {
 		return bad("window scale", [2]uint8{w.WsFrom, w.WsTo})
 	case w.SndBuf < 0 || w.SndBuf > 1<<31 || w.Clamp < 0 || w.Clamp > 1<<31:
 		return bad("buffer sizes", [2]int64{w.SndBuf, w.Clamp})
-	case w.EpollEvents&^(unix.EPOLLIN|unix.EPOLLOUT|unix.EPOLLRDHUP|unix.EPOLLET) != 0:
+	case w.EpollEvents&^(unix.EPOLLIN|unix.EPOLLOUT|unix.EPOLLRDHUP|unix.EPOLLPRI|unix.EPOLLET) != 0:
 		return bad("epoll events", w.EpollEvents)
 	}
 	for _, a := range [][16]byte{w.GuestAddr, w.RemoteAddr} {

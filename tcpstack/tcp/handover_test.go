@@ -132,7 +132,7 @@ func TestHandOverCoversEveryField(t *testing.T) {
 	// under way when the guest moved is left to the ACK timeout,
 	// AckTimeout until a new sample.
 	own := map[string]bool{"fd": true, "slot": true, "gen": true, "nextOut": true, "key": true, "senderPeriod": true,
-		"challengeAt": true, "drained": true, "sendIdle": true, "dialled": true, "dialV6": true,
+		"challengeAt": true, "drained": true, "urgent": true, "sendIdle": true, "dialled": true, "dialV6": true,
 		"sackRecovery": true, "sackN": true, "sackBlk": true, "sackHigh": true, "rtxNext": true, "rtxMark": true,
 		"tlp": true, "srtt": true, "rttvar": true, "rttAt": true, "rttSeq": true}
 	now := time.Unix(2_000_000, 0)

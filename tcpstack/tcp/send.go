@@ -71,6 +71,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			got = max(got, 0)
 		case unix.EAGAIN:
 			f.drained = true
+			f.urgent = false
 		default:
 			w.Abort()
 			t.bufs = t.bufs[:0]
@@ -116,16 +117,28 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			t.rxBlocked(f, false)
 			t.stall(f, false)
 			return true
-		case got < reserved && got > 0 && !eof:
-			// Short: peek again, in this pass. Usually the socket is empty
-			// (EAGAIN: drained, which spares the next pass its read), but a
-			// read also stops short at an urgent mark with data behind it,
-			// and the peer's FIN may be queued behind this data (EOF), and
-			// no new EPOLLIN would come for either.
+		case got < reserved && got > 0 && !eof && (f.urgent || f.has(evSockRdHup)):
+			// Short, but something may be queued behind: a read stops
+			// short at an urgent mark with data behind it, and the peer's
+			// FIN may wait behind this data (EOF). If either had come
+			// before the epoll_wait that brought us here, no new EPOLLIN
+			// comes for it: peek again, in this pass.
 			if t.clearStalled(f) {
 				t.updateEpoll(f)
 			}
 			continue
+		case got < reserved && got > 0 && !eof:
+			// Short, with nothing behind it: a TCP read copies every
+			// queued segment it has room for (tcp_recvmsg stops early
+			// only at an urgent mark), so the socket is empty, and what
+			// comes next is a new edge (EPOLLIN). A read now would only
+			// fail with EAGAIN, one system call per pass that sends.
+			f.drained = true
+			t.rxBlocked(f, false)
+			if t.clearStalled(f) {
+				t.updateEpoll(f)
+			}
+			return true
 		case got < reserved:
 			// The socket had nothing more (EAGAIN or EOF): done for now.
 			t.rxBlocked(f, false)

@@ -9,10 +9,13 @@ import (
 
 // KernelArgs are the guest kernel's own parameters, the same for every
 // boot of the test guest: serial console, reboot on panic, a quiet boot.
-// no_timer_check skips the kernel's IO-APIC timer check, which under TCG
-// on a loaded host sees too few timer ticks and panics with "IO-APIC +
-// timer doesn't work" (seen in e2e runs beside other QEMU guests).
-const KernelArgs = "console=ttyS0 panic=-1 quiet loglevel=4 no_timer_check"
+// loglevel=5 lets warnings through to the console: a soft lockup's or an
+// RCU stall's backtrace is printed at the default level (4), and without
+// it a hung guest shows only the one-line headline. no_timer_check skips
+// the kernel's IO-APIC timer check, which under TCG on a loaded host sees
+// too few timer ticks and panics with "IO-APIC + timer doesn't work" (seen
+// in e2e runs beside other QEMU guests).
+const KernelArgs = "console=ttyS0 panic=-1 quiet loglevel=5 no_timer_check"
 
 // Kernel command-line parameters the agent reads. Only "vunet."-prefixed
 // words are ours; the kernel ignores unknown dotted parameters.

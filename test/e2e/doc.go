@@ -38,6 +38,9 @@
 //   - TestQEMUGuestPing: ICMP echo to the gateway through a ping socket.
 //   - TestQEMUGuestTCPConnections: 500 TCP connections open at once, one
 //     byte echoed on each.
+//   - TestQEMUGuestPowerOffStreaming: the guest powers off with a download,
+//     an upload and a datagram stream still running: the device reset
+//     takes the rings back from vunet under traffic, and QEMU must exit.
 //   - TestQEMUGuestInboundForward: -t HOST:GUEST, 20 MB from the host to a
 //     guest listener, byte-exact.
 //   - TestQEMUGuestHTTPDownload: a 32 MB HTTP download through the gateway.
@@ -108,6 +111,14 @@
 // stderr, the guest console and the agent's result lines. The agent reports
 // one line per check, "VUNET-RESULT name=<check> ok=<0|1> key=value…" (see
 // package vunet/test/guest for the checks and their fields).
+//
+// The guest kernel (Debian's 6.1.192) can hang in its poweroff after a
+// test's last check, whatever the back-end: ksoftirqd/0 soft-locked in
+// virtio_net's virtnet_poll / free_old_xmit_skbs, once device_shutdown has
+// broken the virtqueues. The agent takes its links down before it powers
+// off so that nothing polls the broken queues (test/guest/agent,
+// poweroff.go, says why); a guest console with that backtrace means the
+// agent did not get there.
 //
 // The package holds tests only; it may import anything in the module.
 package e2e

@@ -64,6 +64,12 @@ const (
 	// address (addr), resolvers (dns) and server; run it after the ipv6
 	// check, when the link-local address is usable.
 	CheckDHCPv6 = "dhcpv6"
+	// CheckStreaming starts a download and an upload with the traffic
+	// server at vunet.streaming (a target) that outlive the check: it
+	// reports once each has moved StreamingMin bytes (down_bytes,
+	// up_bytes) and leaves both running, so that the guest powers off
+	// with frames in flight both ways through the back-end.
+	CheckStreaming = "streaming"
 )
 
 // Parameters of the traffic checks.
@@ -78,6 +84,7 @@ const (
 	ParamEchoServe     = "vunet.echoserve"
 	ParamRR            = "vunet.rr"
 	ParamTCPHold       = "vunet.tcphold"
+	ParamStreaming     = "vunet.streaming"
 )
 
 // RRWarmup is how many round trips the rr check makes before it starts
@@ -114,6 +121,10 @@ const (
 // payload (the guest's MTU is 65520 by default).
 var UDPEchoSizes = []int{1, 2, 17, 64, 100, 512, 1000, 1400, 1472, 1473,
 	1500, 2048, 4000, 8192, 9000, 16000, 32000, 48000, 60000, 65000}
+
+// StreamingMin is how many bytes the streaming check waits for in each
+// direction before it reports: the transfers are past their start.
+const StreamingMin = 1 << 20
 
 // UDPEchoTries bounds the sends of one datagram in the udpecho check.
 const UDPEchoTries = 3

@@ -133,6 +133,8 @@ func (a *agent) runOne(ctx context.Context, name string) guest.Result {
 		return a.checkTCPLoop(ctx)
 	case guest.CheckTCPHold:
 		return a.checkTCPHold(ctx)
+	case guest.CheckStreaming:
+		return a.checkStreaming(ctx)
 	case guest.CheckTCPServe:
 		return a.checkTCPServe(ctx)
 	case guest.CheckEchoServe:
@@ -174,16 +176,4 @@ func uptime() string {
 		return "?"
 	}
 	return f[0]
-}
-
-// powerOff ends the VM. As PID 1 the agent must never return: the kernel
-// would panic. Restart is the fallback because the harness runs QEMU with
-// -no-reboot, which turns a reboot into an exit as well.
-func powerOff() {
-	unix.Sync()
-	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
-	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
-	for {
-		time.Sleep(time.Hour)
-	}
 }

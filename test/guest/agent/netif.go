@@ -43,7 +43,10 @@ func waitFor(ctx context.Context, what string, cond func() bool) error {
 	return nil
 }
 
-func setUp(iface string) error {
+func setUp(iface string) error { return setFlagUp(iface, true) }
+
+// setFlagUp sets or clears iface's IFF_UP.
+func setFlagUp(iface string, up bool) error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socket for ioctl: %w", err)
@@ -56,9 +59,13 @@ func setUp(iface string) error {
 	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("get flags of %s: %w", iface, err)
 	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	flags := ifr.Uint16() &^ unix.IFF_UP
+	if up {
+		flags |= unix.IFF_UP
+	}
+	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("set %s up: %w", iface, err)
+		return fmt.Errorf("set %s up=%v: %w", iface, up, err)
 	}
 	return nil
 }

@@ -1,0 +1,31 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"vunet/test/guest"
+	"vunet/test/qemu"
+)
+
+// TestQEMUGuestPowerOffStreaming powers the guest off while a download and
+// an upload still run through the back-end: the guest's shutdown resets
+// the device with frames in flight both ways (SET_STATUS 0, then
+// GET_VRING_BASE for both rings while the host peers keep sending), QEMU
+// must then exit, and the daemon must report no ring error and leave
+// cleanly on SIGTERM.
+func TestQEMUGuestPowerOffStreaming(t *testing.T) {
+	qemu.NeedQEMU(t)
+	ns := qemu.NewNetNS(t)
+	srv := qemu.StartTrafficServer(t, ns)
+	d := netDaemon(t, ns)
+	vm := qemu.StartVM(t, qemu.VMConfig{
+		Socket: d.Socket,
+		Checks: []string{guest.CheckLink, guest.CheckDHCP, guest.CheckStreaming},
+		Params: map[string]string{guest.ParamStreaming: srv.Target(guest.TargetGW4)},
+	})
+	r := vm.RequireResult(t, guest.CheckStreaming, 60*time.Second)
+	t.Logf("streaming when the check reported: %s", r.Format())
+	vm.Finish(t)
+	checkNoRingErrors(t, d)
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync/atomic"
+
+	"vunet/test/guest"
+)
+
+// streamingBytes is what the streaming check asks for in each direction:
+// more than a TCG guest moves before it powers off, so the transfers are
+// still running then.
+const streamingBytes = int64(1) << 40
+
+// checkStreaming starts a download and an upload that outlive the check
+// (guest.CheckStreaming). Their connections are never closed: the guest
+// powers off with both still moving data.
+func (a *agent) checkStreaming(ctx context.Context) guest.Result {
+	addr, err := a.resolveTarget(a.params.Values[guest.ParamStreaming])
+	if err != nil {
+		return fail("%v", err)
+	}
+	var d net.Dialer
+	down, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fail("dial for the download: %v", err)
+	}
+	up, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		down.Close()
+		return fail("dial for the upload: %v", err)
+	}
+	udp, err := d.DialContext(ctx, "udp", addr)
+	if err != nil {
+		return fail("dial for the datagrams: %v", err)
+	}
+	var downN, upN, udpN atomic.Int64
+	var downErr, upErr atomic.Pointer[error]
+	if _, err := fmt.Fprintf(down, "%s %d %d\n", guest.ReqDown, streamingBytes, rand.Uint64()); err != nil {
+		return fail("download request: %v", err)
+	}
+	if _, err := fmt.Fprintf(up, "%s %d\n", guest.ReqUp, streamingBytes); err != nil {
+		return fail("upload request: %v", err)
+	}
+	go func() {
+		buf := make([]byte, 256<<10)
+		for {
+			n, err := down.Read(buf)
+			downN.Add(int64(n))
+			if err != nil {
+				downErr.Store(&err)
+				return
+			}
+		}
+	}()
+	go func() {
+		src := guest.NewStream(rand.Uint64())
+		buf := make([]byte, 256<<10)
+		for {
+			_, _ = src.Read(buf)
+			n, err := up.Write(buf)
+			upN.Add(int64(n))
+			if err != nil {
+				upErr.Store(&err)
+				return
+			}
+		}
+	}()
+	go func() {
+		// Datagrams to the echo service: the guest transmits right up
+		// to the poweroff (a TCP sender stalls once its window is
+		// full), and the echoes keep the receive side busy.
+		buf := make([]byte, 1400)
+		for {
+			if _, err := udp.Write(buf); err == nil {
+				udpN.Add(1)
+			}
+		}
+	}()
+	err = waitFor(ctx, "both transfers under way", func() bool {
+		return (downN.Load() >= guest.StreamingMin && upN.Load() >= guest.StreamingMin) ||
+			downErr.Load() != nil || upErr.Load() != nil
+	})
+	r := guest.Result{Fields: map[string]string{
+		"target":     addr,
+		"down_bytes": strconv.FormatInt(downN.Load(), 10),
+		"up_bytes":   strconv.FormatInt(upN.Load(), 10),
+		"udp_sent":   strconv.FormatInt(udpN.Load(), 10),
+	}}
+	switch {
+	case err != nil:
+		r.Fields["detail"] = err.Error()
+	case downErr.Load() != nil:
+		r.Fields["detail"] = "download: " + (*downErr.Load()).Error()
+	case upErr.Load() != nil:
+		r.Fields["detail"] = "upload: " + (*upErr.Load()).Error()
+	default:
+		r.OK = true
+	}
+	return r
+}

@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -192,6 +193,20 @@ func StartDaemon(t testing.TB, cfg DaemonConfig) *Daemon {
 		close(d.exited)
 	}()
 	t.Cleanup(func() {
+		if t.Failed() && d.MetricsAddr != "" {
+			// What the daemon counted (frames each way, kicks,
+			// interrupts sent and suppressed, service replies, leases)
+			// tells a guest that got nothing from a daemon that sent
+			// nothing: scraped before the daemon stops.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			m, err := d.Scrape(ctx)
+			cancel()
+			if err != nil {
+				t.Logf("%s metrics: %v", cfg.Name, err)
+			} else {
+				t.Logf("%s metrics at the failure, those not zero:\n%s", cfg.Name, m.NonZero())
+			}
+		}
 		// A daemon that crashed, or does not leave cleanly on SIGTERM, fails
 		// the test even when every guest check passed.
 		if err := d.Stop(5 * time.Second); err != nil && !d.killed && !d.Passt {

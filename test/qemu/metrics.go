@@ -63,6 +63,21 @@ func (m Metrics) Sum(name string, labels ...string) float64 {
 	return sum
 }
 
+// NonZero renders the series of m whose value is not zero, one per line,
+// sorted, without the Go runtime's and process's own (go_*, process_*,
+// promhttp_*): what the daemon counted, for a failure's dump.
+func (m Metrics) NonZero() string {
+	var lines []string
+	for k, v := range m {
+		if v == 0 || strings.HasPrefix(k, "go_") || strings.HasPrefix(k, "process_") || strings.HasPrefix(k, "promhttp_") {
+			continue
+		}
+		lines = append(lines, k+" "+strconv.FormatFloat(v, 'f', -1, 64))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
 // ParseMetrics reads the Prometheus text exposition format (what
 // client_golang serves without content negotiation).
 func ParseMetrics(r io.Reader) (Metrics, error) {

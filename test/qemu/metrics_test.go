@@ -39,3 +39,23 @@ vunet_vhost_user_frontend_connected 1
 		}
 	}
 }
+
+// TestMetricsNonZero: a failure's dump lists what the daemon counted,
+// sorted, and leaves out zeros and the runtime's own series.
+func TestMetricsNonZero(t *testing.T) {
+	m := Metrics{
+		`vunet_queue_kicks_total{queue="1"}`:      7,
+		`vunet_queue_kicks_total{queue="0"}`:      0,
+		`vunet_dhcp_leases_total{service="dhcp"}`: 1,
+		`go_goroutines`:                              12,
+		`process_open_fds`:                           9,
+		`promhttp_metric_handler_requests_total`:     2,
+		`vunet_queue_notifications_total{queue="0"}`: 2.5e6,
+	}
+	want := `vunet_dhcp_leases_total{service="dhcp"} 1` + "\n" +
+		`vunet_queue_kicks_total{queue="1"} 7` + "\n" +
+		`vunet_queue_notifications_total{queue="0"} 2500000`
+	if got := m.NonZero(); got != want {
+		t.Errorf("NonZero:\n%s\nwant:\n%s", got, want)
+	}
+}

@@ -130,8 +130,13 @@ func (t *Table) sackDupAck(f *conn) {
 		f.dupAcks++
 	}
 	// Nothing more to send and the guest has all after the hole: no more
-	// duplicates will come to count.
-	early := v.high == f.sndMax && f.sendsNothing()
+	// duplicates will come to count. A FIN in flight is not SACKed: the
+	// guest has everything when it SACKed up to the data's end.
+	dataEnd := f.sndMax
+	if f.has(evSockFin) && seqGT(dataEnd, f.eofSeq) {
+		dataEnd = f.eofSeq
+	}
+	early := v.high == dataEnd && f.sendsNothing()
 	switch {
 	case !f.sackRecovery:
 		if f.dupAcks < dupAcksToRetransmit && !early {
@@ -189,9 +194,11 @@ func (f *conn) endSACKRecovery() {
 
 // sendsNothing reports whether the last output pass left f with nothing
 // more to send: the guest's window is full or all socket data is in flight
-// (STALLED), or the socket was emptied and no EPOLLIN came since (drained,
-// syscall_hints.go).
-func (f *conn) sendsNothing() bool { return f.flags&flStalled != 0 || f.drained }
+// (STALLED), the socket was emptied and no EPOLLIN came since (drained,
+// syscall_hints.go), or it reached its EOF: all its data and our FIN went.
+func (f *conn) sendsNothing() bool {
+	return f.flags&flStalled != 0 || f.drained || f.has(evSockFin)
+}
 
 // nextHole returns the first range in flight that the guest is missing
 // below what it SACKed and that did not go again yet.

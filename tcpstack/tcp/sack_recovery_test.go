@@ -329,3 +329,45 @@ func TestTCPResendNotTimed(t *testing.T) {
 		t.Fatalf("a resent byte is being timed (seq %d)", f.rttSeq)
 	}
 }
+
+// TestTCPTailProbeBeforeFIN: the host peer sent its last bytes and closed;
+// our FIN followed them, and the guest got neither the last two frames
+// nor the FIN. The tail probe still goes after its timeout (the last
+// segment again, not the FIN), so the guest's SACK starts the recovery
+// instead of the ACK timeout. Before, reaching the socket's EOF did not
+// count as having nothing more to send, and no probe was armed.
+func TestTCPTailProbeBeforeFIN(t *testing.T) {
+	h, f, peer, start, data := sackConn(t, Config{MTU: 1500, AckTimeout: time.Hour}, 4)
+	end := start + uint32(len(data))
+	if err := peer.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	h.collect("our FIN", func(s []tcpSeg) bool {
+		return len(s) > 0 && s[len(s)-1].flags.Has(header.TCPFlagFIN)
+	})
+	if !f.has(evGuestFinSent) || f.seqToGuest != end+1 {
+		t.Fatalf("FIN not sent: events %#x, seqToGuest at %d", f.events, f.seqToGuest-start)
+	}
+	h.ack = start + 2800
+	h.sendAck(nil) // an RTT sample: the probe timer can be set
+	h.flush()
+	if !h.tab.tlpArmed(f) {
+		t.Fatalf("no tail probe armed with the last frames and the FIN in flight (sends nothing %v, srtt %v)", f.sendsNothing(), f.srtt)
+	}
+	h.now = h.now.Add(h.tab.pto(f))
+	h.tab.Timers(h.now)
+	probe := h.flush()
+	if fr, _ := dataFrames(probe); fr != 1 || probe[0].seq != end-1400 || !bytes.Equal(probe[0].payload, data[4200:]) {
+		t.Fatalf("probe: %d data frames in %d; want the last 1400 bytes at %d", fr, len(probe), len(data)-1400)
+	}
+	// The guest SACKs the probe: it has everything after the hole, and
+	// nothing but the FIN is left to send, so the hole goes at once.
+	h.sendSACK([2]uint32{end - 1400, end})
+	got := h.flush()
+	if fr, _ := dataFrames(got); fr != 1 || got[0].seq != start+2800 || !bytes.Equal(got[0].payload, data[2800:4200]) {
+		t.Fatalf("after the probe's SACK: %d data frames in %d; want data[2800:4200]", fr, len(got))
+	}
+	if r := retransmits(h); r[stats.TCPRetransTailProbe] != 1 || r[stats.TCPRetransSACK] != 1 || r[stats.TCPRetransTimeout] != 0 {
+		t.Fatalf("retransmissions %v, want one tail probe and one SACK recovery", r)
+	}
+}

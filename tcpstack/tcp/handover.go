@@ -233,11 +233,16 @@ func (t *Table) importConn(now time.Time, state []byte, fd int) (*conn, error) {
 	if st := stats.TCPState(w.State); st == stats.TCPEstablished || st == stats.TCPClosing {
 		inlineUrgent(fd) // a socket rebuilt by TCP_REPAIR has lost it
 	}
-	if !f.inEpoll {
-		// Registered now or by the next Attach, with what its state asks.
+	t.setState(f, stats.TCPState(w.State))
+	if f.inEpoll {
+		// Registered now or by the next Attach (a migration imports
+		// detached) with what its state asks here, not the exporter's
+		// mask: EPOLLPRI is not carried (Export), and without it urgent
+		// data behind a short read would wait for the peer's next segment.
+		f.epollEvents = t.epollWant(f)
+	} else {
 		f.epollEvents = 0
 	}
-	t.setState(f, stats.TCPState(w.State))
 	if f.flags&flStalled != 0 {
 		t.stats.Stalled.Add(1)
 	}

@@ -23,12 +23,21 @@ import (
 // sockets duplicated (SCM_RIGHTS gives the other process a new descriptor
 // of the same socket), Import there, Forget here. The guest's side of the
 // harness (sequence numbers, window) goes with it: the guest migrated.
-func (h *tcpHarness) handOver(cfg Config) *tcpHarness {
+func (h *tcpHarness) handOver(cfg Config) *tcpHarness { return h.handOverTo(cfg, false) }
+
+// handOverTo is handOver; detached imports as a migration destination
+// does (tcpstack's importPending): into a table without a poller, which
+// the pair's loop attaches later.
+func (h *tcpHarness) handOverTo(cfg Config, detached bool) *tcpHarness {
 	h.t.Helper()
 	h.tab.Detach()
 	ex := h.tab.Export(h.now)
 	h2 := tcpNewHarness(h.t, cfg)
 	h2.now = h.now.Add(3 * time.Second) // another process, another clock
+	if detached {
+		h2.tab.Detach()
+		defer h2.tab.Attach(h2.poll)
+	}
 	for _, e := range ex {
 		fd, err := unix.FcntlInt(uintptr(e.FD), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
@@ -124,7 +133,8 @@ func TestHandOverCoversEveryField(t *testing.T) {
 	// The receiving table's own: its descriptor, slot and output list; the
 	// key it derives from the addresses; its ring-budget sender period
 	// (the connection counts as a sender there at its next write); its
-	// challenge-ACK rate limit (at worst one more challenge ACK).
+	// challenge-ACK rate limit (at worst one more challenge ACK); its epoll
+	// mask, which the importer derives from the state (epollWant).
 	// The system-call hints, which start false there: one read, one
 	// refresh or one getsockopt(SO_DOMAIN) more. And the loss recovery's
 	// soft state (sack_recovery.go, rto.go: SACK view, tail-loss probe,
@@ -132,7 +142,7 @@ func TestHandOverCoversEveryField(t *testing.T) {
 	// under way when the guest moved is left to the ACK timeout,
 	// AckTimeout until a new sample.
 	own := map[string]bool{"fd": true, "slot": true, "gen": true, "nextOut": true, "key": true, "senderPeriod": true,
-		"challengeAt": true, "drained": true, "urgent": true, "sendIdle": true, "dialled": true, "dialV6": true,
+		"challengeAt": true, "epollEvents": true, "drained": true, "urgent": true, "sendIdle": true, "dialled": true, "dialV6": true,
 		"sackRecovery": true, "sackN": true, "sackBlk": true, "sackHigh": true, "rtxNext": true, "rtxMark": true,
 		"tlp": true, "srtt": true, "rttvar": true, "rttAt": true, "rttSeq": true}
 	now := time.Unix(2_000_000, 0)

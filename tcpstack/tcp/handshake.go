@@ -79,10 +79,7 @@ func (t *Table) connect(now time.Time, sg *segment, v addrpolicy.Verdict) {
 	f.dialled, f.dialV6 = true, !host.Addr().Is4() // hostsock.DialTCP's family
 	if inProgress && f.flags&flLocal != 0 {
 		if inProgress = t.settleLocalConnect(f, now); f.fd < 0 {
-			// Refused: the RST to the guest is queued, and gives up
-			// at its deadline if the guest never posts a buffer for it.
-			t.noteTimer(t.deadline(f))
-			return
+			return // refused: the RST to the guest is queued
 		}
 	}
 	if !inProgress {

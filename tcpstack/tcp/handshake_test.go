@@ -359,3 +359,29 @@ func TestTCPSynAckRetransmittedOnTimeout(t *testing.T) {
 		t.Fatalf("after the guest's ACK: %q, state %v", got, h.flow().state)
 	}
 }
+
+// TestTCPResetArmsRSTTimer: any reset whose RST finds no RX buffer arms the
+// loop's timer for the RST's deadline, not only a refused connect: here an
+// established connection's host socket fails (the peer resets it) while
+// the guest posts no buffers (found by review).
+func TestTCPResetArmsRSTTimer(t *testing.T) {
+	h := tcpNewHarness(t, Config{})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	h.tab.Timers(h.now) // the idle timeout, hours away, is the next timer
+	h.w.free = 0
+	peer.SetLinger(0)
+	peer.Close() // an RST to our socket
+	f := h.flow()
+	for deadline := time.Now().Add(5 * time.Second); f.state != stats.TCPResetting; {
+		if time.Now().After(deadline) {
+			t.Fatalf("flow %v after the peer's RST", f.state)
+		}
+		h.pump(10 * time.Millisecond)
+	}
+	if want := f.lastActivity.Add(h.tab.cfg.FinTimeout); !h.tab.NextTimer().Equal(want) {
+		t.Fatalf("next timer in %v after the reset, want the RST's deadline in %v",
+			h.tab.NextTimer().Sub(h.now), want.Sub(h.now))
+	}
+}

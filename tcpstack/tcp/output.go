@@ -108,6 +108,9 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 	if f.tlp == tlpDue && !t.sendTailProbe(now, f, w) {
 		return false
 	}
+	if f.flags&flRstDue != 0 {
+		return true // a resend reset it: the RST goes when the queue comes back to it
+	}
 	if !t.sendData(now, f, w) {
 		return false
 	}

@@ -35,6 +35,14 @@ func TestTCPPeekOffsetFailureResets(t *testing.T) {
 			}
 			return got
 		}},
+		{"restore after a tail probe", func(off int, f *conn) bool { return off == int(f.inFlight()) }, func(h *tcpHarness, start uint32) []tcpSeg {
+			h.ack = start + 2800
+			h.sendAck(nil) // an RTT sample: the probe timer can be set
+			h.flush()
+			h.now = h.now.Add(h.tab.pto(h.flow()))
+			h.tab.Timers(h.now)
+			return h.flush()
+		}},
 		{"rewind on a timeout", func(off int, f *conn) bool { return off == 0 }, func(h *tcpHarness, start uint32) []tcpSeg {
 			h.now = h.now.Add(h.tab.ackTimeout(h.flow()))
 			h.tab.Timers(h.now)
@@ -71,6 +79,12 @@ func TestTCPPeekOffsetFailureResets(t *testing.T) {
 			}
 			if n := h.stats.Resets[stats.TCPError].Load(); n != 1 {
 				t.Fatalf("%d resets counted as errors, want 1", n)
+			}
+			if n := h.stats.Retransmits[stats.TCPRetransTailProbe].Load(); n != 0 {
+				t.Fatalf("%d tail probes counted, but none went out", n)
+			}
+			if len(got) > 0 && !got[0].flags.Has(header.TCPFlagRST) {
+				t.Fatalf("a %v frame went before the RST", got[0].flags)
 			}
 			if h.flow() != nil {
 				t.Fatalf("connection still in the table")

@@ -130,13 +130,15 @@ func (t *Table) sackDupAck(f *conn) {
 		f.dupAcks++
 	}
 	// Nothing more to send and the guest has all after the hole: no more
-	// duplicates will come to count. A FIN in flight is not SACKed: the
-	// guest has everything when it SACKed up to the data's end.
+	// duplicates will come to count. With our FIN in flight the guest has
+	// all after the hole once it SACKed to the data's end, or past it: a
+	// Linux receiver SACKs an out-of-order FIN too (its block's end counts
+	// the FIN), and then no later SACK moves the edge.
 	dataEnd := f.sndMax
 	if f.has(evSockFin) && seqGT(dataEnd, f.eofSeq) {
 		dataEnd = f.eofSeq
 	}
-	early := v.high == dataEnd && f.sendsNothing()
+	early := !seqLT(v.high, dataEnd) && f.sendsNothing()
 	switch {
 	case !f.sackRecovery:
 		if f.dupAcks < dupAcksToRetransmit && !early {
@@ -378,6 +380,9 @@ func (t *Table) sendTailProbe(now time.Time, f *conn, w guestring.Sink) bool {
 		reached, ok := t.resend(now, f, w, from, end)
 		if !ok && reached == from {
 			return false
+		}
+		if f.flags&flRstDue != 0 {
+			return true // the resend failed and reset the connection
 		}
 		t.stats.Retransmits[stats.TCPRetransTailProbe].Add(1)
 	}

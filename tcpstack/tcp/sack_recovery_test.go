@@ -371,3 +371,32 @@ func TestTCPTailProbeBeforeFIN(t *testing.T) {
 		t.Fatalf("retransmissions %v, want one tail probe and one SACK recovery", r)
 	}
 }
+
+// TestTCPSACKedFINStartsRecovery: the guest lost the last two data frames
+// but got our FIN, out of order, and SACKs it as Linux does (the block's
+// end counts the FIN). It has everything after the hole, and nothing more
+// can be sent: the hole goes at once, not after the ACK timeout. Comparing
+// the SACK's edge with the data's end only, as first written, missed it,
+// and the tail probe's SACK, inside that block, moved nothing (found by
+// review).
+func TestTCPSACKedFINStartsRecovery(t *testing.T) {
+	h, _, peer, start, data := sackConn(t, Config{MTU: 1500, AckTimeout: time.Hour}, 4)
+	end := start + uint32(len(data))
+	if err := peer.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	h.collect("our FIN", func(s []tcpSeg) bool {
+		return len(s) > 0 && s[len(s)-1].flags.Has(header.TCPFlagFIN)
+	})
+	h.ack = start + 2800
+	h.sendAck(nil)
+	h.flush()
+	h.sendSACK([2]uint32{end, end + 1})
+	got := h.flush()
+	if fr, n := dataFrames(got); fr != 2 || got[0].seq != start+2800 || n != 2800 || !bytes.Equal(tcpPayloadOf(got), data[2800:]) {
+		t.Fatalf("after the SACK of the FIN: %d data frames, %d bytes; want data[2800:] at once", fr, n)
+	}
+	if r := retransmits(h); r[stats.TCPRetransSACK] != 1 || r[stats.TCPRetransTimeout] != 0 {
+		t.Fatalf("retransmissions %v, want one SACK recovery", r)
+	}
+}

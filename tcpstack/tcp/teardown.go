@@ -56,6 +56,9 @@ func (t *Table) abortFlow(f *conn, now time.Time) {
 	f.lastActivity = now // the deadline for getting the RST out runs from here
 	t.setState(f, stats.TCPResetting)
 	t.markDirty(f)
+	// If the guest has no RX buffer for the RST, the loop's timer must
+	// still come for its deadline (deadline, TCPResetting).
+	t.noteTimer(t.deadline(f))
 }
 
 // dropFlow forgets f at once: no frame to the guest (it reset, or the

@@ -339,12 +339,7 @@ func TestTCPResendNotTimed(t *testing.T) {
 func TestTCPTailProbeBeforeFIN(t *testing.T) {
 	h, f, peer, start, data := sackConn(t, Config{MTU: 1500, AckTimeout: time.Hour}, 4)
 	end := start + uint32(len(data))
-	if err := peer.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	h.collect("our FIN", func(s []tcpSeg) bool {
-		return len(s) > 0 && s[len(s)-1].flags.Has(header.TCPFlagFIN)
-	})
+	h.peerCloses(peer)
 	if !f.has(evGuestFinSent) || f.seqToGuest != end+1 {
 		t.Fatalf("FIN not sent: events %#x, seqToGuest at %d", f.events, f.seqToGuest-start)
 	}
@@ -382,12 +377,7 @@ func TestTCPTailProbeBeforeFIN(t *testing.T) {
 func TestTCPSACKedFINStartsRecovery(t *testing.T) {
 	h, _, peer, start, data := sackConn(t, Config{MTU: 1500, AckTimeout: time.Hour}, 4)
 	end := start + uint32(len(data))
-	if err := peer.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	h.collect("our FIN", func(s []tcpSeg) bool {
-		return len(s) > 0 && s[len(s)-1].flags.Has(header.TCPFlagFIN)
-	})
+	h.peerCloses(peer)
 	h.ack = start + 2800
 	h.sendAck(nil)
 	h.flush()
@@ -399,4 +389,16 @@ func TestTCPSACKedFINStartsRecovery(t *testing.T) {
 	if r := retransmits(h); r[stats.TCPRetransSACK] != 1 || r[stats.TCPRetransTimeout] != 0 {
 		t.Fatalf("retransmissions %v, want one SACK recovery", r)
 	}
+}
+
+// peerCloses has the host peer close its side and pumps until our FIN to
+// the guest went out.
+func (h *tcpHarness) peerCloses(peer any) {
+	h.t.Helper()
+	if err := peer.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		h.t.Fatal(err)
+	}
+	h.collect("our FIN", func(s []tcpSeg) bool {
+		return len(s) > 0 && s[len(s)-1].flags.Has(header.TCPFlagFIN)
+	})
 }

@@ -39,8 +39,9 @@
 //   - TestQEMUGuestTCPConnections: 500 TCP connections open at once, one
 //     byte echoed on each.
 //   - TestQEMUGuestPowerOffStreaming: the guest powers off with a download,
-//     an upload and a datagram stream still running: the device reset
-//     takes the rings back from vunet under traffic, and QEMU must exit.
+//     an upload and a datagram stream still running and 200 connections
+//     closing: the device reset takes the rings back from vunet under
+//     traffic, and QEMU must exit.
 //   - TestQEMUGuestInboundForward: -t HOST:GUEST, 20 MB from the host to a
 //     guest listener, byte-exact.
 //   - TestQEMUGuestHTTPDownload: a 32 MB HTTP download through the gateway.

@@ -8,12 +8,12 @@ import (
 	"vunet/test/qemu"
 )
 
-// TestQEMUGuestPowerOffStreaming powers the guest off while a download and
-// an upload still run through the back-end: the guest's shutdown resets
-// the device with frames in flight both ways (SET_STATUS 0, then
-// GET_VRING_BASE for both rings while the host peers keep sending), QEMU
-// must then exit, and the daemon must report no ring error and leave
-// cleanly on SIGTERM.
+// TestQEMUGuestPowerOffStreaming powers the guest off while a download, an
+// upload and a datagram stream still run through the back-end and 200
+// connections are closing: the guest's shutdown resets the device with
+// frames in flight both ways (SET_STATUS 0, then GET_VRING_BASE for both
+// rings while the host peers keep sending), QEMU must then exit, and the
+// daemon must report no ring error and leave cleanly on SIGTERM.
 func TestQEMUGuestPowerOffStreaming(t *testing.T) {
 	qemu.NeedQEMU(t)
 	ns := qemu.NewNetNS(t)

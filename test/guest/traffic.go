@@ -64,11 +64,14 @@ const (
 	// address (addr), resolvers (dns) and server; run it after the ipv6
 	// check, when the link-local address is usable.
 	CheckDHCPv6 = "dhcpv6"
-	// CheckStreaming starts a download and an upload with the traffic
-	// server at vunet.streaming (a target) that outlive the check: it
-	// reports once each has moved StreamingMin bytes (down_bytes,
-	// up_bytes) and leaves both running, so that the guest powers off
-	// with frames in flight both ways through the back-end.
+	// CheckStreaming starts a download, an upload and a datagram stream
+	// to the echo service with the traffic server at vunet.streaming (a
+	// target) that outlive the check: it reports once each transfer has
+	// moved StreamingMin bytes (down_bytes, up_bytes, udp_sent) and
+	// leaves them running, so that the guest powers off with frames in
+	// flight both ways through the back-end. It also holds idle echo
+	// connections and closes them as it returns (echo_conns): their
+	// closing handshakes run into the poweroff too.
 	CheckStreaming = "streaming"
 )
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -16,9 +17,14 @@ import (
 // still running then.
 const streamingBytes = int64(1) << 40
 
-// checkStreaming starts a download and an upload that outlive the check
-// (guest.CheckStreaming). Their connections are never closed: the guest
-// powers off with both still moving data.
+// streamingEchoes is how many idle echo connections the streaming check
+// holds and closes as it returns.
+const streamingEchoes = 200
+
+// checkStreaming starts a download, an upload and a datagram stream that
+// outlive the check (guest.CheckStreaming): their sockets are never
+// closed, the guest powers off with all three still moving data. The
+// echo connections it holds are closed as it returns.
 func (a *agent) checkStreaming(ctx context.Context) guest.Result {
 	addr, err := a.resolveTarget(a.params.Values[guest.ParamStreaming])
 	if err != nil {
@@ -37,6 +43,25 @@ func (a *agent) checkStreaming(ctx context.Context) guest.Result {
 	udp, err := d.DialContext(ctx, "udp", addr)
 	if err != nil {
 		return fail("dial for the datagrams: %v", err)
+	}
+	// Echo connections closed when the check returns: their FIN
+	// exchanges run into the poweroff too (the shutdown that hung
+	// TestQEMUGuestTCPConnections came right after its 500 closes).
+	echoes := make([]net.Conn, 0, streamingEchoes)
+	defer func() {
+		for _, c := range echoes {
+			c.Close()
+		}
+	}()
+	for range streamingEchoes {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_, err = io.WriteString(c, guest.ReqEcho+"\n")
+		}
+		if err != nil {
+			return fail("echo connection %d: %v", len(echoes), err)
+		}
+		echoes = append(echoes, c)
 	}
 	var downN, upN, udpN atomic.Int64
 	var downErr, upErr atomic.Pointer[error]
@@ -90,6 +115,7 @@ func (a *agent) checkStreaming(ctx context.Context) guest.Result {
 		"down_bytes": strconv.FormatInt(downN.Load(), 10),
 		"up_bytes":   strconv.FormatInt(upN.Load(), 10),
 		"udp_sent":   strconv.FormatInt(udpN.Load(), 10),
+		"echo_conns": strconv.Itoa(len(echoes)),
 	}}
 	switch {
 	case err != nil:

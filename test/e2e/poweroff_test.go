@@ -10,10 +10,12 @@ import (
 
 // TestQEMUGuestPowerOffStreaming powers the guest off while a download, an
 // upload and a datagram stream still run through the back-end and 200
-// connections are closing: the guest's shutdown resets the device with
-// frames in flight both ways (SET_STATUS 0, then GET_VRING_BASE for both
-// rings while the host peers keep sending), QEMU must then exit, and the
-// daemon must report no ring error and leave cleanly on SIGTERM.
+// connections are closing: the guest's shutdown resets the device while
+// the host peers keep sending (SET_STATUS 0, then GET_VRING_BASE for both
+// rings with frames to the guest in flight; the guest's own transmissions
+// stop a moment before, when the agent takes its link down, see
+// test/guest/agent/poweroff.go), QEMU must then exit, and the daemon must
+// report no ring error and leave cleanly on SIGTERM.
 func TestQEMUGuestPowerOffStreaming(t *testing.T) {
 	qemu.NeedQEMU(t)
 	ns := qemu.NewNetNS(t)

@@ -68,8 +68,9 @@ const (
 	// to the echo service with the traffic server at vunet.streaming (a
 	// target) that outlive the check: it reports once each transfer has
 	// moved StreamingMin bytes (down_bytes, up_bytes, udp_sent) and
-	// leaves them running, so that the guest powers off with frames in
-	// flight both ways through the back-end. It also holds idle echo
+	// leaves them running, so that the guest powers off with the host
+	// still sending through the back-end (its own transmissions stop when
+	// the agent takes the link down just before the poweroff). It also holds idle echo
 	// connections and closes them as it returns (echo_conns): their
 	// closing handshakes run into the poweroff too.
 	CheckStreaming = "streaming"

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"vunet/test/guest"
 )
@@ -101,9 +102,13 @@ func (a *agent) checkStreaming(ctx context.Context) guest.Result {
 		// full), and the echoes keep the receive side busy.
 		buf := make([]byte, 1400)
 		for {
-			if _, err := udp.Write(buf); err == nil {
-				udpN.Add(1)
+			if _, err := udp.Write(buf); err != nil {
+				// ENOBUFS, or ECONNREFUSED from an ICMP error: a retry
+				// at once would spin the guest's only vCPU.
+				time.Sleep(time.Millisecond)
+				continue
 			}
+			udpN.Add(1)
 		}
 	}()
 	err = waitFor(ctx, "both transfers under way", func() bool {

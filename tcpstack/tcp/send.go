@@ -127,20 +127,17 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 				t.updateEpoll(f)
 			}
 			continue
-		case got < reserved && got > 0 && !eof:
-			// Short, with nothing behind it: a TCP read copies every
-			// queued segment it has room for (tcp_recvmsg stops early
-			// only at an urgent mark), so the socket is empty, and what
-			// comes next is a new edge (EPOLLIN). A read now would only
-			// fail with EAGAIN, one system call per pass that sends.
-			f.drained = true
-			t.rxBlocked(f, false)
-			if t.clearStalled(f) {
-				t.updateEpoll(f)
-			}
-			return true
 		case got < reserved:
-			// The socket had nothing more (EAGAIN or EOF): done for now.
+			// The socket had nothing more (EAGAIN, EOF, or a short read
+			// with nothing behind it): done for now. A TCP read copies
+			// every queued segment it has room for (tcp_recvmsg stops
+			// early only at an urgent mark), so after a short read the
+			// socket is empty and what comes next is a new edge
+			// (EPOLLIN): a read now would only fail with EAGAIN, one
+			// system call per pass that sends.
+			if got > 0 && !eof {
+				f.drained = true
+			}
 			t.rxBlocked(f, false)
 			if got > 0 && t.clearStalled(f) {
 				t.updateEpoll(f)

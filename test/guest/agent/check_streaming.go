@@ -72,30 +72,13 @@ func (a *agent) checkStreaming(ctx context.Context) guest.Result {
 	if _, err := fmt.Fprintf(up, "%s %d\n", guest.ReqUp, streamingBytes); err != nil {
 		return fail("upload request: %v", err)
 	}
-	go func() {
-		buf := make([]byte, 256<<10)
-		for {
-			n, err := down.Read(buf)
-			downN.Add(int64(n))
-			if err != nil {
-				downErr.Store(&err)
-				return
-			}
-		}
-	}()
-	go func() {
-		src := guest.NewStream(rand.Uint64())
-		buf := make([]byte, 256<<10)
-		for {
-			_, _ = src.Read(buf)
-			n, err := up.Write(buf)
-			upN.Add(int64(n))
-			if err != nil {
-				upErr.Store(&err)
-				return
-			}
-		}
-	}()
+	downBuf, upBuf := make([]byte, 256<<10), make([]byte, 256<<10)
+	src := guest.NewStream(rand.Uint64())
+	go moveUntilError(&downN, &downErr, func() (int, error) { return down.Read(downBuf) })
+	go moveUntilError(&upN, &upErr, func() (int, error) {
+		_, _ = src.Read(upBuf)
+		return up.Write(upBuf)
+	})
 	go func() {
 		// Datagrams to the echo service: the guest transmits right up
 		// to the poweroff (a TCP sender stalls once its window is
@@ -133,4 +116,17 @@ func (a *agent) checkStreaming(ctx context.Context) guest.Result {
 		r.OK = true
 	}
 	return r
+}
+
+// moveUntilError runs step until it fails, adding the bytes each call
+// moved to n and keeping the error in errp.
+func moveUntilError(n *atomic.Int64, errp *atomic.Pointer[error], step func() (int, error)) {
+	for {
+		k, err := step()
+		n.Add(int64(k))
+		if err != nil {
+			errp.Store(&err)
+			return
+		}
+	}
 }

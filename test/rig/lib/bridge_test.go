@@ -229,6 +229,16 @@ func (h *bridgeHarness) roundTrip(tb testing.TB, frames [][]byte) {
 	}
 }
 
+// waitRXFrames waits up to 2 s for the bridge's RX counter to reach want and
+// returns it. The bridge counts a frame after writing it, so the peer can read
+// the last one a moment before the counter moves.
+func (h *bridgeHarness) waitRXFrames(want uint64) uint64 {
+	for deadline := time.Now().Add(2 * time.Second); h.stats.RXFrames.Load() < want && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	return h.stats.RXFrames.Load()
+}
+
 // retry repeats a system call the runtime's preemption signal interrupted.
 func retry(f func() (int, error)) (int, error) {
 	for {
@@ -256,11 +266,7 @@ func TestBridgeEchoMergedBuffers(t *testing.T) {
 	frames := testFrames(3000)
 	h.roundTrip(t, frames)
 	s := &h.stats
-	// The bridge counts a frame after writing it, so the peer can read the
-	// last one a moment before the counter moves.
-	for deadline := time.Now().Add(2 * time.Second); s.RXFrames.Load() < 3000 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	h.waitRXFrames(3000)
 	if s.TXFrames.Load() != 3000 || s.RXFrames.Load() != 3000 || s.DeviceErrors.Load() != 0 || s.RXWriteErrors.Load() != 0 {
 		t.Fatalf("counters: tx %d rx %d device errors %d write errors %d", s.TXFrames.Load(), s.RXFrames.Load(), s.DeviceErrors.Load(), s.RXWriteErrors.Load())
 	}
@@ -270,7 +276,7 @@ func TestBridgeEchoMergedBuffers(t *testing.T) {
 func TestBridgeEchoWholeBuffers(t *testing.T) {
 	h := newBridgeHarness(t, 64, 9100, false, 0)
 	h.roundTrip(t, testFrames(2000))
-	if got := h.stats.RXFrames.Load(); got != 2000 {
+	if got := h.waitRXFrames(2000); got != 2000 {
 		t.Fatalf("rx frames %d, want 2000", got)
 	}
 }

@@ -29,8 +29,10 @@ type loop struct {
 	log *slog.Logger
 
 	ep              *hostsock.Epoll
+	yielder         *hostsock.Yielder // yieldToControl's (loop_wait.go)
 	wakefd, timerfd int
 	txKick, rxKick  int // kick eventfds, -1 when the front-end polls
+	control         int // the front-end's vhost-user socket, -1: none (loop_wait.go)
 	polling         bool
 	events          [128]unix.EpollEvent
 
@@ -87,6 +89,7 @@ const (
 	loopFDRXKick
 	loopFDMail // the pair's mailbox (moves.go)
 	loopFDStream
+	loopFDControl // the front-end's vhost-user socket (QueuePair.ControlFD)
 )
 
 // pollInterval is how often the rings are polled when the front-end gave no
@@ -109,6 +112,7 @@ func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState, sl *streamLink) (*
 		timerfd: -1,
 		txKick:  -1,
 		rxKick:  -1,
+		control: -1,
 		done:    make(chan struct{}),
 		frag:    new(fragPool),
 		stream:  sl,
@@ -119,6 +123,9 @@ func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState, sl *streamLink) (*
 		l.out = &sl.w
 	} else {
 		l.txKick, l.rxKick = qp.TX.KickFD(), qp.RX.KickFD()
+		if qp.ControlFD > 0 {
+			l.control = qp.ControlFD
+		}
 		l.rx.Init(qp.RX, st, l.log, qp.Features, qp.RXEnabled)
 		l.rx.SetCapture(s.cfg.Capture, qp.Index)
 		l.out = &l.rx
@@ -145,6 +152,9 @@ func (l *loop) openFDs() error {
 	if l.ep, err = hostsock.NewEpoll(); err != nil {
 		return err
 	}
+	if l.yielder, err = hostsock.NewYielder(); err != nil {
+		return err
+	}
 	if l.wakefd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		return fmt.Errorf("wake eventfd: %w", err)
 	}
@@ -154,14 +164,15 @@ func (l *loop) openFDs() error {
 	for _, w := range [...]struct {
 		fd  int
 		tok uint32
-	}{{l.wakefd, loopFDWake}, {l.timerfd, loopFDTimer}, {l.txKick, loopFDTXKick}, {l.rxKick, loopFDRXKick}, {l.ps.mail.wake, loopFDMail}} {
+	}{{l.wakefd, loopFDWake}, {l.timerfd, loopFDTimer}, {l.txKick, loopFDTXKick}, {l.rxKick, loopFDRXKick}, {l.ps.mail.wake, loopFDMail}, {l.control, loopFDControl}} {
 		if w.fd < 0 {
 			continue
 		}
 		ev := uint32(unix.EPOLLIN)
-		if w.tok == loopFDTXKick || w.tok == loopFDRXKick {
+		if w.tok == loopFDTXKick || w.tok == loopFDRXKick || w.tok == loopFDControl {
 			// Edge-triggered: each kick is a new edge, so the counter
-			// need not be read to stop the reports (CountKick).
+			// need not be read to stop the reports (CountKick); the
+			// control socket is the control plane's to read.
 			ev |= unix.EPOLLET
 		}
 		if err := l.ep.Add(w.fd, ev, hostsock.NewToken(hostsock.OwnerLoop, 0, w.tok)); err != nil {
@@ -187,6 +198,7 @@ func (l *loop) openFDs() error {
 // exiting.
 func (l *loop) closeFDs() {
 	l.ep.Close()
+	l.yielder.Close()
 	if l.timerfd >= 0 {
 		unix.Close(l.timerfd)
 		l.timerfd = -1
@@ -271,6 +283,10 @@ func (l *loop) run() {
 				// Another pair asks for a flow or hands one over: iterate
 				// reads the mailbox.
 				l.ps.mail.drainWake()
+			case loopFDControl:
+				// A vhost-user message: the control plane needs a P,
+				// and ours is the one it can have (loop_wait.go).
+				l.yieldToControl()
 			case loopFDStream:
 				// Readable (or hung up): the frames are read in iterate.
 				// Writable: what waited for the socket goes now, and the

@@ -27,21 +27,31 @@ import (
 //     nothing to take, and sysmon backs off to its 10 ms period;
 //   - passes through the scheduler (runtime.Gosched) at least every
 //     yieldEvery, so sysmon never preempts it (a signal, then the same
-//     hand-offs). A yield is not free either: with a P idle (reserveP
-//     keeps one), Gosched wakes a thread to look for work, a futex
-//     wake-up and two context switches, about half the runtime's futex
-//     calls under a QEMU guest at a 5 ms period. sysmon preempts a
-//     goroutine it has seen running for 10 ms, so the loop yields just
-//     inside that, every 9 ms;
+//     hand-offs). sysmon preempts a goroutine it has seen running for
+//     10 ms, so the loop yields just inside that, every 9 ms;
 //   - after heldWait with no event, waits the ordinary way: an idle loop
 //     gives its P back, the runtime (sysmon included) goes to sleep, and
 //     an idle daemon burns nothing.
 //
-// A held wait takes a P from everything else while it lasts, so the Stack
-// keeps GOMAXPROCS above the number of running loops (reserveP): the
-// control plane, metrics and the garbage collector keep one. A garbage
-// collection that must stop the world still stops the loop at once: its
-// preemption signal ends the held wait (EINTR).
+// GOMAXPROCS is the number of running loops (reserveP), not one more. With
+// a P idle, every runtime.Gosched made the runtime wake a thread to look
+// for work (a futex wake-up and two context switches that found nothing):
+// under a QEMU guest those yields, and the preemptions they stood in for,
+// were most of vunet's futex, sched_yield and signal system calls. With
+// every P held by a loop there is no one to wake. The rest of the process
+// — the vhost-user control plane, the metrics endpoint, timers — runs on
+// a loop's P while the loop yields, so a loop is away from its rings for
+// as long as that work takes (a vhost-user message: microseconds; a
+// metrics scrape: a millisecond or two). A goroutine waiting for a socket
+// needs more than a Gosched: the scheduler takes the runnable loop before
+// it polls the network, and only sysmon polls otherwise (every 10 ms). So
+// the loop also watches the vhost-user socket (QueuePair.ControlFD) and,
+// when a message comes, yields through the netpoller (hostsock.Yielder):
+// QEMU's requests are answered at once, not 10 ms later, which is what
+// a migration's downtime is made of.
+//
+// A garbage collection that must stop the world stops the loop at once:
+// its preemption signal ends the held wait (EINTR).
 const (
 	heldWait   = 50 // milliseconds
 	yieldEvery = 9 * time.Millisecond
@@ -84,14 +94,25 @@ var runningLoops struct {
 	n int
 }
 
-// reserveP counts a loop in (delta 1) or out (-1) and raises GOMAXPROCS
-// so that one P is left over when every loop holds one in a wait.
-// GOMAXPROCS is never lowered again: the Ps of stopped loops sit idle.
+// yieldToControl lets the control plane, readied by a vhost-user message,
+// run now: the Yielder makes the scheduler poll the network, and Gosched
+// runs what the poll readied before the loop goes on.
+func (l *loop) yieldToControl() {
+	if err := l.yielder.Yield(); err != nil {
+		l.log.Warn("yield to the control plane", "err", err)
+	}
+	runtime.Gosched()
+	l.lastYield = l.now
+}
+
+// reserveP counts a loop in (delta 1) or out (-1) and sets GOMAXPROCS to
+// the number of running loops, at least 1: a P for each, none idle (see
+// above).
 func reserveP(delta int) {
 	runningLoops.Lock()
 	defer runningLoops.Unlock()
 	runningLoops.n += delta
-	if want := runningLoops.n + 1; delta > 0 && runtime.GOMAXPROCS(0) < want {
+	if want := max(runningLoops.n, 1); runtime.GOMAXPROCS(0) != want {
 		runtime.GOMAXPROCS(want)
 	}
 }

@@ -8,19 +8,19 @@ import (
 	"time"
 )
 
-// A loop holds a P while it waits for its next event (loop_wait.go): with
-// GOMAXPROCS at 1 the rest of the process would have none. Starting a pair
-// raises GOMAXPROCS so one is left over, and the process keeps running Go
-// code beside a busy loop (this test's goroutine, a garbage collection that
-// stops the world) while the loop answers frames.
-func TestLoopLeavesAPSpare(t *testing.T) {
-	old := runtime.GOMAXPROCS(1)
+// A loop holds a P while it waits for its next event, and GOMAXPROCS is
+// the number of running loops (loop_wait.go): everything else in the
+// process — here the test's goroutine, and garbage collections that stop
+// the world — runs while the loop yields. Starting from GOMAXPROCS 3, one
+// loop brings it to 1, and the process keeps running beside a busy loop.
+func TestLoopsOwnOnePEach(t *testing.T) {
+	old := runtime.GOMAXPROCS(3)
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
 	p := newTestPair(t, featModern, 64)
 	p.postRX(16, 2048)
 	p.start()
-	if got := runtime.GOMAXPROCS(0); got < 2 {
-		t.Fatalf("GOMAXPROCS = %d with one loop running, want at least 2", got)
+	if got := runtime.GOMAXPROCS(0); got != 1 {
+		t.Fatalf("GOMAXPROCS = %d with one loop running, want 1", got)
 	}
 	for i := 1; i <= 8; i++ {
 		p.addTX(arpRequest(testGuestIP, testGwIP))

@@ -77,6 +77,13 @@ func NewConn(uc *net.UnixConn) (*Conn, error) {
 	}, nil
 }
 
+// fd returns the socket's descriptor, valid until Close, or -1.
+func (c *Conn) fd() int {
+	fd := -1
+	c.raw.Control(func(s uintptr) { fd = int(s) })
+	return fd
+}
+
 // Close closes the socket.
 func (c *Conn) Close() error { return c.uc.Close() }
 

@@ -80,6 +80,7 @@ var (
 // only reconfigured through StopPair/StartPair.
 type device struct {
 	dp      virtqueue.DataPlane
+	control int // the session's socket, for QueuePair.ControlFD; -1: none
 	log     *slog.Logger
 	stats   *Stats
 	pairs   int
@@ -165,6 +166,7 @@ func newDevice(cfg DeviceConfig) *device {
 		stopTimeout: stopTimeout,
 		stuck:       stuck,
 		dp:          cfg.DataPlane,
+		control:     -1,
 		log:         log,
 		stats:       stats,
 		pairs:       pairs,

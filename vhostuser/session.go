@@ -49,6 +49,7 @@ func serveSession(ctx context.Context, conn *net.UnixConn, cfg DeviceConfig, end
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	d := newDevice(cfg)
 	defer d.close()
+	d.control = c.fd()
 	d.stats.Sessions.Add(1)
 	d.stats.Connected.Store(1)
 	defer d.stats.Connected.Store(0)

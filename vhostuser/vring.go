@@ -148,6 +148,7 @@ func (d *device) startPair(p int) error {
 		RXEnabled: d.enabled(rx),
 		TXEnabled: d.enabled(tx),
 		Features:  d.features,
+		ControlFD: d.control,
 	}
 	if err := d.dp.StartPair(qp); err != nil {
 		return fmt.Errorf("start pair %d: %w: %w", p, errDataPlane, err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"vunet/test/dpdk"
 	"vunet/test/qemu"
 	"vunet/test/testenv"
 )
@@ -94,6 +95,10 @@ func TestREADMELibvirtWalkthrough(t *testing.T) {
 
 	// libvirt's own QEMU command line for each memory set-up, from its
 	// embedded driver (no libvirtd; TCG, as KVM may be missing here).
+	// libvirt refuses file-backed hugepages without a hugetlbfs mounted,
+	// which a machine without systemd's dev-hugepages.mount lacks: mount
+	// one for the test (no pages needed, the domain never starts).
+	dpdk.EnsureHugepages(t, 0)
 	argv := func(name, memoryBacking string) string {
 		t.Helper()
 		dom := strings.Replace(domain, "<domain type='kvm'>", "<domain type='qemu'>", 1)

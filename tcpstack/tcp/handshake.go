@@ -107,13 +107,16 @@ const (
 // epoll_ctl to watch it, a loop pass and an interrupt of the guest for
 // the SYN-ACK alone, SO_ERROR, another epoll_ctl), which measured as a
 // large part of vunet's cost per connection in the rig's
-// connect/1-byte/close test.
+// connect/1-byte/close test. The SYN-ACK's window takes the same TCP_INFO
+// (keepConnectInfo).
 func (t *Table) settleLocalConnect(f *conn, now time.Time) bool {
-	if !hostsock.TCPInfo(f.fd, &t.info) {
+	t.infoReads++
+	if !hostsock.TCPInfo(f.fd, &t.connectInfo) {
 		return true
 	}
-	switch t.info.State {
+	switch t.connectInfo.State {
 	case tcpiEstablished:
+		t.keepConnectInfo(f)
 		return false
 	case tcpiClose:
 		soErr, err := hostsock.GetInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)

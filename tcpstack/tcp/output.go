@@ -17,6 +17,8 @@ import (
 // the unserved connections stay queued, and the loop must call Flush again
 // when buffers arrive (enable RX kicks); no timer is involved.
 func (t *Table) Flush(now time.Time, w guestring.Sink) (blocked bool) {
+	// A TCP_INFO kept for a SYN-ACK lasts this pass at most.
+	defer t.dropConnectInfo()
 	if t.nrst > 0 && !t.flushRSTs(w) {
 		return true
 	}

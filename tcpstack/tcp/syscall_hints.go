@@ -1,6 +1,12 @@
 package tcp
 
-import "time"
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/hostsock"
+)
 
 // System calls a connection's pass can skip.
 //
@@ -22,6 +28,28 @@ import "time"
 //   - sendIdle: the last ACK/window refresh found nothing queued and
 //     everything acknowledged, with a window that neither the peer, the
 //     ring budget nor a full buffer held down (refreshAckWnd).
+//
+// A short connection (connect, a request and its answer, close: the rig's
+// connection-rate test) paid seven getsockopt calls for its ACKs and
+// windows, and needs four. refreshAckWnd reads only what its decision
+// needs:
+//
+//   - TCP_INFO that settleLocalConnect read for the SYN is the SYN-ACK's
+//     (takeConnectInfo): the two reads were one pass apart, with nothing
+//     written to the socket between them.
+//   - After the guest's FIN nothing more comes from the guest: its ACK is
+//     everything, and a window it cannot use is not worth two reads
+//     (finAckWnd).
+//
+// What stays, and why. SO_MEMINFO in the SYN-ACK's window: the kernel
+// sizes a new connection's send buffer from the path's MSS
+// (tcp_sndbuf_expand; on this machine's kernel 69,120 bytes over a
+// 1,500-byte MTU veth, a 34,560-byte window, below the 65,535 a SYN-ACK
+// may carry; 3.9 MB on loopback), so no constant stands in for it. And
+// TCP_INFO beside SO_MEMINFO for a local peer, whose ACKs follow our
+// writes: the bytes still queued (tcpi_bytes_acked) measure sendSpace's
+// payload ratio, and must be read first (refreshAckWnd says why), so
+// SO_MEMINFO cannot first tell that none are.
 
 // ackWndCurrent reports whether the last refreshAckWnd still holds, which
 // saves its two getsockopt calls on every pass of a download (the guest
@@ -31,4 +59,56 @@ import "time"
 func (t *Table) ackWndCurrent(now time.Time, f *conn) bool {
 	return f.sendIdle && f.seqFromGuest == f.seqAckToGuest && f.flags&flAckCheck == 0 &&
 		now.Sub(f.sndBufAt) < sndBufRefresh
+}
+
+// readInfo reads TCP_INFO of f's socket into t.info (counted in
+// infoReads); nil when it could not.
+func (t *Table) readInfo(f *conn) *unix.TCPInfo {
+	t.infoReads++
+	if !hostsock.TCPInfo(f.fd, &t.info) {
+		return nil
+	}
+	return &t.info
+}
+
+// readMemory reads SO_MEMINFO of f's socket (counted in memReads): the
+// send buffer's limit and the memory its queues take.
+func (t *Table) readMemory(f *conn) (sndbuf, queued int, ok bool) {
+	t.memReads++
+	return hostsock.SendMemory(f.fd)
+}
+
+// keepConnectInfo keeps t.connectInfo, just read by settleLocalConnect,
+// for f's SYN-ACK in this output pass.
+func (t *Table) keepConnectInfo(f *conn) {
+	t.connectInfoSlot, t.connectInfoGen = f.slot, f.gen
+}
+
+// takeConnectInfo returns the TCP_INFO settleLocalConnect read for f in
+// this pass, once, or nil.
+func (t *Table) takeConnectInfo(f *conn) *unix.TCPInfo {
+	if t.connectInfoGen == 0 || t.connectInfoSlot != f.slot || t.connectInfoGen != f.gen {
+		return nil
+	}
+	t.connectInfoGen = 0
+	return &t.connectInfo
+}
+
+// dropConnectInfo forgets a TCP_INFO kept for a SYN-ACK that did not go
+// in its pass (no RX buffer): by the next pass the peer may have sent.
+func (t *Table) dropConnectInfo() { t.connectInfoGen = 0 }
+
+// finAckWnd is refreshAckWnd once the guest's FIN was taken (in order:
+// everything before it is written): the ACK is everything the guest sent,
+// and the window, which it cannot use any more, stays as it was: no
+// TCP_INFO, no SO_MEMINFO. EPOLLOUT, wanted for a window update, is not
+// wanted any more; data kept out of order that waits for the socket's
+// room keeps it (the caller does not come here then).
+func (t *Table) finAckWnd(f *conn) {
+	f.seqAckToGuest = f.seqFromGuest
+	f.sendIdle = false
+	if f.flags&flWantOut != 0 {
+		f.flags &^= flWantOut | flOutArmed
+		t.updateEpoll(f)
+	}
 }

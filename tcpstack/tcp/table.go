@@ -94,11 +94,19 @@ type Table struct {
 
 	io   hostsock.IO
 	info unix.TCPInfo // TCP_INFO as last read
+	// connectInfo is the TCP_INFO settleLocalConnect read, which the
+	// SYN-ACK of the same output pass takes instead of reading it again
+	// (syscall_hints.go); connectInfoSlot and connectInfoGen name its
+	// connection (generation 0: none; a slot's first is 1).
+	connectInfo     unix.TCPInfo
+	connectInfoSlot int32
+	connectInfoGen  uint32
 
-	// reads and infoReads count the peeks and the TCP_INFO reads, which
-	// the hints of syscall_hints.go save (tests read them).
-	reads, infoReads uint64
-	seg              segment
+	// reads, infoReads and memReads count the peeks, the TCP_INFO reads
+	// and the SO_MEMINFO reads, which the hints of syscall_hints.go save
+	// (tests read them).
+	reads, infoReads, memReads uint64
+	seg                        segment
 	// sackIn is the SACK blocks of the guest ACK being handled
 	// (sack_recovery.go).
 	sackIn sackView

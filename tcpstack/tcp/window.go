@@ -94,26 +94,40 @@ func (t *Table) windowUpdateDue(f *conn) bool {
 }
 
 // refreshAckWnd updates the ACK number and window we give the guest from
-// the host socket (DESIGN invariants 5 and 7).
+// the host socket (DESIGN invariants 5 and 7): TCP_INFO, then SO_MEMINFO,
+// unless the decision needs neither (syscall_hints.go).
 func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 	if f.fd < 0 {
 		f.seqAckToGuest = f.seqFromGuest
 		return
 	}
-	t.infoReads++
-	haveInfo := hostsock.TCPInfo(f.fd, &t.info)
-	local := f.flags&flLocal != 0 && !t.cfg.AckOnPeerAck
+	if f.has(evGuestFin) && !f.oooReady() {
+		t.finAckWnd(f)
+		return
+	}
+	handshake := f.state == stats.TCPSynAckSent || f.state == stats.TCPSynSent
+	// Where the peer is remote, ACK what it acknowledged, so the guest
+	// feels the end-to-end backpressure. Otherwise written to the socket
+	// is good enough: the local peer's kernel has it (or the guest closed
+	// and must not wait for the peer).
+	followPeer := !t.cfg.AckOnWrite && (f.flags&flLocal == 0 || t.cfg.AckOnPeerAck) && !f.has(evGuestFin)
+	info := t.takeConnectInfo(f)
+	if info == nil {
+		info = t.readInfo(f)
+	}
+	// SO_MEMINFO after TCP_INFO, as sendSpace's payload ratio assumes: the
+	// other way round, bytes acknowledged between the reads make the
+	// queue's payload look small against its memory, and a ratio taken
+	// too low shrinks the window below the guest's MSS with nothing
+	// queued to reopen it (an upload stalled on the rig's small-buffer
+	// test).
+	sndbuf, wq, memOK := t.readMemory(f)
 	peerAcks := false
-	switch {
-	case !haveInfo || t.cfg.AckOnWrite || local || f.has(evGuestFin):
-		// Written to the socket is good enough: the local peer's kernel
-		// has it (or the guest closed and must not wait for the peer).
+	if info == nil || !followPeer {
 		f.seqAckToGuest = f.seqFromGuest
-	default:
-		// Remote peer: ACK what it acknowledged, so the guest feels the
-		// end-to-end backpressure.
+	} else {
 		peerAcks = true
-		a := f.ackBase + uint32(t.info.Bytes_acked)
+		a := f.ackBase + uint32(info.Bytes_acked)
 		if seqGT(a, f.seqFromGuest) {
 			a = f.seqFromGuest
 		}
@@ -124,25 +138,21 @@ func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 			f.ackDueAt = now.Add(t.ackCheckInterval(f))
 		}
 	}
-	handshake := f.state == stats.TCPSynAckSent || f.state == stats.TCPSynSent
 	peerWnd := uint32(maxWindow)
-	queued := 0
-	if haveInfo {
-		peerWnd = t.info.Snd_wnd
+	queued, sndMSS := 0, 0
+	if info != nil {
+		peerWnd = info.Snd_wnd
 		if handshake && peerWnd == 0 {
 			peerWnd = 65535
 		}
 		// Bytes in our send queue, unsent or unacknowledged (SIOCOUTQ,
 		// without the system call): written minus acknowledged.
-		queued = max(int(int32(f.seqFromGuest-f.ackBase-uint32(t.info.Bytes_acked))), 0)
+		queued = max(int(int32(f.seqFromGuest-f.ackBase-uint32(info.Bytes_acked))), 0)
+		sndMSS = int(info.Snd_mss)
 	} else {
 		queued = hostsock.SendQueued(f.fd)
 	}
-	sndMSS := 0
-	if haveInfo {
-		sndMSS = int(t.info.Snd_mss)
-	}
-	space, full := t.sendSpace(now, f, queued, sndMSS)
+	space, full := t.sendSpace(now, f, sndbuf, wq, memOK, queued, sndMSS)
 	wnd := min(uint32(space), uint32(0xffff)<<f.wsToGuest, t.ringBudget(now, f))
 	if handshake || peerAcks {
 		// Mirror the peer's window where ACKs follow the peer (and in the
@@ -161,7 +171,7 @@ func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 	// use that neither the peer nor the ring budget holds down: until the
 	// guest sends again (seqFromGuest moves), a refresh would find the
 	// same (syscall_hints.go).
-	f.sendIdle = haveInfo && queued == 0 && !full && f.seqAckToGuest == f.seqFromGuest &&
+	f.sendIdle = info != nil && queued == 0 && !full && f.seqAckToGuest == f.seqFromGuest &&
 		wnd >= f.guestMSS() && (!peerAcks || peerWnd >= uint32(space)) && t.txRing == 0 &&
 		f.flags&flWantOut == 0 && !f.oooReady()
 	// A window that is not worth the guest's while needs a trigger to
@@ -230,12 +240,13 @@ const sndRatioMinQueued = 8192
 // until it has been measured. The queue's ratio can be better than what
 // comes next (data coalesced into large skbs while the peer's window held
 // it, then MSS-sized writes that go out one skb each), so it is capped by
-// the ratio of one skb per guest segment (sndMSS, the socket's tcpi_snd_mss,
-// bounds how much one skb carries). The kernel accepts a write while any
-// memory is free, so the estimate errs on the safe side (DESIGN invariant
-// 5): the guest never has more in flight than the socket takes.
-func (t *Table) sendSpace(now time.Time, f *conn, queued, sndMSS int) (space int, full bool) {
-	sndbuf, wq, ok := hostsock.SendMemory(f.fd)
+// the ratio of one skb per guest segment (sndMSS, the socket's
+// tcpi_snd_mss, bounds how much one skb carries). The kernel accepts a
+// write while any memory is free, so the estimate errs on the safe side
+// (DESIGN invariant 5): the guest never has more in flight than the socket
+// takes. sndbuf and wq are SO_MEMINFO's, read by the caller after queued
+// (ok false: it could not be read).
+func (t *Table) sendSpace(now time.Time, f *conn, sndbuf, wq int, ok bool, queued, sndMSS int) (space int, full bool) {
 	if !ok {
 		// No SO_MEMINFO (before Linux 4.6): half of SO_SNDBUF, re-read now
 		// and then (it only changes with auto-tuning) and whenever it

@@ -103,6 +103,7 @@ func (t *Table) setEpoll(f *conn, ev uint32) {
 		return
 	}
 	var err error
+	t.epollCtls++
 	if !f.inEpoll {
 		err = t.poll.Add(f.fd, ev, t.token(f))
 	} else {

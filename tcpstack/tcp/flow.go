@@ -119,6 +119,7 @@ type conn struct {
 	peekOff  bool // the socket is read at SO_PEEK_OFF, not past the discard buffer
 	dialV6   bool // with dialled: the host socket is AF_INET6 (kernel_probe.go)
 	dialled  bool // we made the socket (connect), so dialV6 holds; else ask it
+	sole     bool // our descriptor is the socket's only one: closing it leaves the epoll set (teardown.go)
 	clamp    int  // last TCP_WINDOW_CLAMP applied (0: never)
 
 	created      time.Time

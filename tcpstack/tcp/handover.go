@@ -106,6 +106,7 @@ func (t *Table) Export(now time.Time) []Exported {
 			continue
 		}
 		out = append(out, Exported{State: b, FD: f.fd, slot: f.slot, gen: f.gen})
+		f.sole = false // the importer and the TCP_REPAIR helper get the socket too
 	}
 	return out
 }

@@ -136,13 +136,13 @@ func TestHandOverCoversEveryField(t *testing.T) {
 	// challenge-ACK rate limit (at worst one more challenge ACK); its epoll
 	// mask, which the importer derives from the state (epollWant).
 	// The system-call hints, which start false there: one read, one
-	// refresh or one getsockopt(SO_DOMAIN) more. And the loss recovery's
-	// soft state (sack_recovery.go, rto.go: SACK view, tail-loss probe,
-	// round-trip estimate), rebuilt from the guest's next ACKs: a recovery
-	// under way when the guest moved is left to the ACK timeout,
-	// AckTimeout until a new sample.
+	// refresh, one getsockopt(SO_DOMAIN) or one EPOLL_CTL_DEL (sole)
+	// more. And the loss recovery's soft state (sack_recovery.go, rto.go:
+	// SACK view, tail-loss probe, round-trip estimate), rebuilt from the
+	// guest's next ACKs: a recovery under way when the guest moved is left
+	// to the ACK timeout, AckTimeout until a new sample.
 	own := map[string]bool{"fd": true, "slot": true, "gen": true, "nextOut": true, "key": true, "senderPeriod": true,
-		"challengeAt": true, "epollEvents": true, "drained": true, "urgent": true, "sendIdle": true, "dialled": true, "dialV6": true,
+		"challengeAt": true, "epollEvents": true, "drained": true, "urgent": true, "sendIdle": true, "dialled": true, "dialV6": true, "sole": true,
 		"sackRecovery": true, "sackN": true, "sackBlk": true, "sackHigh": true, "rtxNext": true, "rtxMark": true,
 		"tlp": true, "srtt": true, "rttvar": true, "rttAt": true, "rttSeq": true}
 	now := time.Unix(2_000_000, 0)

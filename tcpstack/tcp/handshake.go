@@ -77,6 +77,7 @@ func (t *Table) connect(now time.Time, sg *segment, v addrpolicy.Verdict) {
 	}
 	f.fd = fd
 	f.dialled, f.dialV6 = true, !host.Addr().Is4() // hostsock.DialTCP's family
+	f.sole = true
 	if inProgress && f.flags&flLocal != 0 {
 		if inProgress = t.settleLocalConnect(f, now); f.fd < 0 {
 			return // refused: the RST to the guest is queued

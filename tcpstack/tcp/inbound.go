@@ -183,6 +183,7 @@ func (t *Table) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort ui
 	t.qstats.Flows.Opened[stats.FlowTCP].Add(1)
 	t.stats.Accepted.Add(1)
 	f.fd = fd
+	f.sole = true // accept() made it
 	f.guestMAC = mac
 	f.guestAddr, f.remoteAddr = guest, remote
 	f.guestPort, f.remotePort = guestPort, peer.Port()

@@ -31,8 +31,9 @@ import (
 //
 // A short connection (connect, a request and its answer, close: the rig's
 // connection-rate test) paid seven getsockopt calls for its ACKs and
-// windows, and needs four. refreshAckWnd reads only what its decision
-// needs:
+// windows, and needs four, and its close needs no EPOLL_CTL_DEL when the
+// socket is ours alone (conn.sole, teardown.go). refreshAckWnd reads only
+// what its decision needs:
 //
 //   - TCP_INFO that settleLocalConnect read for the SYN is the SYN-ACK's
 //     (takeConnectInfo): the two reads were one pass apart, with nothing

@@ -86,11 +86,12 @@ func TestTCPSyscallHints(t *testing.T) {
 // rig's connection-rate test: connect, one byte each way, the guest
 // closes) reads TCP_INFO twice and SO_MEMINFO twice. The SYN-ACK takes
 // the TCP_INFO that found the loopback connect over (without: a second
-// read in the same pass); the ACK of the guest's byte reads both; and
-// after the guest's FIN nothing more is read (without: both, on every pass
-// that refreshes). The kernel may defer a loopback handshake (a loaded
-// machine), so tries that were not answered in the SYN's pass do not
-// count, but one must be.
+// read in the same pass); the ACK of the guest's byte reads both; after
+// the guest's FIN nothing more is read (without: both, on every pass that
+// refreshes); and the socket, ours alone, leaves the epoll set by its
+// close (without: an EPOLL_CTL_DEL first). The kernel may defer a loopback
+// handshake (a loaded machine), so tries that were not answered in the
+// SYN's pass do not count, but one must be.
 func TestTCPShortConnectionSyscalls(t *testing.T) {
 	const tries = 5
 	atOnce := 0
@@ -160,10 +161,14 @@ func shortConnection(t *testing.T) bool {
 		t.Fatalf("our FIN acknowledges %d, want the guest's FIN (%d)", fin.ack, h.seq)
 	}
 	h.ack = fin.seq + 1
+	ctls := h.tab.epollCtls
 	h.sendAck(nil)
 	h.flush()
 	if h.tab.Len() != 0 {
 		t.Fatalf("%d flows after both FINs were acknowledged", h.tab.Len())
+	}
+	if n := h.tab.epollCtls - ctls; n != 0 {
+		t.Fatalf("closing the socket took %d epoll_ctl calls, want 0: the close takes it out of the set", n)
 	}
 	if h.tab.infoReads != infos || h.tab.memReads != mems {
 		t.Fatalf("after the guest's FIN: %d TCP_INFO and %d SO_MEMINFO reads, want 0 and 0",

@@ -102,11 +102,12 @@ type Table struct {
 	connectInfoSlot int32
 	connectInfoGen  uint32
 
-	// reads, infoReads and memReads count the peeks, the TCP_INFO reads
-	// and the SO_MEMINFO reads, which the hints of syscall_hints.go save
-	// (tests read them).
-	reads, infoReads, memReads uint64
-	seg                        segment
+	// reads, infoReads, memReads and epollCtls count the peeks, the
+	// TCP_INFO reads, the SO_MEMINFO reads and the epoll_ctl calls for
+	// connections, which the hints of syscall_hints.go save (tests read
+	// them).
+	reads, infoReads, memReads, epollCtls uint64
+	seg                                   segment
 	// sackIn is the SACK blocks of the guest ACK being handled
 	// (sack_recovery.go).
 	sackIn sackView

@@ -31,7 +31,8 @@ import (
 //
 // A short connection (connect, a request and its answer, close: the rig's
 // connection-rate test) paid seven getsockopt calls for its ACKs and
-// windows, and needs four, and its close needs no EPOLL_CTL_DEL when the
+// windows, and needs four; of its three epoll_ctl calls it needs the
+// first: no mask after both FINs (epollWant), no EPOLL_CTL_DEL when the
 // socket is ours alone (conn.sole, teardown.go). refreshAckWnd reads only
 // what its decision needs:
 //

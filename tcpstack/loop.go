@@ -231,6 +231,9 @@ func (l *loop) run() {
 	if l.stream == nil {
 		// Only a producer waiting for buffers makes us want RX kicks.
 		l.qp.RX.DisableKicks()
+		// Each iteration signals once, at its end (shutdown stops this).
+		l.qp.RX.DeferSignals(true)
+		l.qp.TX.DeferSignals(true)
 	}
 	l.now = time.Now()
 	l.announceLink()
@@ -336,6 +339,10 @@ func (l *loop) iterate(tx bool) {
 	l.out.Publish()
 	if l.stream != nil {
 		l.stream.settle(l.ep)
+	} else {
+		// The interrupts this iteration decided on, both rings in one
+		// system call (virtqueue/signal_batch.go).
+		virtqueue.SignalPending(l.qp.RX, l.qp.TX)
 	}
 	l.again = txMore || more || l.out.Limited()
 	l.armTimer()

@@ -49,6 +49,10 @@ func (l *loop) shutdown() {
 		// that this loop already served.
 		l.qp.TX.DrainKick()
 		l.qp.RX.DrainKick()
+		// What leaveRings and the last requests published is signalled
+		// now, and the control path's Flushes signal at once again.
+		l.qp.RX.DeferSignals(false)
+		l.qp.TX.DeferSignals(false)
 	}
 	l.closeFDs()
 }

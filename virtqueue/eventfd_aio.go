@@ -36,12 +36,24 @@ type ioEvent struct {
 	res, res2 int64
 }
 
-// aioRequest is one queue's reusable poll request and the one-element
-// pointer array io_submit takes. Both are in the queue's (heap) memory,
-// which the kernel reads during io_submit only.
+// aioRequest is one queue's reusable poll request and the pointer array
+// io_submit takes (its own request, and another queue's with signalTwo).
+// Both are in the queue's (heap) memory, which the kernel reads during
+// io_submit only.
 type aioRequest struct {
 	cb  iocb
-	cbp [1]uintptr
+	cbp [2]uintptr
+}
+
+// pollSignal is the poll request that signals fd (see signal).
+func pollSignal(fd int) iocb {
+	return iocb{
+		opcode: iocbCmdPoll,
+		fildes: uint32(fd),
+		buf:    uint64(unix.POLLIN | unix.POLLOUT),
+		flags:  iocbFlagResfd,
+		resfd:  uint32(fd),
+	}
 }
 
 // signal submits a poll of fd for POLLIN|POLLOUT with fd as its resfd: the
@@ -49,19 +61,35 @@ type aioRequest struct {
 // counter (saturating). EAGAIN (no free slot: completions not reaped)
 // reaps and retries.
 func (r *aioRequest) signal(ctx uintptr, fd int) error {
-	r.cb = iocb{
-		opcode: iocbCmdPoll,
-		fildes: uint32(fd),
-		buf:    uint64(unix.POLLIN | unix.POLLOUT),
-		flags:  iocbFlagResfd,
-		resfd:  uint32(fd),
+	r.cb = pollSignal(fd)
+	_, err := r.submit(ctx, nil)
+	return err
+}
+
+// signalTwo signals rfd and, with the same io_submit, sfd through s's
+// request. It returns how many of the two it signalled: after 1, sfd's is
+// still to do.
+func (r *aioRequest) signalTwo(ctx uintptr, rfd int, s *aioRequest, sfd int) (int, error) {
+	r.cb, s.cb = pollSignal(rfd), pollSignal(sfd)
+	return r.submit(ctx, s)
+}
+
+// submit submits r's request, and s's after it when s is not nil.
+// EAGAIN (no free slot: completions not reaped) reaps and retries.
+func (r *aioRequest) submit(ctx uintptr, s *aioRequest) (int, error) {
+	want := uintptr(1)
+	if s != nil {
+		want = 2
 	}
 	var err error
 	for try := 0; try < 3; try++ {
 		// Set right before the call: nothing between here and the
-		// system call can move r.
+		// system call can move r or s (heap objects).
 		r.cbp[0] = uintptr(unsafe.Pointer(&r.cb))
-		n, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, ctx, 1, uintptr(unsafe.Pointer(&r.cbp[0])))
+		if s != nil {
+			r.cbp[1] = uintptr(unsafe.Pointer(&s.cb))
+		}
+		n, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, ctx, want, uintptr(unsafe.Pointer(&r.cbp[0])))
 		switch {
 		case e == unix.EINTR:
 			continue
@@ -70,13 +98,13 @@ func (r *aioRequest) signal(ctx uintptr, fd int) error {
 			err = e
 			continue
 		case e != 0:
-			return e
-		case n != 1:
-			return fmt.Errorf("io_submit took %d of 1 requests", n)
+			return 0, e
+		case n < 1 || n > want:
+			return 0, fmt.Errorf("io_submit took %d of %d requests", n, want)
 		}
-		return nil
+		return int(n), nil
 	}
-	return err
+	return 0, err
 }
 
 // aioReap discards the completion events in the ring, which frees their

@@ -10,6 +10,10 @@ type aioRequest struct{}
 
 func (*aioRequest) signal(uintptr, int) error { return errors.New("no AIO on this architecture") }
 
+func (*aioRequest) signalTwo(uintptr, int, *aioRequest, int) (int, error) {
+	return 0, errors.New("no AIO on this architecture")
+}
+
 func aioSetup() (uintptr, error) {
 	return 0, errors.New("AIO eventfd signals not implemented on this architecture")
 }

@@ -77,6 +77,44 @@ func TestSignalAIOReaps(t *testing.T) {
 	}
 }
 
+// TestSignalTwoAIOReaps: two eventfds signalled together, every signal
+// arrives, well past the AIO ring's size.
+func TestSignalTwoAIOReaps(t *testing.T) {
+	setupAIO(nil)
+	if aioCtx.Load() == 0 {
+		t.Skip("no AIO here: SignalPending falls back to Signal, tested with it")
+	}
+	var fds [2]int
+	for i := range fds {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		fds[i] = fd
+	}
+	var e, f eventfdIO
+	const n = 20 * aioRingEvents
+	var got [2]uint64
+	for i := 0; i < n; i++ {
+		if k, err := e.aio.signalTwo(aioCtx.Load(), fds[0], &f.aio, fds[1]); err != nil || k != 2 {
+			t.Fatalf("signal %d: %d of 2, %v", i, k, err)
+		}
+		if i%1000 == 999 {
+			for j, fd := range fds {
+				v, _ := e.read(fd)
+				got[j] += v
+			}
+		}
+	}
+	for j, fd := range fds {
+		v, _ := e.read(fd)
+		if got[j] += v; got[j] != n {
+			t.Fatalf("eventfd %d: %d signals counted, sent %d", j, got[j], n)
+		}
+	}
+}
+
 // BenchmarkEventfdSignal compares the AIO signal with the poll-then-write
 // fallback and a plain write (what the queue did before, and what blocks).
 func BenchmarkEventfdSignal(b *testing.B) {

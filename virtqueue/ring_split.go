@@ -96,6 +96,9 @@ type SplitQueue struct {
 	skip        []bool // per avail slot: taken as a bad chain (already used), skip on re-Pop
 	kicksOn     bool
 	broken      bool
+	// deferSig: Flush leaves the interrupt it decides on to SignalPending
+	// (signal_batch.go); sigPending: one is waiting there.
+	deferSig, sigPending bool
 
 	lastBadLog time.Time
 	suppressed uint64 // bad-chain log lines not written since lastBadLog
@@ -446,14 +449,24 @@ func (q *SplitQueue) Flush() {
 		return
 	}
 	q.stats.Notifies.Add(1)
-	if err := q.Signal(); err != nil {
-		q.stats.SignalErrors.Add(1)
-		// A lost interrupt can stall the guest: say so, once a second.
-		if now := time.Now(); now.Sub(q.lastSigLog) >= time.Second {
-			q.lastSigLog = now
-			q.log.Error("virtqueue: signal failed", "vring", q.index, "err", err,
-				"errors", q.stats.SignalErrors.Load())
-		}
+	if q.deferSig {
+		q.sigPending = true
+		return
+	}
+	q.signalFailed(q.Signal())
+}
+
+// signalFailed counts and logs a failed interrupt; err nil does nothing.
+func (q *SplitQueue) signalFailed(err error) {
+	if err == nil {
+		return
+	}
+	q.stats.SignalErrors.Add(1)
+	// A lost interrupt can stall the guest: say so, once a second.
+	if now := time.Now(); now.Sub(q.lastSigLog) >= time.Second {
+		q.lastSigLog = now
+		q.log.Error("virtqueue: signal failed", "vring", q.index, "err", err,
+			"errors", q.stats.SignalErrors.Load())
 	}
 }
 

@@ -176,6 +176,11 @@ func (l *loop) openFDs() error {
 			ev |= unix.EPOLLET
 		}
 		if err := l.ep.Add(w.fd, ev, hostsock.NewToken(hostsock.OwnerLoop, 0, w.tok)); err != nil {
+			if w.tok == loopFDControl {
+				// Only a shortcut for the control plane (loop_wait.go).
+				l.log.Warn("watch the vhost-user socket", "fd", w.fd, "err", err)
+				continue
+			}
 			return fmt.Errorf("epoll add fd %d: %w", w.fd, err)
 		}
 	}
@@ -214,7 +219,8 @@ func (l *loop) wake() {
 }
 
 // run is the loop's goroutine. It sleeps in epoll_wait (loop_wait.go says
-// how, with the Go scheduler in mind); the Go netpoller is not used.
+// how, with the Go scheduler in mind); its own fds are not in the Go
+// netpoller.
 //
 // Guest memory is the front-end's file, mapped shared: a front-end that
 // truncates it under us turns our next touch into a SIGBUS, which kills the
@@ -223,8 +229,10 @@ func (l *loop) wake() {
 // loop instead; done is still closed, so StopPair returns.
 func (l *loop) run() {
 	debug.SetPanicOnFault(true)
-	defer reserveP(-1) // StartPair counted it in
 	defer close(l.done)
+	// StartPair or ServeStream counted the loop in; it counts itself out
+	// before done says it stopped.
+	defer reserveP(-1)
 	defer l.shutdown()
 	defer l.recoverFault()
 

@@ -91,7 +91,8 @@ func (l *loop) yieldIfDue(now time.Time) {
 // reserveP.
 var runningLoops struct {
 	sync.Mutex
-	n int
+	n    int
+	base int // GOMAXPROCS when the first of the running loops started
 }
 
 // yieldToControl lets the control plane, readied by a vhost-user message,
@@ -106,13 +107,21 @@ func (l *loop) yieldToControl() {
 }
 
 // reserveP counts a loop in (delta 1) or out (-1) and sets GOMAXPROCS to
-// the number of running loops, at least 1: a P for each, none idle (see
-// above).
+// the number of running loops: a P for each, none idle (see above). When
+// the last loop stops, GOMAXPROCS goes back to what it was before the
+// first started (the runtime's default, or the user's GOMAXPROCS).
 func reserveP(delta int) {
 	runningLoops.Lock()
 	defer runningLoops.Unlock()
+	if runningLoops.n == 0 && delta > 0 {
+		runningLoops.base = runtime.GOMAXPROCS(0)
+	}
 	runningLoops.n += delta
-	if want := max(runningLoops.n, 1); runtime.GOMAXPROCS(0) != want {
+	want := runningLoops.n
+	if want <= 0 {
+		runningLoops.n, want = 0, runningLoops.base
+	}
+	if want > 0 && runtime.GOMAXPROCS(0) != want {
 		runtime.GOMAXPROCS(want)
 	}
 }

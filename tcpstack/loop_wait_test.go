@@ -12,7 +12,8 @@ import (
 // the number of running loops (loop_wait.go): everything else in the
 // process — here the test's goroutine, and garbage collections that stop
 // the world — runs while the loop yields. Starting from GOMAXPROCS 3, one
-// loop brings it to 1, and the process keeps running beside a busy loop.
+// loop brings it to 1, the process keeps running beside a busy loop, and
+// GOMAXPROCS is 3 again once the loop stopped.
 func TestLoopsOwnOnePEach(t *testing.T) {
 	old := runtime.GOMAXPROCS(3)
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
@@ -37,6 +38,10 @@ func TestLoopsOwnOnePEach(t *testing.T) {
 	}
 	if len(frames) != 8 {
 		t.Fatalf("%d replies, want 8", len(frames))
+	}
+	p.s.StopPair(0)
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Fatalf("GOMAXPROCS = %d after the loop stopped, want 3 again", got)
 	}
 }
 

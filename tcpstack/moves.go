@@ -9,6 +9,7 @@ import (
 	"vunet/tcpstack/flowdir"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
+	"vunet/virtqueue"
 )
 
 // Flows belong to the guest, not to a queue pair. Each pair's loop keeps
@@ -257,8 +258,12 @@ func (l *loop) noFlow(m moveMsg) {
 func (l *loop) serveWants() {
 	ps := l.ps
 	// Frames of the flow this pair sent reach the guest before any its
-	// new owner sends.
+	// new owner sends, and so does their interrupt: the new owner signals
+	// its own ring at once.
 	l.out.Publish()
+	if l.stream == nil && len(ps.wants) > 0 {
+		virtqueue.SignalPending(l.qp.RX, l.qp.TX)
+	}
 	keep := ps.wants[:0]
 	for _, w := range ps.wants {
 		if ps.claimIndex(w.fp) >= 0 {

@@ -90,6 +90,7 @@ func (s *Stack) ServeStream(ctx context.Context, fd int) error {
 	ps.st.LoopStarts.Add(1)
 	ps.st.Stream.Sessions.Add(1)
 	s.loops[0] = l
+	reserveP(1) // run counts it out, as a queue pair's loop
 	go l.run()
 	s.mu.Unlock()
 	s.log.Debug("stream session started", "fd", fd)

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -405,8 +406,11 @@ func TestStreamSessionEnd(t *testing.T) {
 }
 
 // TestStreamCancel: ServeStream returns nil soon after its context ends,
-// and the pair can serve again.
+// and the pair can serve again. The stream's loop holds a P of its own
+// while it runs, as a queue pair's does (loop_wait.go), and gives it back.
 func TestStreamCancel(t *testing.T) {
+	old := runtime.GOMAXPROCS(3)
+	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
 	p := newFlowPair(t, 0, nil)
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -421,6 +425,9 @@ func TestStreamCancel(t *testing.T) {
 	if err := p.s.ServeStream(context.Background(), fds[0]); !errors.Is(err, ErrPairRunning) {
 		t.Fatalf("a second stream at once: %v", err)
 	}
+	if got := runtime.GOMAXPROCS(0); got != 1 {
+		t.Fatalf("GOMAXPROCS %d while the stream's loop runs, want 1", got)
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -429,5 +436,8 @@ func TestStreamCancel(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("ServeStream did not return after cancel")
+	}
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Fatalf("GOMAXPROCS %d after the stream ended, want 3 again", got)
 	}
 }

@@ -71,6 +71,7 @@ func (l *loop) processTX() (more bool) {
 			// while we work instead of after the whole iteration.
 			l.tcpOutput()
 			l.out.Publish()
+			virtqueue.SignalPending(l.qp.RX, l.qp.TX)
 			continue
 		}
 		if !q.EnableKicks() {

@@ -14,10 +14,11 @@ type QueuePair struct {
 	RX, TX               *SplitQueue // never nil when passed to StartPair
 	RXEnabled, TXEnabled bool        // SET_VRING_ENABLE state (true when PROTOCOL_FEATURES is not negotiated)
 	Features             uint64      // negotiated virtio feature bits (NetHdrLenFor etc.)
-	// ControlFD is the front-end's vhost-user socket, open for as long as
-	// the pair runs; 0 or less: none. The data plane may watch it (never
-	// read it) to hand the control plane a CPU the moment a message comes
-	// (tcpstack/loop_wait.go).
+	// ControlFD is the front-end's vhost-user socket; 0 or less: none. The
+	// data plane may watch it (never read it) to hand the control plane a
+	// CPU the moment a message comes (tcpstack/loop_wait.go). A pair that
+	// did not stop in time outlives the session, and the number may then
+	// name another file: register it, never EPOLL_CTL_MOD/DEL it by number.
 	ControlFD int
 }
 

@@ -10,12 +10,12 @@ import (
 // flow tables are per queue pair: --max-flows UDP/ICMP and --max-tcp-flows
 // TCP each, plus a quarter of --max-flows for the peers of forwarded UDP
 // ports on pair 0), one per forwarded port and family, a few per queue pair (its
-// event loop's epoll, wake eventfd and timer, its rings' kick, call and
-// error eventfds) and a fixed overhead (standard streams, the runtime's
+// event loop's epoll, wake, yield and mailbox eventfds and timer, its
+// rings' kick, call and error eventfds) and a fixed overhead (standard streams, the runtime's
 // poller, the vhost-user listener and connection, log, pcap and pid files,
 // metrics listener and scrapes, the sandbox's keeper).
 const (
-	fdPerPair  = 9
+	fdPerPair  = 11
 	fdOverhead = 64
 	// minFlowsPerPair is the least a pair is useful with: below it, start-up
 	// refuses rather than shrink the default limits further.

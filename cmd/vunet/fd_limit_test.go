@@ -33,7 +33,7 @@ func (f *fakeRlimit) set(l unix.Rlimit) error {
 }
 
 func TestFitFDLimit(t *testing.T) {
-	// Defaults, one pair: 1024 + 4096 flows + 9 + 64 overhead = 5193.
+	// Defaults, one pair: 1024 + 4096 flows + 11 + 64 overhead = 5195.
 	const defaultNeed = 1024 + 4096 + fdPerPair + fdOverhead
 	for _, tc := range []struct {
 		name           string
@@ -60,7 +60,7 @@ func TestFitFDLimit(t *testing.T) {
 			wantUDP: (4096 - fdOverhead - 2*fdPerPair) / 2 / 5, wantT: (4096-fdOverhead-2*fdPerPair)/2 - (4096-fdOverhead-2*fdPerPair)/2/5,
 			wantWarning: "raise the limit"},
 		{name: "explicit limits refused", queues: 1, tcp: 100000, cur: 4096, max: 4096,
-			wantErr: "open-files limit is 4096 (hard), below 1 queue pair(s) × (1024 UDP/ICMP + 100000 TCP flows + 9)"},
+			wantErr: "open-files limit is 4096 (hard), below 1 queue pair(s) × (1024 UDP/ICMP + 100000 TCP flows + 11)"},
 		{name: "too low for anything", queues: 4, cur: 256, max: 256, wantErr: "too low for even 64 flows per queue pair"},
 		{name: "raise fails", queues: 1, cur: 1024, max: 1 << 20, setErr: errors.New("EPERM"), wantErr: "raising it failed"},
 	} {

@@ -111,6 +111,9 @@ const (
 // connect/1-byte/close test. The SYN-ACK's window takes the same TCP_INFO
 // (keepConnectInfo).
 func (t *Table) settleLocalConnect(f *conn, now time.Time) bool {
+	// connectInfo is about to hold f's state: an earlier connection's,
+	// kept in this pass, must not pass for it.
+	t.dropConnectInfo()
 	t.infoReads++
 	if !hostsock.TCPInfo(f.fd, &t.connectInfo) {
 		return true

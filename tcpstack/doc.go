@@ -38,11 +38,13 @@
 //
 // # The loop
 //
-// Each virtio-net queue pair is served by one event loop on its own locked
-// OS thread. The loop waits in epoll on the TX and RX kick eventfds, a wake
-// eventfd for requests from the control goroutine (loop_requests.go: a
-// forward added at run time, a look at the tables), one timerfd and the
-// flows' sockets; each fd's epoll token (hostsock.Token) names its owner, and
+// Each virtio-net queue pair is served by one event loop, a goroutine that
+// holds a P of its own (GOMAXPROCS is the number of loops; loop_wait.go says
+// why and how the rest of the process gets to run). The loop waits in epoll
+// on the TX and RX kick eventfds, a wake eventfd for requests from the
+// control goroutine (loop_requests.go: a forward added at run time, a look
+// at the tables), one timerfd, the vhost-user socket (only to yield to the
+// control plane) and the flows' sockets; each fd's epoll token (hostsock.Token) names its owner, and
 // the loop hands the event to it. The hot path takes no locks, uses no
 // channels and does not allocate. Flows and connections outlive the loops:
 // they survive the control plane's stop/start cycles and re-register their

@@ -35,8 +35,8 @@ var runtimeSyscalls = []string{
 	"getpid", "gettid",
 	// The netpoller.
 	"epoll_create1", "epoll_ctl", "epoll_pwait", "eventfd2",
-	// exit ends a thread whose goroutine exited locked to it (the
-	// queue-pair loops).
+	// exit ends a thread whose goroutine exited locked to it (none of
+	// vunet's are, but the runtime may).
 	"exit", "exit_group",
 	// glibc's pthread_create in cgo builds (Go's own threads need neither).
 	"set_robust_list", "rseq",

@@ -108,24 +108,55 @@ func preadv2NoWait(fd int, iov *unix.Iovec) (int, error) {
 // signal adds 1 to fd's counter without blocking. A counter already at its
 // maximum means the reader has not looked yet, which is as good.
 func (e *eventfdIO) signal(fd int) error {
+	err, _ := e.signalPair(fd, nil, -1)
+	return err
+}
+
+// signalPair is signal for fd and, when o is not nil, for o's ofd too,
+// both with one io_submit (SignalPending). It returns each one's error.
+func (e *eventfdIO) signalPair(fd int, o *eventfdIO, ofd int) (err, oerr error) {
 	e.setup()
+	done := 0
 	if ctx := aioCtx.Load(); ctx != 0 {
-		err := e.aio.signal(ctx, fd)
+		var aerr error
+		if o == nil {
+			if aerr = e.aio.signal(ctx, fd); aerr == nil {
+				done = 1
+			}
+		} else {
+			done, aerr = e.aio.signalTwo(ctx, fd, &o.aio, ofd)
+		}
 		switch {
-		case err == nil:
-			return nil
-		case err == unix.ENOSYS || err == unix.EPERM:
+		case aerr == nil:
+		case aerr == unix.ENOSYS || aerr == unix.EPERM:
 			// Refused outright: a seccomp filter installed after the
 			// context was made. Every queue falls back.
-			disableAIO(err)
-		case err == unix.EAGAIN:
+			disableAIO(aerr)
+		case aerr == unix.EAGAIN:
 			// The ring stayed full after reaping (other threads
 			// signalling at once): this one signal falls back.
 		default:
-			return fmt.Errorf("signal eventfd %d: %w", fd, err)
+			err = fmt.Errorf("signal eventfd %d: %w", fd, aerr)
+			if o != nil {
+				oerr = fmt.Errorf("signal eventfd %d: %w", ofd, aerr)
+			}
+			return err, oerr
 		}
 	}
-	return e.pollWrite(fd)
+	if done < 1 {
+		err = e.pollWrite(fd)
+	}
+	switch {
+	case o == nil:
+	case done == 1:
+		// The ring had one slot: the second goes alone, through AIO.
+		o.setup()
+		oerr = o.signal(ofd)
+	case done == 0:
+		o.setup()
+		oerr = o.pollWrite(ofd)
+	}
+	return err, oerr
 }
 
 // pollWrite is the fallback: write only when poll says the counter has

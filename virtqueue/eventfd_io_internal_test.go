@@ -45,80 +45,59 @@ func TestSignalFallbackDoesNotBlock(t *testing.T) {
 }
 
 // TestSignalAIOReaps: every signal arrives, well past the AIO ring's size
-// (its completions are reaped when it fills).
+// (its completions are reaped when it fills), one eventfd at a time and
+// two with one io_submit (signalPair; the ring's last slot takes only the
+// first of two, and the second goes alone).
 func TestSignalAIOReaps(t *testing.T) {
 	setupAIO(nil)
 	if aioCtx.Load() == 0 {
 		t.Skip("no AIO here: the fallback is tested above")
 	}
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	var e eventfdIO
-	const n = 20 * aioRingEvents
-	var got uint64
-	for i := 0; i < n; i++ {
-		if err := e.signal(fd); err != nil {
-			t.Fatalf("signal %d: %v", i, err)
-		}
-		if i%1000 == 999 {
-			v, _ := e.read(fd)
-			got += v
-		}
-	}
-	v, _ := e.read(fd)
-	if got += v; got != n {
-		t.Fatalf("%d signals counted, sent %d", got, n)
-	}
-	if aioCtx.Load() == 0 {
-		t.Fatal("AIO switched off on the way")
-	}
-}
-
-// TestSignalTwoAIOReaps: two eventfds signalled together, every signal
-// arrives, well past the AIO ring's size.
-func TestSignalTwoAIOReaps(t *testing.T) {
-	setupAIO(nil)
-	if aioCtx.Load() == 0 {
-		t.Skip("no AIO here: SignalPending falls back to Signal, tested with it")
-	}
-	var fds [2]int
-	for i := range fds {
-		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(fd)
-		fds[i] = fd
-	}
-	var e, f eventfdIO
-	const n = 20 * aioRingEvents
-	var got [2]uint64
-	for i := 0; i < n; i++ {
-		k, err := e.aio.signalTwo(aioCtx.Load(), fds[0], &f.aio, fds[1])
-		if err != nil || k < 1 {
-			t.Fatalf("signal %d: %d of 2, %v", i, k, err)
-		}
-		if k == 1 {
-			// One slot was left in the ring: the second goes alone, as
-			// SignalPending sends it.
-			if err := f.signal(fds[1]); err != nil {
-				t.Fatalf("signal %d, second alone: %v", i, err)
+	for _, pair := range []bool{false, true} {
+		fds := []int{-1, -1}
+		for i := range fds {
+			fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+			if err != nil {
+				t.Fatal(err)
 			}
+			defer unix.Close(fd)
+			fds[i] = fd
 		}
-		if i%1000 == 999 {
+		var e, f eventfdIO
+		other := (*eventfdIO)(nil)
+		if pair {
+			other = &f
+		} else {
+			fds = fds[:1]
+		}
+		const n = 20 * aioRingEvents
+		got := make([]uint64, len(fds))
+		count := func() {
 			for j, fd := range fds {
 				v, _ := e.read(fd)
 				got[j] += v
 			}
 		}
-	}
-	for j, fd := range fds {
-		v, _ := e.read(fd)
-		if got[j] += v; got[j] != n {
-			t.Fatalf("eventfd %d: %d signals counted, sent %d", j, got[j], n)
+		for i := 0; i < n; i++ {
+			ofd := -1
+			if pair {
+				ofd = fds[1]
+			}
+			if err, oerr := e.signalPair(fds[0], other, ofd); err != nil || oerr != nil {
+				t.Fatalf("pair %v, signal %d: %v, %v", pair, i, err, oerr)
+			}
+			if i%1000 == 999 {
+				count()
+			}
+		}
+		count()
+		for j := range fds {
+			if got[j] != n {
+				t.Fatalf("pair %v, eventfd %d: %d signals counted, sent %d", pair, j, got[j], n)
+			}
+		}
+		if aioCtx.Load() == 0 {
+			t.Fatal("AIO switched off on the way")
 		}
 	}
 }

@@ -562,8 +562,13 @@ func (q *SplitQueue) Signal() error {
 	if q.call < 0 {
 		return nil
 	}
-	if err := q.efd.signal(q.call); err != nil {
-		return fmt.Errorf("vring %d: call fd: %w", q.index, err)
+	return q.callErr(q.efd.signal(q.call))
+}
+
+// callErr says which ring's call eventfd err is about; nil stays nil.
+func (q *SplitQueue) callErr(err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("vring %d: call fd: %w", q.index, err)
 }

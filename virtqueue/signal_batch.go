@@ -1,7 +1,5 @@
 package virtqueue
 
-import "golang.org/x/sys/unix"
-
 // A queue pair's interrupts in one system call.
 //
 // A pair's event loop often publishes used entries on both rings in one
@@ -38,24 +36,11 @@ func SignalPending(a, b *SplitQueue) {
 		b.sigPending = false
 	}
 	switch {
+	case pa && pb && a.call >= 0 && b.call >= 0:
+		ea, eb := a.efd.signalPair(a.call, &b.efd, b.call)
+		a.signalFailed(a.callErr(ea))
+		b.signalFailed(b.callErr(eb))
 	case pa && pb:
-		if a.call >= 0 && b.call >= 0 {
-			if ctx := aioCtx.Load(); ctx != 0 {
-				n, err := a.efd.aio.signalTwo(ctx, a.call, &b.efd.aio, b.call)
-				switch {
-				case err == unix.ENOSYS || err == unix.EPERM:
-					disableAIO(err) // as eventfdIO.signal: every queue falls back
-				case err != nil:
-					// Counted and retried one by one below (EAGAIN after
-					// reaping: other threads signalling at once).
-				case n == 2:
-					return
-				default: // a's went
-					b.signalFailed(b.Signal())
-					return
-				}
-			}
-		}
 		a.signalFailed(a.Signal())
 		b.signalFailed(b.Signal())
 	case pa:

@@ -83,10 +83,10 @@ func (t *Table) epollWant(f *conn) uint32 {
 	case f.state == stats.TCPSynSent:
 		ev = unix.EPOLLET // the guest has not accepted yet: read once established
 	case f.has(evGuestFinSent|evGuestFin) && f.inEpoll:
-		// The guest closed first, and the host socket's EOF is read:
-		// our FIN went FIN_WAIT or CLOSING, the peer's came, and the one
-		// change left is to CLOSE, whose wake-up reports EPOLLHUP under
-		// any mask. Masking EPOLLIN would keep out nothing: the
+		// Both FINs are in: the guest's, and ours, sent after the host
+		// socket's EOF was read (whichever came first). The one change
+		// left is the socket's close, whose wake-up reports EPOLLHUP
+		// under any mask. Masking EPOLLIN would keep out nothing: the
 		// registration stays (one epoll_ctl less per connection the guest
 		// closes), but for EPOLLOUT, which follows flWantOut as always.
 		ev = f.epollEvents &^ unix.EPOLLOUT

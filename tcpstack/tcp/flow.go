@@ -126,6 +126,7 @@ type conn struct {
 	lastActivity time.Time     // any segment from the guest or socket event
 	lastAckProg  time.Time     // guest ACK progress or data first sent after idle: ACK-timeout base
 	ackDueAt     time.Time     // zero: no delayed ACK check pending
+	delAckAt     time.Time     // an ACK for guest data waits for a frame to carry it until then (delayed_ack.go); zero: none waits
 	ackCheckIvl  time.Duration // delay of the next delayed-ACK check (backed off while nothing changes); 0: AckInterval
 	challengeAt  time.Time     // the last challenge ACK (challenge.go)
 

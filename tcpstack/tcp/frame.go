@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"encoding/binary"
+	"time"
 
 	"vunet/tcpstack/guestring"
 	"vunet/tcpstack/header"
@@ -93,6 +94,7 @@ func (t *Table) buildHeaders(f *conn, hdr []byte, fl header.TCPFlags, seq uint32
 	})
 	if fl.Has(header.TCPFlagACK) {
 		f.ackSent = ack
+		f.delAckAt = time.Time{} // the ACK a delayed one waited for goes with this frame
 		f.wndSent = f.wndToGuest
 		if f.wndToGuest == 0 {
 			f.wndSent = 0

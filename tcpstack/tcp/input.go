@@ -384,19 +384,22 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 			f.flags |= flAckDue // all old: the guest missed our ACK
 			t.markDirty(f)
 		} else if f.fd >= 0 {
+			// Data at the sequence our duplicate ACKs named, or with data
+			// kept past it, fills a hole.
+			filled := f.ooo != nil || (f.dupAckSent && f.dupAckSeq == f.seqFromGuest)
 			n, ok := t.toSocket(now, f, frame, skip+sg.payloadOff+int(off), l-int(off))
 			if !ok {
 				return
 			}
-			if n == l-int(off) && f.ooo != nil {
+			whole := n == l-int(off)
+			if whole && f.ooo != nil {
 				// The hole may be filled: what was kept after it follows.
 				t.writeOutOfOrder(now, f)
 				if f.fd < 0 {
 					return
 				}
 			}
-			f.flags |= flAckDue
-			t.markDirty(f)
+			t.ackGuestData(now, f, whole, filled)
 		}
 	}
 	if fin && sg.seq+uint32(l) == f.seqFromGuest {

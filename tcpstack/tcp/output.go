@@ -141,7 +141,7 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 	}
 	check := f.flags&flAckCheck != 0
 	f.flags &^= flAckCheck
-	if f.flags&flAckDue != 0 || f.seqAckToGuest != f.ackSent || t.windowUpdateDue(f) {
+	if f.flags&flAckDue != 0 || (f.seqAckToGuest != f.ackSent && !f.ackHeld(now)) || t.windowUpdateDue(f) {
 		if !t.sendFlags(f, w, header.TCPFlagACK, f.seqToGuest) {
 			return false
 		}

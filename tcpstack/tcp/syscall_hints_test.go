@@ -68,6 +68,11 @@ func TestTCPSyscallHints(t *testing.T) {
 	up := []byte("guest data")
 	h.ack += uint32(len(got))
 	h.sendAck(up)
+	if early := h.flush(); len(early) != 0 {
+		t.Fatalf("%d frames before the delayed ACK was due", len(early))
+	}
+	h.now = h.now.Add(defaultDelayedAck)
+	h.tab.Timers(h.now)
 	acks := h.flush()
 	if h.tab.memReads == mems {
 		t.Fatal("guest data did not refresh the window")

@@ -40,7 +40,7 @@ func (t *Table) deadline(f *conn) time.Time {
 	} else if zeroWindow(f) {
 		d = earliest(d, f.lastAckProg.Add(t.probeTimeout(f)))
 	}
-	return earliest(d, f.ackDueAt)
+	return earliest(earliest(d, f.ackDueAt), f.delAckAt)
 }
 
 // quietTimeout is how long f may go without activity before it is reset.
@@ -146,6 +146,14 @@ func (t *Table) fire(now time.Time, f *conn) {
 	case stats.TCPResetting:
 		t.release(f) // the RST never found a buffer
 		return
+	}
+	if !f.delAckAt.IsZero() && !f.delAckAt.After(now) {
+		// A check like the one below: where ACKs follow a remote peer's,
+		// the ACK number may not have moved, and sent anyway it would be
+		// a duplicate ACK to the guest.
+		f.delAckAt = time.Time{}
+		f.flags |= flAckCheck
+		t.markDirty(f)
 	}
 	if !f.ackDueAt.IsZero() && !f.ackDueAt.After(now) {
 		// Only a look: an ACK that repeats the last one is a duplicate

@@ -1,0 +1,119 @@
+package tcp
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"vunet/tcpstack/header"
+)
+
+// TestTCPDelayedAck: the ACK for guest data waits up to DelayedAck for a
+// frame to carry it, and goes at once where waiting would slow the guest.
+func TestTCPDelayedAck(t *testing.T) {
+	small := []byte("GET /x\r\n")
+	full := bytes.Repeat([]byte{'s'}, 1400) // the guest's MSS (tcpMss1400ws7)
+	pureAck := func(t *testing.T, ss []tcpSeg, want uint32) {
+		t.Helper()
+		if len(ss) != 1 || ss[0].flags != header.TCPFlagACK || len(ss[0].payload) != 0 || ss[0].ack != want {
+			t.Fatalf("got %s, want one pure ACK of %d", segsString(ss), want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		run  func(t *testing.T, h *tcpHarness, peer *net.TCPConn)
+	}{
+		{"the answer carries the ACK", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
+			h.sendAck(small)
+			if ss := h.flush(); len(ss) != 0 {
+				t.Fatalf("sent %s before the answer", segsString(ss))
+			}
+			if got := tcpReadN(t, peer, len(small)); !bytes.Equal(got, small) {
+				t.Fatalf("peer got %q", got)
+			}
+			peer.Write([]byte("200 OK"))
+			ss := h.collect("the answer", func(ss []tcpSeg) bool { return len(tcpPayloadOf(ss)) == len("200 OK") })
+			if len(ss) != 1 || ss[0].ack != h.seq || string(ss[0].payload) != "200 OK" {
+				t.Fatalf("got %s, want the answer alone, acknowledging the request", segsString(ss))
+			}
+			// Nothing is left to send when the timer would have fired.
+			h.now = h.now.Add(defaultDelayedAck)
+			h.tab.Timers(h.now)
+			if ss := h.flush(); len(ss) != 0 {
+				t.Fatalf("after the answer: %s", segsString(ss))
+			}
+		}},
+		{"no answer: the ACK goes when due", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+			h.sendAck(small)
+			h.flush()
+			if next := h.tab.NextTimer(); !next.Equal(h.now.Add(defaultDelayedAck)) {
+				t.Fatalf("next timer in %v, want %v", next.Sub(h.now), defaultDelayedAck)
+			}
+			h.now = h.now.Add(defaultDelayedAck - time.Microsecond)
+			h.tab.Timers(h.now)
+			if ss := h.flush(); len(ss) != 0 {
+				t.Fatalf("before the delay: %s", segsString(ss))
+			}
+			h.now = h.now.Add(time.Microsecond)
+			h.tab.Timers(h.now)
+			pureAck(t, h.flush(), h.seq)
+		}},
+		{"a guest ACK does not send it early", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+			h.sendAck(small)
+			h.sendAck(nil)
+			if ss := h.flush(); len(ss) != 0 {
+				t.Fatalf("sent %s", segsString(ss))
+			}
+		}},
+		{"the second full segment: at once", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+			h.sendAck(full)
+			if ss := h.flush(); len(ss) != 0 {
+				t.Fatalf("after one segment: %s", segsString(ss))
+			}
+			h.sendAck(full)
+			pureAck(t, h.flush(), h.seq)
+		}},
+		{"half the window used: at once", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+			h.flow().wndSent = 2 * uint32(len(small)) // as a nearly full send buffer would leave it
+			h.sendAck(small)
+			pureAck(t, h.flush(), h.seq)
+		}},
+		{"a FIN: at once", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+			h.sendAck(small)
+			h.flush()
+			h.sendFin()
+			pureAck(t, h.flush(), h.seq)
+		}},
+		{"DelayedAck < 0: at once", Config{DelayedAck: -1}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+			h.sendAck(small)
+			pureAck(t, h.flush(), h.seq)
+		}},
+		{"a hand-over sends it at once", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+			h.sendAck(small)
+			h.flush()
+			h2 := h.handOver(Config{})
+			pureAck(t, h2.flush(), h.seq)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tcpNewHarness(t, tc.cfg)
+			peer := h.establish(h.listen(), tcpMss1400ws7)
+			h.flush()
+			tc.run(t, h, peer)
+		})
+	}
+}
+
+// segsString lists segments by flags, sequence, ACK and payload length.
+func segsString(ss []tcpSeg) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d segments", len(ss))
+	for _, s := range ss {
+		fmt.Fprintf(&b, " [%v seq %d ack %d len %d]", s.flags, s.seq, s.ack, len(s.payload))
+	}
+	return b.String()
+}

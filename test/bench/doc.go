@@ -4,7 +4,7 @@
 // writes the numbers as JSON.
 //
 //	go run ./test/bench [-out bench-results.json] [-t 3] [-micro=false]
-//	VUNET_BENCH_PEER='passt --vhost-user -f -1 --pcap /dev/null -s {socket}' go run ./test/bench
+//	VUNET_BENCH_PEER='passt --vhost-user -f -1 -s {socket}' go run ./test/bench
 //
 // What it measures, per back-end, with the kernel (a veth pair between two
 // namespaces, the same tools) run first in the same run as the ceiling:
@@ -27,8 +27,9 @@
 // spaces (no quoting); the back-end's CPU and memory are read from the pid
 // the rig starts, so the command must exec the back-end, not fork it (passt
 // needs -f). passt marks frames to the guest DATA_VALID and leaves their TCP
-// checksum out unless it captures; the rig's TAP checks checksums, so give
-// passt --pcap /dev/null on the rig.
+// checksum out; the rig hands such frames to the guest namespace's kernel as
+// trusted, as a virtio guest takes them (vunet/test/rig/lib data_valid.go),
+// so passt runs as it would under QEMU, without --pcap.
 //
 // It needs root, iproute2 and iperf3. It is test code: it may import
 // anything, and nothing in vunet may import it.

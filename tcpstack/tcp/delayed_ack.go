@@ -16,10 +16,24 @@ import "time"
 //   - more than a full segment is unacknowledged, so at least every
 //     second full-sized segment is acknowledged;
 //   - the guest has used half the window we last gave it;
-//   - the data filled a hole (data was kept out of order), or the socket
-//     took only part of it: the guest must hear where we are;
+//   - the data filled a hole (data was kept out of order, or it is at the
+//     sequence our duplicate ACKs named), or the socket took only part of
+//     it: the guest must hear where we are;
 //   - everything that already asks for an ACK at once (FIN, keep-alive,
 //     retransmissions, gaps, challenges) sets flAckDue itself.
+//
+// Two kinds of connection never wait:
+//   - those whose ACKs follow a remote peer's (acksFollowPeer): their ACK
+//     moves when the peer's does, a round trip after the data, so an
+//     answer rarely carries it; they keep the delayed-ACK check of
+//     refreshAckWnd;
+//   - one whose delayed ACK once went uncarried (delAckOff). A guest
+//     that waits for our ACK before it sends more — Nagle's algorithm
+//     holding a second small write, or a window's last frames — would
+//     lose the delay on every exchange (Linux's 40 ms delayed ACK does
+//     that to a write-write-read client). Giving up after the first miss
+//     costs such a connection one delay, once; a request/response
+//     connection, whose answers come within the delay, keeps it.
 //
 // Under a QEMU guest a 1-byte request and its answer were two frames to
 // the guest (our ACK, then the answer) and are now one.
@@ -31,10 +45,11 @@ import "time"
 const defaultDelayedAck = time.Millisecond
 
 // ackGuestData schedules the ACK for guest data just written to f's socket
-// (fully when whole is true).
+// (fully when whole is true; filledHole: the data filled a hole).
 func (t *Table) ackGuestData(now time.Time, f *conn, whole, filledHole bool) {
 	unacked := f.seqFromGuest - f.ackSent
-	if t.cfg.DelayedAck < 0 || !whole || filledHole || unacked > f.guestMSS() || 2*unacked >= f.wndSent {
+	if t.cfg.DelayedAck < 0 || f.delAckOff || t.acksFollowPeer(f) || !whole || filledHole ||
+		unacked > f.guestMSS() || 2*unacked >= f.wndSent {
 		f.flags |= flAckDue
 		t.markDirty(f)
 		return
@@ -43,6 +58,15 @@ func (t *Table) ackGuestData(now time.Time, f *conn, whole, filledHole bool) {
 		f.delAckAt = now.Add(t.cfg.DelayedAck)
 		t.noteTimer(f.delAckAt)
 	}
+}
+
+// delayedAckDue sends the ACK no frame carried within the delay, and stops
+// f's ACKs from waiting again.
+func (t *Table) delayedAckDue(f *conn) {
+	f.delAckAt = time.Time{}
+	f.delAckOff = true
+	f.flags |= flAckDue
+	t.markDirty(f)
 }
 
 // ackHeld reports whether a change of the ACK number waits for a frame to

@@ -62,6 +62,44 @@ func TestTCPDelayedAck(t *testing.T) {
 			h.tab.Timers(h.now)
 			pureAck(t, h.flush(), h.seq)
 		}},
+		{"after an uncarried delay: at once", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+			h.sendAck(small)
+			h.flush()
+			h.now = h.now.Add(defaultDelayedAck)
+			h.tab.Timers(h.now)
+			pureAck(t, h.flush(), h.seq)
+			h.sendAck(small)
+			pureAck(t, h.flush(), h.seq)
+		}},
+		{"a request that acknowledges host data: held", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
+			peer.Write([]byte("hello"))
+			ss := h.collect("host data", func(ss []tcpSeg) bool { return len(tcpPayloadOf(ss)) == len("hello") })
+			h.ack = ss[len(ss)-1].seq + uint32(len(ss[len(ss)-1].payload))
+			h.sendAck(small)
+			if ss := h.flush(); len(ss) != 0 {
+				t.Fatalf("sent %s", segsString(ss))
+			}
+		}},
+		{"the retransmission duplicate ACKs asked for: at once", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+			base := h.seq
+			h.inject(h.frame(header.TCPFlagACK, base+uint32(len(small)), h.ack, h.wnd, nil, small))
+			if ss := h.flush(); len(ss) == 0 || ss[0].ack != base {
+				t.Fatalf("after a gap: %s, want duplicate ACKs of %d", segsString(ss), base)
+			}
+			h.inject(h.frame(header.TCPFlagACK, base, h.ack, h.wnd, nil, small))
+			pureAck(t, h.flush(), base+uint32(len(small)))
+		}},
+		{"a remote peer's ACKs: not delayed", Config{AckOnPeerAck: true}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+			before := h.seq
+			h.sendAck(small)
+			ss := h.flush()
+			if len(ss) != 1 || len(ss[0].payload) != 0 || seqLT(ss[0].ack, before) || seqGT(ss[0].ack, h.seq) {
+				t.Fatalf("got %s, want one pure ACK at once", segsString(ss))
+			}
+			if !h.flow().delAckAt.IsZero() {
+				t.Fatal("a delayed ACK is pending")
+			}
+		}},
 		{"a guest ACK does not send it early", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
 			h.sendAck(small)
 			h.sendAck(nil)

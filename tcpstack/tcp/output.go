@@ -146,8 +146,10 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 			return false
 		}
 		f.ackCheckIvl = 0
-	} else if check && !f.ackDueAt.IsZero() {
-		// The check found nothing new: look again, less and less often.
+	} else if check && !f.ackDueAt.IsZero() && f.seqAckToGuest == f.ackSent {
+		// The check found nothing new (an ACK that moved but is held
+		// for a frame to carry it is new): look again, less and less
+		// often.
 		f.ackCheckIvl = min(2*max(f.ackCheckIvl, t.cfg.AckInterval), max(ackCheckMax, t.cfg.AckInterval))
 		f.ackDueAt = now.Add(f.ackCheckIvl)
 	}

@@ -148,12 +148,7 @@ func (t *Table) fire(now time.Time, f *conn) {
 		return
 	}
 	if !f.delAckAt.IsZero() && !f.delAckAt.After(now) {
-		// A check like the one below: where ACKs follow a remote peer's,
-		// the ACK number may not have moved, and sent anyway it would be
-		// a duplicate ACK to the guest.
-		f.delAckAt = time.Time{}
-		f.flags |= flAckCheck
-		t.markDirty(f)
+		t.delayedAckDue(f)
 	}
 	if !f.ackDueAt.IsZero() && !f.ackDueAt.After(now) {
 		// Only a look: an ACK that repeats the last one is a duplicate

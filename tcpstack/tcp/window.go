@@ -83,6 +83,13 @@ func (t *Table) rewind(now time.Time, f *conn, cause stats.TCPRetransCause) {
 	t.markDirty(f)
 }
 
+// acksFollowPeer reports whether f's ACKs to the guest follow what the host
+// peer acknowledged (tcpi_bytes_acked) rather than what was written to the
+// socket (refreshAckWnd).
+func (t *Table) acksFollowPeer(f *conn) bool {
+	return !t.cfg.AckOnWrite && (f.flags&flLocal == 0 || t.cfg.AckOnPeerAck)
+}
+
 // windowUpdateDue reports whether the window we advertise grew enough since
 // the last frame to be worth a frame of its own. Shrinking is never
 // announced: the guest finds out with the next frame.
@@ -110,7 +117,7 @@ func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 	// feels the end-to-end backpressure. Otherwise written to the socket
 	// is good enough: the local peer's kernel has it (or the guest closed
 	// and must not wait for the peer).
-	followPeer := !t.cfg.AckOnWrite && (f.flags&flLocal == 0 || t.cfg.AckOnPeerAck) && !f.has(evGuestFin)
+	followPeer := t.acksFollowPeer(f) && !f.has(evGuestFin)
 	info := t.takeConnectInfo(f)
 	if info == nil {
 		info = t.readInfo(f)

@@ -27,13 +27,16 @@ import "time"
 //     moves when the peer's does, a round trip after the data, so an
 //     answer rarely carries it; they keep the delayed-ACK check of
 //     refreshAckWnd;
-//   - one whose delayed ACK once went uncarried (delAckOff). A guest
-//     that waits for our ACK before it sends more — Nagle's algorithm
-//     holding a second small write, or a window's last frames — would
-//     lose the delay on every exchange (Linux's 40 ms delayed ACK does
-//     that to a write-write-read client). Giving up after the first miss
-//     costs such a connection one delay, once; a request/response
-//     connection, whose answers come within the delay, keeps it.
+//   - one whose guest waited for a delayed ACK (delAckOff). A guest that
+//     waits for our ACK before it sends more — Nagle's algorithm holding
+//     a second small write, or the last frames of a window — would lose
+//     the delay on every exchange (Linux's 40 ms delayed ACK does that to
+//     a write-write-read client). When a delayed ACK goes uncarried, the
+//     connection's ACKs go at once until we learn why: more guest data
+//     first means the guest was waiting for it, and they keep going at
+//     once; the host's answer first means the answer was only slow, and
+//     delaying resumes. Such a guest pays the delay once; a
+//     request/response connection keeps it through a slow answer.
 //
 // Under a QEMU guest a 1-byte request and its answer were two frames to
 // the guest (our ACK, then the answer) and are now one.
@@ -47,6 +50,9 @@ const defaultDelayedAck = time.Millisecond
 // ackGuestData schedules the ACK for guest data just written to f's socket
 // (fully when whole is true; filledHole: the data filled a hole).
 func (t *Table) ackGuestData(now time.Time, f *conn, whole, filledHole bool) {
+	// Data after an uncarried delayed ACK, before any answer: the guest
+	// waited for that ACK.
+	f.delAckProbe = false
 	unacked := f.seqFromGuest - f.ackSent
 	if t.cfg.DelayedAck < 0 || f.delAckOff || t.acksFollowPeer(f) || !whole || filledHole ||
 		unacked > f.guestMSS() || 2*unacked >= f.wndSent {
@@ -60,14 +66,19 @@ func (t *Table) ackGuestData(now time.Time, f *conn, whole, filledHole bool) {
 	}
 }
 
-// delayedAckDue sends the ACK no frame carried within the delay, and stops
-// f's ACKs from waiting again.
+// delayedAckDue sends the ACK no frame carried within the delay; f's ACKs
+// go at once until what comes next tells whether the guest waited for it.
 func (t *Table) delayedAckDue(f *conn) {
 	f.delAckAt = time.Time{}
-	f.delAckOff = true
+	f.delAckOff, f.delAckProbe = true, true
 	f.flags |= flAckDue
 	t.markDirty(f)
 }
+
+// answered notes host data sent to the guest after an uncarried delayed
+// ACK and before more guest data: the answer was slow, and ACKs may wait
+// again.
+func (f *conn) answered() { f.delAckOff, f.delAckProbe = false, false }
 
 // ackHeld reports whether a change of the ACK number waits for a frame to
 // carry it.

@@ -62,14 +62,34 @@ func TestTCPDelayedAck(t *testing.T) {
 			h.tab.Timers(h.now)
 			pureAck(t, h.flush(), h.seq)
 		}},
-		{"after an uncarried delay: at once", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+		{"a guest that waited for the ACK: at once from then on", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
 			h.sendAck(small)
 			h.flush()
 			h.now = h.now.Add(defaultDelayedAck)
 			h.tab.Timers(h.now)
 			pureAck(t, h.flush(), h.seq)
+			// Nagle's second write, which waited for that ACK.
 			h.sendAck(small)
 			pureAck(t, h.flush(), h.seq)
+			tcpReadN(t, peer, 2*len(small))
+			peer.Write([]byte("200 OK"))
+			h.collect("the answer", func(ss []tcpSeg) bool { return len(tcpPayloadOf(ss)) == len("200 OK") })
+			h.sendAck(small)
+			pureAck(t, h.flush(), h.seq)
+		}},
+		{"a slow answer: delaying resumes", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
+			h.sendAck(small)
+			h.flush()
+			h.now = h.now.Add(defaultDelayedAck)
+			h.tab.Timers(h.now)
+			pureAck(t, h.flush(), h.seq)
+			tcpReadN(t, peer, len(small))
+			peer.Write([]byte("200 OK"))
+			h.collect("the answer", func(ss []tcpSeg) bool { return len(tcpPayloadOf(ss)) == len("200 OK") })
+			h.sendAck(small)
+			if ss := h.flush(); len(ss) != 0 {
+				t.Fatalf("the next request's ACK: %s, want it held", segsString(ss))
+			}
 		}},
 		{"a request that acknowledges host data: held", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
 			peer.Write([]byte("hello"))

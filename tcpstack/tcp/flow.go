@@ -128,6 +128,7 @@ type conn struct {
 	ackDueAt     time.Time     // zero: no delayed ACK check pending
 	delAckAt     time.Time     // an ACK for guest data waits for a frame to carry it until then (delayed_ack.go); zero: none waits
 	delAckOff    bool          // a delayed ACK went uncarried: this connection's ACKs go at once (delayed_ack.go)
+	delAckProbe  bool          // with delAckOff: whether the guest waited for that ACK is not known yet
 	ackCheckIvl  time.Duration // delay of the next delayed-ACK check (backed off while nothing changes); 0: AckInterval
 	challengeAt  time.Time     // the last challenge ACK (challenge.go)
 

@@ -95,6 +95,9 @@ func (t *Table) buildHeaders(f *conn, hdr []byte, fl header.TCPFlags, seq uint32
 	if fl.Has(header.TCPFlagACK) {
 		f.ackSent = ack
 		f.delAckAt = time.Time{} // the ACK a delayed one waited for goes with this frame
+		if n > 0 && f.delAckProbe {
+			f.answered()
+		}
 		f.wndSent = f.wndToGuest
 		if f.wndToGuest == 0 {
 			f.wndSent = 0

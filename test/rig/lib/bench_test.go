@@ -92,7 +92,7 @@ func BenchmarkRigTCP(b *testing.B) {
 
 // echoOn serves a 1-byte echo on e's listening side until the benchmark
 // ends and returns its port.
-func echoOn(b *testing.B, e ends) int {
+func echoOn(b testing.TB, e ends) int {
 	b.Helper()
 	l, err := e.listen()
 	if err != nil {

@@ -251,7 +251,7 @@ func (l *loop) dispatchReassembled(b *fragBuf) {
 		l.dispatchIP(&fp.chain, p)
 		// A datagram queued for sendmmsg points into the buffer, which
 		// the next fragment may take over.
-		l.flows.FlushSends()
+		l.flushSends()
 	}
 	fp.chain.Readable = nil
 }

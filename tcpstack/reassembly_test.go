@@ -94,7 +94,7 @@ func (f *fragLoop) send(frame []byte) {
 	b := append(make([]byte, vh), frame...)
 	f.chain.Readable = [][]byte{b}
 	f.l.handleTXFrame(&f.chain)
-	f.l.flows.FlushSends() // as txBatch does before it publishes the chains
+	f.l.flushSends() // as txBatch does before it publishes the chains
 }
 
 func (f *fragLoop) outcomes() map[stats.FragOutcome]uint64 {

@@ -200,7 +200,7 @@ func (l *loop) streamTX() (more bool) {
 		for {
 			frame, err := sl.r.Next()
 			if err != nil {
-				l.flows.FlushSends()
+				l.flushSends()
 				st.BadLength.Add(1)
 				sl.end(err)
 				return false
@@ -214,7 +214,7 @@ func (l *loop) streamTX() (more bool) {
 		}
 		// The datagrams queued for sendmmsg point into the read buffer,
 		// which the next read reuses.
-		l.flows.FlushSends()
+		l.flushSends()
 		sl.chain.Readable, sl.iov[0] = nil, nil
 		l.deliverPending()
 		if !sl.r.Full() {

@@ -126,9 +126,10 @@ func (l *loop) txBatch() (full bool) {
 		q.Push(c.Head, 0)
 		l.tx.next++
 	}
-	// The datagrams queued for sendmmsg point into the chains: they go
-	// out before the guest gets the chains back.
-	l.flows.FlushSends()
+	// The datagrams queued for sendmmsg, and the TCP data gathered for a
+	// socket, point into the chains: they go out before the guest gets
+	// the chains back.
+	l.flushSends()
 	// Pop stages malformed chains as used by itself: a batch of only bad
 	// chains (n == 0) must be published too, or the guest never gets those
 	// descriptors back.
@@ -213,6 +214,15 @@ func (l *loop) fullFrame(c *virtqueue.Chain, p *header.Packet) []byte {
 	}
 	n := header.CopyFromIovecs(l.tx.full[:p.Len], c.Readable, l.vhLen)
 	return l.tx.full[:n]
+}
+
+// flushSends writes what the frames handled so far left waiting in guest
+// memory: datagrams for sendmmsg (dgram) and runs of TCP data
+// (tcp/send_gather.go). Their buffers must not go back to the guest, or be
+// reused, before.
+func (l *loop) flushSends() {
+	l.flows.FlushSends()
+	l.tcp.FlushSends(l.now)
 }
 
 // dispatchIP hands an IPv4 or IPv6 packet to whoever translates it:

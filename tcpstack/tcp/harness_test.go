@@ -133,6 +133,7 @@ type tcpHarness struct {
 	wnd           uint16
 	ws            uint8
 	blocked       bool
+	batch         bool // inject leaves guest data gathered until FlushSends (send_gather.go)
 }
 
 // tcpHarnessPolicy is the harness guest's address policy: the guest is
@@ -212,6 +213,9 @@ func (h *tcpHarness) inject(b []byte) {
 	}
 	if !h.tab.HandleGuestFrame(h.now, &p, [][]byte{mem}, virtqueue.NetHdrLen) {
 		h.t.Fatalf("frame rejected")
+	}
+	if !h.batch {
+		h.tab.FlushSends(h.now) // each frame a TX batch of its own
 	}
 }
 

@@ -83,6 +83,7 @@ func (t *Table) HandleGuestFrame(now time.Time, p *header.Packet, frame [][]byte
 	}
 	s, ok := t.byKey[sg.key]
 	if !ok {
+		t.FlushSends(now) // a slot the run's connection left may be taken
 		// Another queue pair may hold it: the guest moved the socket to
 		// another TX queue (directory.go). Neither an RST nor a second
 		// connection then.
@@ -109,6 +110,7 @@ func (t *Table) HandleGuestFrame(now time.Time, p *header.Packet, frame [][]byte
 	}
 	t.learnGuest(sg)
 	f := &t.flows[s]
+	t.flushBefore(now, f, sg)
 	t.guestSegment(now, f, sg, frame, skip)
 	if f.state != stats.TCPFree {
 		t.noteTimer(t.deadline(f))
@@ -358,6 +360,15 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 			t.markDirty(f)
 		}
 		return
+	}
+	if l > 0 && !fin && t.gatherData(f, sg, frame, skip) {
+		return // written with the rest of its run (send_gather.go)
+	}
+	if t.gathering(f) {
+		t.FlushSends(now)
+		if f.fd < 0 {
+			return
+		}
 	}
 	off := int32(f.seqFromGuest - sg.seq)
 	if off < 0 {

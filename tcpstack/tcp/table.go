@@ -107,6 +107,9 @@ type Table struct {
 	// connections, which the hints of syscall_hints.go save (tests read
 	// them).
 	reads, infoReads, memReads, epollCtls uint64
+	// gatherWrites counts the runs of guest data written (send_gather.go).
+	gatherWrites uint64
+	gather       sendGather
 	seg                                   segment
 	// sackIn is the SACK blocks of the guest ACK being handled
 	// (sack_recovery.go).

@@ -1,0 +1,73 @@
+package tcp
+
+import (
+	"bytes"
+	"io"
+	"testing"
+	"time"
+
+	"vunet/tcpstack/header"
+	"vunet/tcpstack/internal/guestframe"
+)
+
+// TestTCPSendGather: the in-order segments of one connection in a TX batch
+// reach the socket in one write, in order, and whatever else comes for the
+// connection writes the run first.
+func TestTCPSendGather(t *testing.T) {
+	data := guestframe.Pattern(4000)
+	seg := func(i int) []byte { return data[i*1000 : (i+1)*1000] }
+	for _, tc := range []struct {
+		name       string
+		run        func(h *tcpHarness)
+		writes     uint64 // runs written
+		wantEOF    bool
+		wantAckAll bool
+	}{
+		{"four segments: one write", func(h *tcpHarness) {
+			for i := range 4 {
+				h.sendAck(seg(i))
+			}
+		}, 1, false, true},
+		{"a FIN writes the run first", func(h *tcpHarness) {
+			for i := range 4 {
+				h.sendAck(seg(i))
+			}
+			h.sendFin()
+		}, 1, true, true},
+		{"a segment again writes the run first", func(h *tcpHarness) {
+			h.sendAck(seg(0))
+			h.sendAck(seg(1))
+			h.seq -= 1000
+			h.sendAck(seg(1)) // the guest sends it again
+			h.sendAck(seg(2))
+			h.sendAck(seg(3))
+		}, 2, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tcpNewHarness(t, Config{})
+			peer := h.establish(h.listen(), tcpMss1400ws7)
+			h.flush()
+			h.batch = true
+			base := h.tab.gatherWrites
+			tc.run(h)
+			h.tab.FlushSends(h.now)
+			h.batch = false
+			if w := h.tab.gatherWrites - base; w != tc.writes {
+				t.Errorf("%d runs written, want %d", w, tc.writes)
+			}
+			if got := tcpReadN(t, peer, len(data)); !bytes.Equal(got, data) {
+				t.Fatal("the peer got other bytes")
+			}
+			if tc.wantEOF {
+				peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if n, err := peer.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+					t.Fatalf("after the data: %d bytes, %v; want EOF", n, err)
+				}
+			}
+			ss := h.flush()
+			if tc.wantAckAll && (len(ss) == 0 || ss[len(ss)-1].ack != h.seq || ss[len(ss)-1].flags&header.TCPFlagACK == 0) {
+				t.Fatalf("got %s, want an ACK of everything (%d)", segsString(ss), h.seq)
+			}
+		})
+	}
+}

@@ -26,8 +26,9 @@ type sendGather struct {
 	f    *conn
 	gen  uint32 // f's generation: a slot freed and taken again is not f
 	bufs [gatherMaxBufs][]byte
-	k    int // pieces in bufs
-	n    int // bytes
+	k    int     // pieces in bufs
+	n    int     // bytes
+	tail segment // what a full socket left of a run, for keepOutOfOrder
 }
 
 // gatherMaxBufs bounds the payload pieces of a run (one sendmsg's iovecs).
@@ -107,6 +108,15 @@ func (t *Table) FlushSends(now time.Time) {
 	}
 	t.gatherWrites++
 	w, ok := t.toSocket(now, f, g.bufs[:k], 0, n)
+	if ok && w < n {
+		// The socket is full. Segment by segment, what followed the
+		// first refused byte went the gap path and a SACK guest's was
+		// kept (outoforder.go); the run's rest is kept the same way,
+		// from the next byte expected, and written at EPOLLOUT. Others
+		// send it again, as before.
+		g.tail = segment{seq: f.seqFromGuest, payloadLen: n - w}
+		t.keepOutOfOrder(f, &g.tail, g.bufs[:k], w)
+	}
 	clear(g.bufs[:k])
 	if !ok {
 		return

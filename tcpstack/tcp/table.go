@@ -110,7 +110,7 @@ type Table struct {
 	// gatherWrites counts the runs of guest data written (send_gather.go).
 	gatherWrites uint64
 	gather       sendGather
-	seg                                   segment
+	seg          segment
 	// sackIn is the SACK blocks of the guest ACK being handled
 	// (sack_recovery.go).
 	sackIn sackView

@@ -244,6 +244,9 @@ func (l *loop) run() {
 		l.qp.TX.DeferSignals(true)
 	}
 	l.now = time.Now()
+	// The table outlives a loop: nothing gathered by an earlier one is
+	// written from memory this one never saw.
+	l.tcp.DropSends()
 	l.announceLink()
 	// Chains may be waiting from before a restart without a kick pending.
 	l.iterate(true)

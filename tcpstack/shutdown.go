@@ -95,6 +95,9 @@ func (l *loop) recoverFault() {
 		panic(r) // no guest memory on a stream: a fault is a bug
 	}
 	l.faulted = true
+	// A run of guest data gathered before the fault points into memory
+	// that may not be ours any more: the guest sends it again.
+	l.tcp.DropSends()
 	n := l.st.MemoryFaults.Add(1)
 	l.s.logMemoryFault(l.log, fault.Addr(), n)
 	// The front-end learns of it through the vrings' error eventfds

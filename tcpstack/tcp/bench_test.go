@@ -86,6 +86,7 @@ func (a *tcpBenchAck) send(h *tcpHarness, seq, ack uint32) {
 		panic("bench ACK does not parse")
 	}
 	h.tab.HandleGuestFrame(h.now, &a.pkt, a.iov[:], virtqueue.NetHdrLen)
+	h.tab.FlushSends(h.now) // the TX batch ends: its data goes
 }
 
 // BenchmarkTCPHostToGuest: the host peer streams; each iteration is one

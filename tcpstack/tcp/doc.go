@@ -26,6 +26,7 @@
 //	t.SetFeatures(guestCsum, tso4, tso6)      // negotiated GUEST_CSUM/TSO4/TSO6
 //	t.SetMTU(mtu)
 //	t.HandleGuestFrame(now, p, frame, skip)   // a guest segment (false: malformed, count it)
+//	t.FlushSends(now) / t.DropSends()         // end of a TX batch: write the gathered guest data / forget it
 //	t.HandleSocketEvent(now, token, events)   // epoll: hostsock.OwnerTCP and OwnerTCPListener
 //	t.Flush(now, sink) (blocked bool)         // the output pass, last in every iteration
 //	t.Timers(now); t.NextTimer()              // the timerfd
@@ -39,8 +40,10 @@
 // connection asks the address policy (stats.PolicyGate) and opens one
 // (handshake.go: the host connect() first, the SYN-ACK to the guest only
 // once it completed); payload goes to the socket with sendmsg straight from
-// guest memory (hostsock.IO), so the chain must not go back to the guest
-// before HandleGuestFrame returns.
+// guest memory (hostsock.IO), the in-order segments of a connection that
+// follow each other gathered into one write (send_gather.go), so the chain
+// must not go back to the guest, nor its buffer be reused, before
+// FlushSends.
 //
 // Host → guest (output.go, send.go, frame.go): events and ACKs only mark
 // connections dirty; Flush serves them in one ordered pass per connection

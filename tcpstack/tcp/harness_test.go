@@ -133,7 +133,21 @@ type tcpHarness struct {
 	wnd           uint16
 	ws            uint8
 	blocked       bool
-	batch         bool // inject leaves guest data gathered until FlushSends (send_gather.go)
+	batch         bool     // inject leaves guest data gathered until flushSends (send_gather.go)
+	pending       [][]byte // guest memory of the frames injected since the last flushSends
+}
+
+// flushSends ends a TX batch as the loop does: the gathered guest data
+// goes, and the frames' memory goes back to the guest, which is free to
+// write over it (here: it is poisoned, so a late read sends wrong bytes).
+func (h *tcpHarness) flushSends() {
+	h.tab.FlushSends(h.now)
+	for _, m := range h.pending {
+		for i := range m {
+			m[i] = 0xEE
+		}
+	}
+	h.pending = h.pending[:0]
 }
 
 // tcpHarnessPolicy is the harness guest's address policy: the guest is
@@ -214,8 +228,9 @@ func (h *tcpHarness) inject(b []byte) {
 	if !h.tab.HandleGuestFrame(h.now, &p, [][]byte{mem}, virtqueue.NetHdrLen) {
 		h.t.Fatalf("frame rejected")
 	}
+	h.pending = append(h.pending, mem)
 	if !h.batch {
-		h.tab.FlushSends(h.now) // each frame a TX batch of its own
+		h.flushSends() // each frame a TX batch of its own
 	}
 }
 

@@ -343,6 +343,21 @@ func (t *Table) toSocket(now time.Time, f *conn, bufs [][]byte, off, n int) (wri
 // reordering threshold).
 const dupAcksToSend = 3
 
+// dupAcksFor announces a gap at f's next expected byte: our ACK goes
+// again, three times over once per gap, so the guest's fast retransmit
+// resends from there instead of waiting for its retransmission timeout.
+func (t *Table) dupAcksFor(f *conn) {
+	f.flags |= flAckDue
+	if !f.dupAckSent || f.dupAckSeq != f.seqFromGuest {
+		f.dupAckSent, f.dupAckSeq, f.dupAcksDue = true, f.seqFromGuest, dupAcksToSend
+	}
+	// They must name the byte the guest is to send again: where ACKs
+	// follow the host peer's (tcpi_bytes_acked) they may lag what was
+	// written, and a lagging ACK is not a duplicate to the guest.
+	f.seqAckToGuest = f.seqFromGuest
+	t.markDirty(f)
+}
+
 // guestData writes sg's payload to the host socket and handles its FIN.
 func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, skip int) {
 	l := sg.payloadLen
@@ -379,15 +394,7 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 		// times over once per gap, so the guest's fast retransmit resends
 		// from there instead of waiting for its retransmission timeout.
 		t.keepOutOfOrder(f, sg, frame, skip)
-		f.flags |= flAckDue
-		if !f.dupAckSent || f.dupAckSeq != f.seqFromGuest {
-			f.dupAckSent, f.dupAckSeq, f.dupAcksDue = true, f.seqFromGuest, dupAcksToSend
-		}
-		// They must name the byte the guest is to send again: where ACKs
-		// follow the host peer's (tcpi_bytes_acked) they may lag what
-		// was written, and a lagging ACK is not a duplicate to the guest.
-		f.seqAckToGuest = f.seqFromGuest
-		t.markDirty(f)
+		t.dupAcksFor(f)
 		return
 	}
 	if l > 0 {

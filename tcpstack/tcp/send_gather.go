@@ -19,15 +19,20 @@ import (
 // flushes its datagrams, before the guest gets the chains back), or as
 // soon as a frame that is not the next such segment comes. A frame for
 // another connection, or of another kind for this one (a FIN, an RST, a
-// SYN, a retransmission, a gap), writes the run first, so nothing else
-// ever sees a connection with data waiting here. The ACK for the run is
-// decided once it is written (ackGuestData), as it was per segment.
+// SYN, a pure ACK, a retransmission, a gap), writes the run first: only
+// the ACK of the run's own next segment is handled with data waiting. The
+// ACK for the run is decided once it is written (ackGuestData), as it was
+// per segment; a run the socket took only part of is handled as the
+// segments were (FlushSends). A loop that stops on a guest-memory fault,
+// and every loop that starts, drops what is gathered (DropSends): the
+// guest sends it again.
 type sendGather struct {
 	f    *conn
 	gen  uint32 // f's generation: a slot freed and taken again is not f
 	bufs [gatherMaxBufs][]byte
 	k    int     // pieces in bufs
 	n    int     // bytes
+	last int     // where the run's last segment starts, in bytes
 	tail segment // what a full socket left of a run, for keepOutOfOrder
 }
 
@@ -91,8 +96,16 @@ func (t *Table) gatherData(f *conn, sg *segment, frame [][]byte, skip int) bool 
 	if left != 0 {
 		return false // shorter than its headers say: the segment path judges it
 	}
-	g.f, g.gen, g.k, g.n = f, f.gen, k, g.n+sg.payloadLen
+	g.f, g.gen, g.k, g.last, g.n = f, f.gen, k, g.n, g.n+sg.payloadLen
 	return true
+}
+
+// DropSends forgets the gathered run without writing it: its memory may
+// not be the guest's buffers any more (a fault stopped the loop), and the
+// guest, which has no ACK for it, sends it again.
+func (t *Table) DropSends() {
+	clear(t.gather.bufs[:t.gather.k])
+	t.gather.f, t.gather.k, t.gather.n = nil, 0, 0
 }
 
 // FlushSends writes the waiting run of guest data, if any, to its socket
@@ -100,7 +113,7 @@ func (t *Table) gatherData(f *conn, sg *segment, frame [][]byte, skip int) bool 
 // lives in go back to the guest.
 func (t *Table) FlushSends(now time.Time) {
 	g := &t.gather
-	f, k, n := g.f, g.k, g.n
+	f, k, n, last := g.f, g.k, g.n, g.last
 	g.f, g.k, g.n = nil, 0, 0
 	if f == nil || n == 0 || f.gen != g.gen || f.fd < 0 {
 		clear(g.bufs[:k])
@@ -109,13 +122,16 @@ func (t *Table) FlushSends(now time.Time) {
 	t.gatherWrites++
 	w, ok := t.toSocket(now, f, g.bufs[:k], 0, n)
 	if ok && w < n {
-		// The socket is full. Segment by segment, what followed the
-		// first refused byte went the gap path and a SACK guest's was
-		// kept (outoforder.go); the run's rest is kept the same way,
-		// from the next byte expected, and written at EPOLLOUT. Others
-		// send it again, as before.
+		// The socket is full. Segment by segment, the segments after the
+		// one written short went the gap path: a SACK guest's were kept
+		// (outoforder.go) and every guest got duplicate ACKs for its
+		// fast retransmit. The run's rest is kept the same way, from the
+		// next byte expected, written at EPOLLOUT.
 		g.tail = segment{seq: f.seqFromGuest, payloadLen: n - w}
 		t.keepOutOfOrder(f, &g.tail, g.bufs[:k], w)
+		if w < last {
+			t.dupAcksFor(f)
+		}
 	}
 	clear(g.bufs[:k])
 	if !ok {

@@ -34,6 +34,13 @@ func TestTCPSendGather(t *testing.T) {
 			}
 			h.sendFin()
 		}, 1, true, true},
+		{"a pure ACK writes the run first", func(h *tcpHarness) {
+			h.sendAck(seg(0))
+			h.sendAck(seg(1))
+			h.sendAck(nil)
+			h.sendAck(seg(2))
+			h.sendAck(seg(3))
+		}, 2, false, true},
 		{"a segment again writes the run first", func(h *tcpHarness) {
 			h.sendAck(seg(0))
 			h.sendAck(seg(1))
@@ -50,7 +57,7 @@ func TestTCPSendGather(t *testing.T) {
 			h.batch = true
 			base := h.tab.gatherWrites
 			tc.run(h)
-			h.tab.FlushSends(h.now)
+			h.flushSends()
 			h.batch = false
 			if w := h.tab.gatherWrites - base; w != tc.writes {
 				t.Errorf("%d runs written, want %d", w, tc.writes)
@@ -81,6 +88,7 @@ func TestTCPSendGatherFullSocket(t *testing.T) {
 	ln := h.listen()
 	h.setRcvBuf(ln, 4096)
 	peer := h.establish(ln, tcpSackOpts)
+	h.flush()
 	base := h.seq
 	const size, n = 1000, 60
 	data := guestframe.Pattern(n * size)
@@ -88,11 +96,14 @@ func TestTCPSendGatherFullSocket(t *testing.T) {
 	for i := range n {
 		h.sendAck(data[i*size : (i+1)*size])
 	}
-	h.tab.FlushSends(h.now)
+	h.flushSends()
 	h.batch = false
 	f := h.flow()
 	if f.ooo == nil || f.ooo.n == 0 || f.ooo.ranges[0].start != f.seqFromGuest || f.ooo.ranges[0].end != base+n*size {
 		t.Fatalf("after the run: %d bytes written, kept %v; want a full socket and the rest kept from there", f.seqFromGuest-base, f.ooo)
+	}
+	if dups := countAcksOf(h.flush(), f.seqFromGuest); dups < 3 {
+		t.Errorf("%d ACKs of the first byte refused, want the ACK and duplicates (3)", dups)
 	}
 	got := make(chan []byte, 1)
 	go func() {
@@ -108,4 +119,41 @@ func TestTCPSendGatherFullSocket(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("host did not get the stream")
 	}
+}
+
+// TestTCPSendGatherFullSocketNoSACK: a guest without SACK gets duplicate
+// ACKs for a run the socket took only part of, as it did for the
+// segments after a short write, and sends the rest again.
+func TestTCPSendGatherFullSocketNoSACK(t *testing.T) {
+	h := tcpNewHarness(t, Config{SndBuf: 4096})
+	ln := h.listen()
+	h.setRcvBuf(ln, 4096)
+	h.establish(ln, tcpMss1400ws7)
+	h.flush()
+	const size, n = 1000, 60
+	data := guestframe.Pattern(n * size)
+	h.batch = true
+	for i := range n {
+		h.sendAck(data[i*size : (i+1)*size])
+	}
+	h.flushSends()
+	h.batch = false
+	f := h.flow()
+	if f.ooo != nil || f.seqFromGuest == h.seq {
+		t.Fatalf("%d of %d bytes written, kept %v; want a full socket and nothing kept", f.seqFromGuest-(h.seq-n*size), n*size, f.ooo)
+	}
+	if dups := countAcksOf(h.flush(), f.seqFromGuest); dups < 3 {
+		t.Errorf("%d ACKs of the first byte refused, want the ACK and duplicates (3)", dups)
+	}
+}
+
+// countAcksOf counts the pure ACKs of ack among ss.
+func countAcksOf(ss []tcpSeg, ack uint32) int {
+	n := 0
+	for _, s := range ss {
+		if s.flags == header.TCPFlagACK && len(s.payload) == 0 && s.ack == ack {
+			n++
+		}
+	}
+	return n
 }

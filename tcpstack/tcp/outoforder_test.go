@@ -249,20 +249,27 @@ func TestTCPOutOfOrderWaitsForSocketSpace(t *testing.T) {
 	if f.ooo == nil || f.ooo.n == 0 || f.ooo.ranges[0].start != f.seqFromGuest {
 		t.Fatalf("after the hole: %d bytes written; want a full socket with kept data next (SO_SNDBUF 4096, the peer's SO_RCVBUF 4096)", f.seqFromGuest-base)
 	}
+	// The guest has everything ACKed or SACKed: it sends nothing more.
+	h.expectStream(peer, data, func() bool { return f.seqFromGuest == base+uint32(len(data)) })
+}
+
+// expectStream pumps the table until written reports true and fails the
+// test unless the host peer then read exactly data.
+func (h *tcpHarness) expectStream(peer io.Reader, data []byte, written func() bool) {
+	h.t.Helper()
 	got := make(chan []byte, 1)
 	go func() {
 		b, _ := io.ReadAll(io.LimitReader(peer, int64(len(data))))
 		got <- b
 	}()
-	// The guest has everything ACKed or SACKed: it sends nothing more.
-	h.collect("everything written", func([]tcpSeg) bool { return f.seqFromGuest == base+uint32(len(data)) })
+	h.collect("everything written", func([]tcpSeg) bool { return written() })
 	select {
 	case b := <-got:
 		if !bytes.Equal(b, data) {
-			t.Fatalf("host got %d bytes, not the stream in order", len(b))
+			h.t.Fatalf("host got %d bytes, not the stream in order", len(b))
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("host did not get the stream")
+		h.t.Fatal("host did not get the stream")
 	}
 }
 

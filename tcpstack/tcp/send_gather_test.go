@@ -79,71 +79,47 @@ func TestTCPSendGather(t *testing.T) {
 	}
 }
 
-// TestTCPSendGatherFullSocket: a run the socket takes only part of keeps
-// its rest for a SACK guest, which then has it all acknowledged or
-// SACKed, and the rest goes at EPOLLOUT: the host gets the stream whole
-// with nothing sent again.
+// TestTCPSendGatherFullSocket: a run the socket takes only part of (60
+// segments into a 4 KiB socket) is handled as the segments after a short
+// write were: every guest gets duplicate ACKs of the first byte refused;
+// a SACK guest's rest is kept and goes at EPOLLOUT, so the host gets the
+// stream whole with nothing sent again; a guest without SACK sends it
+// again.
 func TestTCPSendGatherFullSocket(t *testing.T) {
-	h := tcpNewHarness(t, Config{SndBuf: 4096})
-	ln := h.listen()
-	h.setRcvBuf(ln, 4096)
-	peer := h.establish(ln, tcpSackOpts)
-	h.flush()
-	base := h.seq
-	const size, n = 1000, 60
-	data := guestframe.Pattern(n * size)
-	h.batch = true
-	for i := range n {
-		h.sendAck(data[i*size : (i+1)*size])
-	}
-	h.flushSends()
-	h.batch = false
-	f := h.flow()
-	if f.ooo == nil || f.ooo.n == 0 || f.ooo.ranges[0].start != f.seqFromGuest || f.ooo.ranges[0].end != base+n*size {
-		t.Fatalf("after the run: %d bytes written, kept %v; want a full socket and the rest kept from there", f.seqFromGuest-base, f.ooo)
-	}
-	if dups := countAcksOf(h.flush(), f.seqFromGuest); dups < 3 {
-		t.Errorf("%d ACKs of the first byte refused, want the ACK and duplicates (3)", dups)
-	}
-	got := make(chan []byte, 1)
-	go func() {
-		b, _ := io.ReadAll(io.LimitReader(peer, int64(len(data))))
-		got <- b
-	}()
-	h.collect("everything written", func([]tcpSeg) bool { return f.seqFromGuest == base+uint32(len(data)) })
-	select {
-	case b := <-got:
-		if !bytes.Equal(b, data) {
-			t.Fatalf("host got %d bytes, not the stream in order", len(b))
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("host did not get the stream")
-	}
-}
-
-// TestTCPSendGatherFullSocketNoSACK: a guest without SACK gets duplicate
-// ACKs for a run the socket took only part of, as it did for the
-// segments after a short write, and sends the rest again.
-func TestTCPSendGatherFullSocketNoSACK(t *testing.T) {
-	h := tcpNewHarness(t, Config{SndBuf: 4096})
-	ln := h.listen()
-	h.setRcvBuf(ln, 4096)
-	h.establish(ln, tcpMss1400ws7)
-	h.flush()
-	const size, n = 1000, 60
-	data := guestframe.Pattern(n * size)
-	h.batch = true
-	for i := range n {
-		h.sendAck(data[i*size : (i+1)*size])
-	}
-	h.flushSends()
-	h.batch = false
-	f := h.flow()
-	if f.ooo != nil || f.seqFromGuest == h.seq {
-		t.Fatalf("%d of %d bytes written, kept %v; want a full socket and nothing kept", f.seqFromGuest-(h.seq-n*size), n*size, f.ooo)
-	}
-	if dups := countAcksOf(h.flush(), f.seqFromGuest); dups < 3 {
-		t.Errorf("%d ACKs of the first byte refused, want the ACK and duplicates (3)", dups)
+	for _, sack := range []bool{true, false} {
+		t.Run(map[bool]string{true: "SACK", false: "no SACK"}[sack], func(t *testing.T) {
+			h := tcpNewHarness(t, Config{SndBuf: 4096})
+			ln := h.listen()
+			h.setRcvBuf(ln, 4096)
+			opts := tcpMss1400ws7
+			opts.SACKPermitted = sack
+			peer := h.establish(ln, opts)
+			h.flush()
+			base := h.seq
+			const size, n = 1000, 60
+			data := guestframe.Pattern(n * size)
+			h.batch = true
+			for i := range n {
+				h.sendAck(data[i*size : (i+1)*size])
+			}
+			h.flushSends()
+			h.batch = false
+			f := h.flow()
+			written := f.seqFromGuest - base
+			if written == 0 || written == n*size {
+				t.Fatalf("%d of %d bytes written; want a full socket (SO_SNDBUF 4096, the peer's SO_RCVBUF 4096)", written, n*size)
+			}
+			kept := f.ooo != nil && f.ooo.n == 1 && f.ooo.ranges[0].start == f.seqFromGuest && f.ooo.ranges[0].end == base+n*size
+			if kept != sack {
+				t.Fatalf("after the run: %d bytes written, kept %v; want the rest kept: %v", written, f.ooo, sack)
+			}
+			if dups := countAcksOf(h.flush(), f.seqFromGuest); dups < 3 {
+				t.Errorf("%d ACKs of the first byte refused, want the ACK and duplicates (3)", dups)
+			}
+			if sack {
+				h.expectStream(peer, data, func() bool { return f.seqFromGuest == base+uint32(len(data)) })
+			}
+		})
 	}
 }
 

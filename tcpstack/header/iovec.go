@@ -32,6 +32,28 @@ func ChecksumIovecs(bufs [][]byte, n int, initial uint16) uint16 {
 	return sum
 }
 
+// SliceIovecs appends to dst, without copying, the pieces of the
+// concatenated bufs that hold bytes [off, off+n), skipping empty ones, as
+// far as dst's capacity takes them. It returns dst and the bytes the
+// pieces cover (fewer than n when bufs or dst's capacity end first).
+func SliceIovecs(dst [][]byte, bufs [][]byte, off, n int) ([][]byte, int) {
+	covered := 0
+	for _, b := range bufs {
+		if covered == n || len(dst) == cap(dst) {
+			break
+		}
+		if off >= len(b) {
+			off -= len(b)
+			continue
+		}
+		b = b[off:min(len(b), off+n-covered)]
+		off = 0
+		dst = append(dst, b)
+		covered += len(b)
+	}
+	return dst, covered
+}
+
 // CopyFromIovecs copies the bytes of the concatenated bufs from offset off
 // on into dst and returns how many it copied (fewer than len(dst) when the
 // buffers end first).

@@ -132,3 +132,39 @@ func BenchmarkChecksumIovecs(b *testing.B) {
 		ChecksumIovecs(bufs, len(data), 0)
 	}
 }
+
+// TestSliceIovecs: the pieces cover exactly bytes [off, off+n) of the
+// concatenated buffers, in order, with no empty piece, and stop at dst's
+// capacity.
+func TestSliceIovecs(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for iter := 0; iter < 1000; iter++ {
+		size := r.IntN(100)
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(i + 1)
+		}
+		bufs := splitAt(data, randomCuts(r, size, r.IntN(6)))
+		off, n := r.IntN(size+2), r.IntN(size+2)
+		room := 1 + r.IntN(8)
+		dst, covered := SliceIovecs(make([][]byte, 1, 1+room), bufs, off, n)
+		pieces := dst[1:]
+		want := data[min(off, size):]
+		want = want[:min(len(want), n)]
+		got := bytes.Join(pieces, nil)
+		if covered != len(got) || !bytes.Equal(got, want[:len(got)]) {
+			t.Fatalf("off %d n %d of %v: covered %d, pieces %v; want a prefix of %v", off, n, lens(bufs), covered, pieces, want)
+		}
+		if covered < len(want) && len(dst) < cap(dst) {
+			t.Fatalf("off %d n %d of %v: stopped at %d of %d with room left", off, n, lens(bufs), covered, len(want))
+		}
+		for _, p := range pieces {
+			if len(p) == 0 {
+				t.Fatalf("an empty piece in %v", lens(pieces))
+			}
+		}
+		if len(pieces) > 0 && &pieces[0][0] != &data[min(off, size-1)] {
+			t.Fatal("the first piece is a copy, not the buffer")
+		}
+	}
+}

@@ -22,6 +22,13 @@ func TestTCPDelayedAck(t *testing.T) {
 			t.Fatalf("got %s, want one pure ACK of %d", segsString(ss), want)
 		}
 	}
+	// expire runs the delayed-ACK timer and wants the ACK it sends.
+	expire := func(t *testing.T, h *tcpHarness) {
+		t.Helper()
+		h.now = h.now.Add(defaultDelayedAck)
+		h.tab.Timers(h.now)
+		pureAck(t, h.flush(), h.seq)
+	}
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -65,9 +72,7 @@ func TestTCPDelayedAck(t *testing.T) {
 		{"a guest that waited for the ACK: at once from then on", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
 			h.sendAck(small)
 			h.flush()
-			h.now = h.now.Add(defaultDelayedAck)
-			h.tab.Timers(h.now)
-			pureAck(t, h.flush(), h.seq)
+			expire(t, h)
 			// Nagle's second write, which waited for that ACK.
 			h.sendAck(small)
 			pureAck(t, h.flush(), h.seq)
@@ -80,9 +85,7 @@ func TestTCPDelayedAck(t *testing.T) {
 		{"a slow answer: delaying resumes", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
 			h.sendAck(small)
 			h.flush()
-			h.now = h.now.Add(defaultDelayedAck)
-			h.tab.Timers(h.now)
-			pureAck(t, h.flush(), h.seq)
+			expire(t, h)
 			tcpReadN(t, peer, len(small))
 			peer.Write([]byte("200 OK"))
 			h.collect("the answer", func(ss []tcpSeg) bool { return len(tcpPayloadOf(ss)) == len("200 OK") })

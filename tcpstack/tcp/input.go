@@ -358,6 +358,12 @@ func (t *Table) dupAcksFor(f *conn) {
 	t.markDirty(f)
 }
 
+// fillsHole reports whether in-order data now fills a hole: data is kept
+// past it, or our duplicate ACKs named this sequence.
+func (f *conn) fillsHole() bool {
+	return f.ooo != nil || (f.dupAckSent && f.dupAckSeq == f.seqFromGuest)
+}
+
 // guestData writes sg's payload to the host socket and handles its FIN.
 func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, skip int) {
 	l := sg.payloadLen
@@ -402,9 +408,7 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 			f.flags |= flAckDue // all old: the guest missed our ACK
 			t.markDirty(f)
 		} else if f.fd >= 0 {
-			// Data at the sequence our duplicate ACKs named, or with data
-			// kept past it, fills a hole.
-			filled := f.ooo != nil || (f.dupAckSent && f.dupAckSeq == f.seqFromGuest)
+			filled := f.fillsHole()
 			n, ok := t.toSocket(now, f, frame, skip+sg.payloadOff+int(off), l-int(off))
 			if !ok {
 				return

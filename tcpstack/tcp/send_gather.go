@@ -44,7 +44,7 @@ const gatherMaxBufs = 256
 const gatherMaxBytes = 256 << 10
 
 // gathering reports whether f has a run waiting.
-func (t *Table) gathering(f *conn) bool { return t.gather.f == f && t.gather.n > 0 }
+func (t *Table) gathering(f *conn) bool { return t.gather.f == f }
 
 // flushBefore writes the waiting run unless sg is its next segment: data
 // only (ACK and PSH), for the same connection.
@@ -61,7 +61,7 @@ func (t *Table) flushBefore(now time.Time, f *conn, sg *segment) {
 // false when sg cannot join one (then nothing changed).
 func (t *Table) gatherData(f *conn, sg *segment, frame [][]byte, skip int) bool {
 	g := &t.gather
-	if f.fd < 0 || f.ooo != nil || (f.dupAckSent && f.dupAckSeq == f.seqFromGuest) {
+	if f.fd < 0 || f.fillsHole() {
 		return false
 	}
 	if g.f != nil && g.f != f {
@@ -70,32 +70,14 @@ func (t *Table) gatherData(f *conn, sg *segment, frame [][]byte, skip int) bool 
 	if sg.seq != f.seqFromGuest+uint32(g.n) || g.n+sg.payloadLen > gatherMaxBytes {
 		return false
 	}
-	// The payload's pieces, from the frame's iovecs.
-	k := g.k
-	off, left := skip+sg.payloadOff, sg.payloadLen
-	for _, b := range frame {
-		if left == 0 {
-			break
-		}
-		if off >= len(b) {
-			off -= len(b)
-			continue
-		}
-		if k == len(g.bufs) {
-			return false // too many pieces: g is unchanged, k was not stored
-		}
-		p := b[off:]
-		off = 0
-		if len(p) > left {
-			p = p[:left]
-		}
-		g.bufs[k] = p
-		k++
-		left -= len(p)
+	// The payload's pieces, in the frame's iovecs: the whole payload, or
+	// the segment path judges it (too many pieces for the run, or a frame
+	// shorter than its headers say).
+	pieces, covered := header.SliceIovecs(g.bufs[g.k:g.k:len(g.bufs)], frame, skip+sg.payloadOff, sg.payloadLen)
+	if covered != sg.payloadLen {
+		return false
 	}
-	if left != 0 {
-		return false // shorter than its headers say: the segment path judges it
-	}
+	k := g.k + len(pieces)
 	g.f, g.gen, g.k, g.last, g.n = f, f.gen, k, g.n, g.n+sg.payloadLen
 	return true
 }

@@ -122,6 +122,16 @@ func echoOn(b testing.TB, e ends) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// roundTrip writes one byte to c and reads the one that comes back.
+func roundTrip(c net.Conn) error {
+	var p [1]byte
+	if _, err := c.Write(p[:]); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(c, p[:])
+	return err
+}
+
 // BenchmarkRigRR times 1-byte request/response round trips (one per op)
 // through a veth pair, the rig alone and the rig with vunet (rrCases),
 // reporting the p50 and p99 in µs. Needs root. The rig alone must not be
@@ -137,12 +147,8 @@ func BenchmarkRigRR(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer conn.Close()
-			var p [1]byte
 			rt := func() {
-				if _, err := conn.Write(p[:]); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.ReadFull(conn, p[:]); err != nil {
+				if err := roundTrip(conn); err != nil {
 					b.Fatal(err)
 				}
 			}

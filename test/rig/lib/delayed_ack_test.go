@@ -2,7 +2,6 @@ package rig
 
 import (
 	"context"
-	"io"
 	"testing"
 	"time"
 )
@@ -23,11 +22,7 @@ func TestRigRequestResponseOneFrame(t *testing.T) {
 	}
 	defer conn.Close()
 	rt := func() {
-		var p [1]byte
-		if _, err := conn.Write(p[:]); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(conn, p[:]); err != nil {
+		if err := roundTrip(conn); err != nil {
 			t.Fatal(err)
 		}
 	}

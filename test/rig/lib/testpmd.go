@@ -13,8 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Frontend names the vhost-user front-end a rig runs in front of the
@@ -193,80 +191,4 @@ func (r *Rig) StopTestpmd() (map[int]TestpmdPortStats, error) {
 		return nil, errors.Join(err, rerr)
 	}
 	return ParseTestpmdStats(string(b)), err
-}
-
-// EnsureHugepages makes at least pages free 2 MiB hugepages available and a
-// hugetlbfs mounted (root); restore puts back the page count and unmounts
-// what it mounted.
-func EnsureHugepages(pages int) (restore func(), err error) {
-	const nr = "/proc/sys/vm/nr_hugepages"
-	var undo []func()
-	restore = func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-	}
-	defer func() {
-		if err != nil {
-			restore()
-		}
-	}()
-	free, err := meminfo("HugePages_Free")
-	if err != nil {
-		return nil, err
-	}
-	if free < pages {
-		raw, err := os.ReadFile(nr)
-		if err != nil {
-			return nil, err
-		}
-		before := strings.TrimSpace(string(raw))
-		total, _ := strconv.Atoi(before)
-		want := total + pages - free
-		if err := os.WriteFile(nr, []byte(strconv.Itoa(want)), 0); err != nil {
-			return nil, fmt.Errorf("raise %s to %d: %w", nr, want, err)
-		}
-		// Pages still in use by someone else stay: the kernel only
-		// releases free ones.
-		undo = append(undo, func() { _ = os.WriteFile(nr, []byte(before), 0) })
-		if free, _ = meminfo("HugePages_Free"); free < pages {
-			return nil, fmt.Errorf("hugepages: only %d free after asking for %d (memory fragmented?)", free, want)
-		}
-	}
-	mounts, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		return nil, err
-	}
-	if !strings.Contains(string(mounts), " hugetlbfs ") {
-		_, statErr := os.Stat("/dev/hugepages")
-		if err := os.MkdirAll("/dev/hugepages", 0o755); err != nil {
-			return nil, err
-		}
-		if err := unix.Mount("nodev", "/dev/hugepages", "hugetlbfs", 0, ""); err != nil {
-			return nil, fmt.Errorf("mount hugetlbfs: %w", err)
-		}
-		undo = append(undo, func() {
-			_ = unix.Unmount("/dev/hugepages", 0)
-			if os.IsNotExist(statErr) {
-				_ = os.Remove("/dev/hugepages")
-			}
-		})
-	}
-	return restore, nil
-}
-
-func meminfo(key string) (int, error) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if ok && k == key {
-			return strconv.Atoi(strings.Fields(v)[0])
-		}
-	}
-	return 0, fmt.Errorf("%s not in /proc/meminfo", key)
 }

@@ -244,9 +244,10 @@ func (l *loop) run() {
 		l.qp.TX.DeferSignals(true)
 	}
 	l.now = time.Now()
-	// The table outlives a loop: nothing gathered by an earlier one is
-	// written from memory this one never saw.
+	// The tables outlive a loop: nothing gathered or queued by an earlier
+	// one is written from memory this one never saw.
 	l.tcp.DropSends()
+	l.flows.DropSends()
 	l.announceLink()
 	// Chains may be waiting from before a restart without a kick pending.
 	l.iterate(true)

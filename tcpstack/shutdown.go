@@ -95,9 +95,11 @@ func (l *loop) recoverFault() {
 		panic(r) // no guest memory on a stream: a fault is a bug
 	}
 	l.faulted = true
-	// A run of guest data gathered before the fault points into memory
-	// that may not be ours any more: the guest sends it again.
+	// A run of guest data gathered, or datagrams queued, before the fault
+	// point into memory that may not be ours any more: the guest sends
+	// TCP data again; UDP never promised delivery.
 	l.tcp.DropSends()
+	l.flows.DropSends()
 	n := l.st.MemoryFaults.Add(1)
 	l.s.logMemoryFault(l.log, fault.Addr(), n)
 	// The front-end learns of it through the vrings' error eventfds

@@ -123,6 +123,14 @@ func (ft *Table) FlushSends() {
 	tx.flow = -1
 }
 
+// DropSends forgets the queued datagrams without sending them: their
+// payload may not be the guest's buffers any more (a fault on guest memory
+// stopped the loop that queued them), and UDP promises no delivery.
+func (ft *Table) DropSends() {
+	ft.tx.batch.Reset()
+	ft.tx.flow = -1
+}
+
 // run is the longest run of queued datagrams from from on that one
 // UDP_SEGMENT send can carry: of one size seg, the last maybe shorter
 // (but not empty), maxPay bytes at most in all.

@@ -71,7 +71,7 @@ func (h hugepageFiles) ensure(pages int) (restore func(), err error) {
 				return nil, fmt.Errorf("raise %s to %d after compaction: %w", h.nrHugepages, want, err)
 			}
 			if free, _ = h.meminfoValue("HugePages_Free"); free < pages {
-				return nil, fmt.Errorf("hugepages: only %d free after asking for %d, even after compacting memory", free, want)
+				return nil, fmt.Errorf("hugepages: only %d free of the %d wanted (pool raised to %d), even after compacting memory", free, pages, want)
 			}
 		}
 	}
@@ -80,19 +80,16 @@ func (h hugepageFiles) ensure(pages int) (restore func(), err error) {
 		return nil, err
 	}
 	if !strings.Contains(string(mounts), " hugetlbfs ") {
-		_, statErr := os.Stat(h.mountPoint)
-		if err := os.MkdirAll(h.mountPoint, 0o755); err != nil {
-			return nil, err
+		if _, err := os.Stat(h.mountPoint); os.IsNotExist(err) {
+			if err := os.MkdirAll(h.mountPoint, 0o755); err != nil {
+				return nil, err
+			}
+			undo = append(undo, func() { _ = os.Remove(h.mountPoint) })
 		}
 		if err := unix.Mount("nodev", h.mountPoint, "hugetlbfs", 0, ""); err != nil {
-			return nil, fmt.Errorf("mount hugetlbfs: %w", err)
+			return nil, fmt.Errorf("mount hugetlbfs on %s: %w", h.mountPoint, err)
 		}
-		undo = append(undo, func() {
-			_ = unix.Unmount(h.mountPoint, 0)
-			if os.IsNotExist(statErr) {
-				_ = os.Remove(h.mountPoint)
-			}
-		})
+		undo = append(undo, func() { _ = unix.Unmount(h.mountPoint, 0) })
 	}
 	return undoAll, nil
 }

@@ -29,12 +29,13 @@ func TestEnsureHugepagesFailureRestores(t *testing.T) {
 	write(h.meminfo, "HugePages_Total:       1\nHugePages_Free:        1\n")
 	write(h.nrHugepages, "1\n")
 	write(h.mounts, "")
+	write(h.compactMemory, "") // as /proc has it: ensure writes, never creates
 
 	restore, err := h.ensure(96)
 	if err == nil || restore != nil {
 		t.Fatalf("ensure(96) with 1 free page = (%v, %v), want an error and no restore", restore != nil, err)
 	}
-	if !strings.Contains(err.Error(), "only 1 free after asking for 96") {
+	if !strings.Contains(err.Error(), "only 1 free of the 96 wanted") {
 		t.Errorf("error %q does not say how many pages were free", err)
 	}
 	got, _ := os.ReadFile(h.nrHugepages)
@@ -58,8 +59,14 @@ func TestEnsureHugepagesEnoughFree(t *testing.T) {
 		nrHugepages: filepath.Join(dir, "nr_hugepages"),
 		mounts:      filepath.Join(dir, "mounts"),
 	}
-	os.WriteFile(h.meminfo, []byte("HugePages_Free:       96\n"), 0o644)
-	os.WriteFile(h.mounts, []byte("nodev /dev/hugepages hugetlbfs rw 0 0\n"), 0o644)
+	for path, s := range map[string]string{
+		h.meminfo: "HugePages_Free:       96\n",
+		h.mounts:  "nodev /dev/hugepages hugetlbfs rw 0 0\n",
+	} {
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	restore, err := h.ensure(96)
 	if err != nil || restore == nil {
 		t.Fatalf("ensure(96) with 96 free = (%v, %v)", restore != nil, err)

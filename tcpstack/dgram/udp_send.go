@@ -125,8 +125,12 @@ func (ft *Table) FlushSends() {
 
 // DropSends forgets the queued datagrams without sending them: their
 // payload may not be the guest's buffers any more (a fault on guest memory
-// stopped the loop that queued them), and UDP promises no delivery.
+// stopped the loop that queued them), and UDP promises no delivery. Each
+// is counted as lost with its broken queue.
 func (ft *Table) DropSends() {
+	for range ft.tx.batch.Len() {
+		ft.st.UDPDrop(stats.FromGuest, stats.DropQueueBroken)
+	}
 	ft.tx.batch.Reset()
 	ft.tx.flow = -1
 }

@@ -4,6 +4,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"vunet/tcpstack/stats"
 )
 
 // TestDropSendsForgetsQueued: datagrams queued from guest memory and then
@@ -31,6 +33,9 @@ func TestDropSendsForgetsQueued(t *testing.T) {
 	stale := []byte("stale memory, maybe no longer the guest's")
 	ft.queueSend(flows[0], [][]byte{stale}, 0, len(stale), len(stale))
 	ft.DropSends()
+	if n := ft.st.Proto.UDPDrops[stats.FromGuest][stats.DropQueueBroken].Load(); n != 1 {
+		t.Errorf("%d datagrams counted as dropped with a broken queue, want 1", n)
+	}
 	fresh := []byte("fresh")
 	ft.queueSend(flows[1], [][]byte{fresh}, 0, len(fresh), len(fresh))
 	ft.FlushSends()

@@ -1,11 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+
+	rig "vunet/test/rig/lib"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat
@@ -40,24 +41,7 @@ func cpuSeconds(pid int) (float64, error) {
 
 // statusKiB reads a "kB" line of /proc/<pid>/status, e.g. VmHWM or VmRSS.
 func statusKiB(pid int, key string) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || k != key {
-			continue
-		}
-		fs := strings.Fields(v)
-		if len(fs) == 0 {
-			break
-		}
-		return strconv.ParseInt(fs[0], 10, 64)
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, key)
+	return rig.ProcField(fmt.Sprintf("/proc/%d/status", pid), key)
 }
 
 // openFilesLimit is the process's soft RLIMIT_NOFILE as /proc shows it.

@@ -1,7 +1,6 @@
 package rig
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strconv"
@@ -95,17 +94,6 @@ func (h hugepageFiles) ensure(pages int) (restore func(), err error) {
 }
 
 func (h hugepageFiles) meminfoValue(key string) (int, error) {
-	f, err := os.Open(h.meminfo)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if ok && k == key {
-			return strconv.Atoi(strings.Fields(v)[0])
-		}
-	}
-	return 0, fmt.Errorf("%s not in %s", key, h.meminfo)
+	v, err := ProcField(h.meminfo, key)
+	return int(v), err
 }

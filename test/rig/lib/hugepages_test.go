@@ -7,19 +7,25 @@ import (
 	"testing"
 )
 
-// TestEnsureHugepagesFailureRestores runs EnsureHugepages against plain
-// files standing in for a kernel that never frees the pages asked for: it
-// must return an error (not panic in its clean-up, as it did in CI when the
-// kernel was short of 2 MiB blocks), and put the page count back.
-func TestEnsureHugepagesFailureRestores(t *testing.T) {
+// fakeHugepageFiles points every kernel file at a name in a fresh
+// directory, none of them made yet.
+func fakeHugepageFiles(t *testing.T) hugepageFiles {
 	dir := t.TempDir()
-	h := hugepageFiles{
+	return hugepageFiles{
 		meminfo:       filepath.Join(dir, "meminfo"),
 		nrHugepages:   filepath.Join(dir, "nr_hugepages"),
 		compactMemory: filepath.Join(dir, "compact_memory"),
 		mounts:        filepath.Join(dir, "mounts"),
 		mountPoint:    filepath.Join(dir, "hugepages"),
 	}
+}
+
+// TestEnsureHugepagesFailureRestores runs EnsureHugepages against plain
+// files standing in for a kernel that never frees the pages asked for: it
+// must return an error (not panic in its clean-up, as it did in CI when the
+// kernel was short of 2 MiB blocks), and put the page count back.
+func TestEnsureHugepagesFailureRestores(t *testing.T) {
+	h := fakeHugepageFiles(t)
 	write := func(path, s string) {
 		t.Helper()
 		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
@@ -53,12 +59,7 @@ func TestEnsureHugepagesFailureRestores(t *testing.T) {
 // TestEnsureHugepagesEnoughFree asks for no more than are free: nothing is
 // written and restore is a no-op.
 func TestEnsureHugepagesEnoughFree(t *testing.T) {
-	dir := t.TempDir()
-	h := hugepageFiles{
-		meminfo:     filepath.Join(dir, "meminfo"),
-		nrHugepages: filepath.Join(dir, "nr_hugepages"),
-		mounts:      filepath.Join(dir, "mounts"),
-	}
+	h := fakeHugepageFiles(t)
 	for path, s := range map[string]string{
 		h.meminfo: "HugePages_Free:       96\n",
 		h.mounts:  "nodev /dev/hugepages hugetlbfs rw 0 0\n",

@@ -19,8 +19,9 @@ import "time"
 //   - the data filled a hole (data was kept out of order, or it is at the
 //     sequence our duplicate ACKs named), or the socket took only part of
 //     it: the guest must hear where we are;
-//   - everything that already asks for an ACK at once (FIN, keep-alive,
-//     retransmissions, gaps, challenges) sets flAckDue itself.
+//   - everything that already asks for an ACK at once (keep-alive,
+//     retransmissions, gaps, challenges) sets flAckDue itself. The ACK of
+//     a FIN waits too (ackGuestFin), for our FIN.
 //
 // Two kinds of connection never wait:
 //   - those whose ACKs follow a remote peer's (acksFollowPeer): their ACK
@@ -58,6 +59,25 @@ func (t *Table) ackGuestData(now time.Time, f *conn, whole, filledHole bool) {
 		unacked > f.guestMSS() || 2*unacked >= f.wndSent {
 		f.flags |= flAckDue
 		t.markDirty(f)
+		return
+	}
+	if f.delAckAt.IsZero() {
+		f.delAckAt = now.Add(t.cfg.DelayedAck)
+		t.noteTimer(f.delAckAt)
+	}
+}
+
+// ackGuestFin schedules the ACK for the guest's FIN. While the host side
+// is open it waits like a data ACK: the peer, reading the end of the
+// stream we just gave it, usually closes within microseconds, and our FIN
+// carries the ACK — one frame to the guest where there were two (Linux
+// delays the ACK of a FIN for the same reason). It goes at once where our
+// FIN went already (this one answers it, and nothing else is to come) and
+// where ACKs follow a remote peer, whose FIN is a round trip away.
+func (t *Table) ackGuestFin(now time.Time, f *conn) {
+	t.markDirty(f)
+	if t.cfg.DelayedAck < 0 || f.fd < 0 || f.has(evGuestFinSent) || t.acksFollowPeer(f) {
+		f.flags |= flAckDue
 		return
 	}
 	if f.delAckAt.IsZero() {

@@ -3,6 +3,7 @@ package tcp
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -143,9 +144,43 @@ func TestTCPDelayedAck(t *testing.T) {
 			h.sendAck(small)
 			pureAck(t, h.flush(), h.seq)
 		}},
-		{"a FIN: at once", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+		{"a FIN: our FIN carries its ACK", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
 			h.sendAck(small)
 			h.flush()
+			h.sendFin()
+			if ss := h.flush(); len(ss) != 0 {
+				t.Fatalf("sent %s before the peer closed", segsString(ss))
+			}
+			peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if b, err := io.ReadAll(peer); err != nil || !bytes.Equal(b, small) {
+				t.Fatalf("peer read %q, %v; want the request, then EOF", b, err)
+			}
+			peer.Close()
+			ss := h.collect("our FIN", func(ss []tcpSeg) bool { return hasFlag(ss, header.TCPFlagFIN) })
+			if len(ss) != 1 || ss[0].flags != header.TCPFlagFIN|header.TCPFlagACK || ss[0].ack != h.seq {
+				t.Fatalf("got %s, want one FIN acknowledging the guest's (%d)", segsString(ss), h.seq)
+			}
+			h.now = h.now.Add(defaultDelayedAck)
+			h.tab.Timers(h.now)
+			if ss := h.flush(); len(ss) != 0 {
+				t.Fatalf("after our FIN: %s", segsString(ss))
+			}
+		}},
+		{"a FIN the peer does not answer: the ACK goes when due", Config{}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
+			h.sendFin()
+			if ss := h.flush(); len(ss) != 0 {
+				t.Fatalf("sent %s at once", segsString(ss))
+			}
+			expire(t, h)
+		}},
+		{"a FIN answering ours: at once", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
+			peer.Close()
+			ss := h.collect("our FIN", func(ss []tcpSeg) bool { return hasFlag(ss, header.TCPFlagFIN) })
+			h.ack = ss[len(ss)-1].seq + 1
+			h.sendFin()
+			pureAck(t, h.flush(), h.seq)
+		}},
+		{"a FIN to a remote peer: at once", Config{AckOnPeerAck: true}, func(t *testing.T, h *tcpHarness, _ *net.TCPConn) {
 			h.sendFin()
 			pureAck(t, h.flush(), h.seq)
 		}},

@@ -92,20 +92,20 @@ func (t *Table) buildHeaders(f *conn, hdr []byte, fl header.TCPFlags, seq uint32
 		WindowSize: uint16(min(wnd, 0xffff)),
 		Options:    opts,
 	})
+	// The window as the guest reads it: scaled windows lose the bits
+	// below the scale, and the decisions that ask whether the guest can
+	// send (delayed ACKs, window updates) must not count those.
+	sent := min(wnd, 0xffff)
+	if !fl.Has(header.TCPFlagSYN) {
+		sent <<= f.wsToGuest
+	}
 	if fl.Has(header.TCPFlagACK) {
 		f.ackSent = ack
 		f.delAckAt = time.Time{} // the ACK a delayed one waited for goes with this frame
 		if n > 0 && f.delAckProbe {
 			f.answered()
 		}
-		f.wndSent = f.wndToGuest
-		if f.wndToGuest == 0 {
-			f.wndSent = 0
-		}
-	}
-	sent := min(wnd, 0xffff)
-	if !fl.Has(header.TCPFlagSYN) {
-		sent <<= f.wsToGuest
+		f.wndSent = sent
 	}
 	f.maxWndSent = max(f.maxWndSent, sent)
 	psum := header.PseudoHeaderChecksum(header.IPProtocolTCP, f.remoteAddr, f.guestAddr, uint32(tcpLen+n))

@@ -432,7 +432,6 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 			f.events |= evSockShut
 		}
 		t.setState(f, stats.TCPClosing)
-		f.flags |= flAckDue
-		t.markDirty(f)
+		t.ackGuestFin(now, f)
 	}
 }

@@ -140,6 +140,14 @@ func shortConnection(t *testing.T) bool {
 	}
 	defer peer.Close()
 	infos, mems := h.tab.infoReads, h.tab.memReads
+	// The ACK waits for the answer or the delay (delayed_ack.go), and no
+	// window update goes in its place (windowUpdateDue): the guest has
+	// used little of the SYN-ACK's window.
+	if early := h.flush(); len(early) != 0 {
+		t.Fatalf("before the delayed ACK was due: %s", segsString(early))
+	}
+	h.now = h.now.Add(defaultDelayedAck)
+	h.tab.Timers(h.now)
 	acks := h.flush()
 	if len(acks) == 0 || acks[len(acks)-1].ack != h.seq {
 		t.Fatalf("the guest's byte is not acknowledged: %+v", acks)

@@ -92,9 +92,19 @@ func (t *Table) acksFollowPeer(f *conn) bool {
 
 // windowUpdateDue reports whether the window we advertise grew enough since
 // the last frame to be worth a frame of its own. Shrinking is never
-// announced: the guest finds out with the next frame.
+// announced: the guest finds out with the next frame. Nor is growth while
+// the window the guest has leaves it a full segment and half the window
+// to send: nothing holds it back, and the next frame (at the latest a
+// delayed ACK's, which goes at once once half the window is used) carries
+// the new window. Every connection starts so, as between two kernels: the
+// SYN-ACK's window cannot be scaled, and announcing the scaled one after
+// the handshake cost the guest a frame per connection.
 func (t *Table) windowUpdateDue(f *conn) bool {
 	if f.wndToGuest <= f.wndSent || f.wndToGuest>>f.wsToGuest == f.wndSent>>f.wsToGuest {
+		return false
+	}
+	left := int64(f.wndSent) - int64(f.seqFromGuest-f.ackSent)
+	if left >= int64(max(f.wndSent/2, f.guestMSS())) {
 		return false
 	}
 	return f.wndSent < uint32(2*f.mssToGuest) || f.wndToGuest-f.wndSent >= f.wndSent/2

@@ -427,3 +427,52 @@ func TestTCPWindowReopensAfterGuestAck(t *testing.T) {
 		t.Fatalf("the workaround left the peer %d bytes, %d without it", reopened[true], reopened[false])
 	}
 }
+
+// TestTCPWindowUpdateDue: a window that grew is announced in a frame of its
+// own only when the guest may be held back by the one it has: less than a
+// segment, or less than half of it, left to send.
+func TestTCPWindowUpdateDue(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		wndSent, maxWndSent, used uint32
+		wndToGuest                uint32
+		mss                       int
+		want                      bool
+	}{
+		// The SYN-ACK's unscaled window, nothing sent on it yet: the
+		// guest's first flight fits, and the ACK of it carries the rest.
+		{"after the handshake, MTU 65520", 65483, 65483, 0, 984960, 65480, false},
+		{"after the handshake, MTU 1500", 65535, 65535, 0, 984960, 1460, false},
+		{"after the handshake, a little sent", 65535, 65535, 1000, 984960, 1460, false},
+		// Less than a segment left: the guest waits for this update.
+		{"a segment short of the edge", 2816, 38400, 1460, 38464, 1460, true},
+		{"zero window reopened", 0, 65535, 0, 65536, 1460, true},
+		{"half a large window used, it doubled", 100000, 100000, 60000, 200000, 1460, true},
+		{"half a large window used, it grew a little", 100000, 100000, 60000, 120000, 1460, false},
+		{"smaller", 100000, 100000, 90000, 50000, 1460, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &conn{wndSent: tc.wndSent, maxWndSent: tc.maxWndSent, wndToGuest: tc.wndToGuest,
+				mssToGuest: tc.mss, wsToGuest: 7, ackSent: 1000, seqFromGuest: 1000 + tc.used}
+			if got := new(Table).windowUpdateDue(f); got != tc.want {
+				t.Errorf("windowUpdateDue = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTCPWindowSentAsGuestReadsIt: the window a frame gave the guest is
+// recorded as the guest reads it, without the bits below the scale: the
+// decisions on whether the guest can still send (window updates, delayed
+// ACKs) counted 174 bytes the guest never had on a 2,990-byte window, and
+// held back an update the guest waited for.
+func TestTCPWindowSentAsGuestReadsIt(t *testing.T) {
+	h := tcpNewHarness(t, Config{})
+	h.establish(h.listen(), tcpMss1400ws7)
+	f := h.flow()
+	f.wndToGuest = 2990
+	h.tab.buildHeaders(f, make([]byte, 128), header.TCPFlagACK, f.seqToGuest, nil, nil, 0)
+	if f.wndSent != 22<<7 {
+		t.Fatalf("window recorded as sent: %d, want %d (22 << 7, what the frame says)", f.wndSent, 22<<7)
+	}
+}

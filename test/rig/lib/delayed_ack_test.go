@@ -48,3 +48,60 @@ func TestRigRequestResponseOneFrame(t *testing.T) {
 	}
 	healthy(t, r)
 }
+
+// TestRigCloseOneFrame: a short connection the guest closes first — connect,
+// a 1-byte request and answer, close — costs the guest three frames from
+// vunet, as from a kernel: the SYN-ACK, the answer (carrying the request's
+// ACK), and our FIN carrying the ACK of the guest's (the host peer closes
+// on reading the end of the stream). Without the FIN's ACK waiting for our
+// FIN it was four.
+func TestRigCloseOneFrame(t *testing.T) {
+	r := startRig(t, Options{DHCP: true, MTU: 65520})
+	e := rigEnds(r)
+	port := echoOn(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	exchange := func() {
+		conn, err := e.dial(ctx, port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if err := roundTrip(conn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// closed waits for vunet's table to empty: both FINs went and were
+	// acknowledged.
+	closed := func() Metrics {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			m := metrics(t, r)
+			if m.Sum("vunet_tcp_connections") == 0 || time.Now().After(deadline) {
+				return m
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for range 20 {
+		exchange()
+	}
+	before := closed()
+	const n = 300
+	for range n {
+		exchange()
+	}
+	after := closed()
+	if c := after.Sum("vunet_tcp_connections"); c != 0 {
+		t.Fatalf("%v connections still open 20 s after the last close", c)
+	}
+	to := after.Sum("vunet_queue_frames_total", `direction="to_guest"`) -
+		before.Sum("vunet_queue_frames_total", `direction="to_guest"`)
+	t.Logf("%d connections: %.0f frames to the guest", n, to)
+	// A peer slower to close than the delay (a loaded machine) costs an
+	// ACK of its own: allow one in ten.
+	if to < 3*n || to > 3*n+n/10 {
+		t.Errorf("%.0f frames to the guest for %d connections, want three each (at most %d)", to, n, 3*n+n/10)
+	}
+	healthy(t, r)
+}

@@ -49,8 +49,9 @@ type Config struct {
 	// AckInterval is how soon a pending ACK or window update to the guest is
 	// retried when it could not be decided at once (default 10ms).
 	AckInterval time.Duration
-	// DelayedAck is how long an ACK for guest data may wait for a frame
-	// to carry it (delayed_ack.go; default 1ms, negative: none waits).
+	// DelayedAck is how long an ACK for guest data or for the guest's FIN
+	// may wait for a frame to carry it (delayed_ack.go; default 1ms,
+	// negative: none waits).
 	DelayedAck time.Duration
 	// AckOnPeerAck makes ACKs to the guest follow tcpi_bytes_acked (what the
 	// remote peer acknowledged) for every peer, not only non-loopback ones.

@@ -76,7 +76,10 @@ func (t *Table) ackGuestData(now time.Time, f *conn, whole, filledHole bool) {
 // where ACKs follow a remote peer, whose FIN is a round trip away.
 func (t *Table) ackGuestFin(now time.Time, f *conn) {
 	t.markDirty(f)
-	if t.cfg.DelayedAck < 0 || f.fd < 0 || f.has(evGuestFinSent) || t.acksFollowPeer(f) {
+	// Our FIN went out at least once (evGuestFinSent alone is cleared by a
+	// rewind that has not resent it yet).
+	ourFin := f.has(evSockFin) && seqGT(f.sndMax, f.eofSeq)
+	if t.cfg.DelayedAck < 0 || f.fd < 0 || ourFin || t.acksFollowPeer(f) {
 		f.flags |= flAckDue
 		return
 	}

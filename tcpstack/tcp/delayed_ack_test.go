@@ -171,6 +171,9 @@ func TestTCPDelayedAck(t *testing.T) {
 			if ss := h.flush(); len(ss) != 0 {
 				t.Fatalf("sent %s at once", segsString(ss))
 			}
+			if next := h.tab.NextTimer(); !next.Equal(h.now.Add(defaultDelayedAck)) {
+				t.Fatalf("next timer in %v, want %v", next.Sub(h.now), defaultDelayedAck)
+			}
 			expire(t, h)
 		}},
 		{"a FIN answering ours: at once", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
@@ -212,4 +215,71 @@ func segsString(ss []tcpSeg) string {
 		fmt.Fprintf(&b, " [%v seq %d ack %d len %d]", s.flags, s.seq, s.ack, len(s.payload))
 	}
 	return b.String()
+}
+
+// TestTCPHeldFinAckSimultaneousClose: both sides close at once, and our FIN
+// must go again (its retransmission timer fired with no RX buffer free)
+// when the guest's FIN crosses it. The guest's FIN is answered without
+// delay, since our FIN went first, and the ACK is sent even when the
+// guest's ACK of our original FIN comes in the same pass and ends the
+// connection: it was dropped with the ACK still held.
+func TestTCPHeldFinAckSimultaneousClose(t *testing.T) {
+	h := tcpNewHarness(t, Config{})
+	peer := h.establish(h.listen(), tcpMss1400ws7)
+	h.flush()
+	peer.Close()
+	ss := h.collect("our FIN", func(ss []tcpSeg) bool { return hasFlag(ss, header.TCPFlagFIN) })
+	ourFin := ss[len(ss)-1].seq
+	f := h.flow()
+	h.w.free = 0 // the retransmission finds no buffer
+	h.now = h.now.Add(h.tab.ackTimeout(f))
+	h.tab.Timers(h.now)
+	h.flush()
+	h.batch = true
+	h.sendFin() // crossing ours: it does not acknowledge it
+	h.ack = ourFin + 1
+	h.sendAck(nil) // the guest's ACK of our FIN, in the same TX batch
+	h.flushSends()
+	h.batch = false
+	h.w.free = 100
+	got := h.flush()
+	acked := false
+	for _, s := range got {
+		acked = acked || (s.flags.Has(header.TCPFlagACK) && s.ack == h.seq)
+	}
+	if !acked {
+		t.Fatalf("got %s: the guest's FIN (%d) was never acknowledged", segsString(got), h.seq)
+	}
+}
+
+// TestTCPProbeDoesNotCarryHeldAck: a zero-window probe is one below the
+// guest's window, and the guest drops it before it reads the ACK field: an
+// ACK held for a frame to carry it (here the guest's FIN's) goes in a
+// frame of its own first, not only on the probe.
+func TestTCPProbeDoesNotCarryHeldAck(t *testing.T) {
+	h := tcpNewHarness(t, Config{AckTimeout: time.Second})
+	peer := h.establish(h.listen(), tcpMss1400ws7)
+	f := h.flow()
+	h.flush()
+	h.wnd = 0 // the guest shuts its window
+	h.sendAck(nil)
+	h.flush()
+	peer.Write(make([]byte, 3000))
+	h.waitQueued(3000)
+	h.pump(10 * time.Millisecond)
+	h.sendFin()
+	if got := h.flush(); len(got) != 0 {
+		t.Fatalf("the FIN's ACK went at once: %s", segsString(got))
+	}
+	f.flags |= flProbeDue // the probe timer, before the delayed ACK's
+	h.tab.markDirty(f)
+	got := h.flush()
+	var probe, ack bool
+	for _, s := range got {
+		probe = probe || s.seq == f.seqToGuest-1
+		ack = ack || (s.seq == f.seqToGuest && s.ack == h.seq)
+	}
+	if !probe || !ack {
+		t.Fatalf("got %s: want the probe and, in a frame of its own, the ACK of the guest's FIN (%d)", segsString(got), h.seq)
+	}
 }

@@ -132,7 +132,14 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 	if f.flags&flProbeDue != 0 {
 		// A zero-window probe: an ACK one below the next sequence, which
 		// the guest answers with its window (RFC 9293 3.8.6.1; Linux
-		// probes the same way).
+		// probes the same way). The guest drops it as an old segment
+		// before it reads its ACK field, so an ACK due or held goes first
+		// in a frame of its own: the probe would count it as sent.
+		if f.flags&flAckDue != 0 || f.seqAckToGuest != f.ackSent {
+			if !t.sendFlags(f, w, header.TCPFlagACK, f.seqToGuest) {
+				return false
+			}
+		}
 		if !t.sendFlags(f, w, header.TCPFlagACK, f.seqToGuest-1) {
 			return false
 		}
@@ -141,7 +148,10 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 	}
 	check := f.flags&flAckCheck != 0
 	f.flags &^= flAckCheck
-	if f.flags&flAckDue != 0 || (f.seqAckToGuest != f.ackSent && !f.ackHeld(now)) || t.windowUpdateDue(f) {
+	// A held ACK goes now if the connection ends in this pass: nothing
+	// would carry it after.
+	closed := f.has(evGuestFin | evGuestFinSent | evGuestFinAck)
+	if f.flags&flAckDue != 0 || (f.seqAckToGuest != f.ackSent && (!f.ackHeld(now) || closed)) || t.windowUpdateDue(f) {
 		if !t.sendFlags(f, w, header.TCPFlagACK, f.seqToGuest) {
 			return false
 		}
@@ -158,7 +168,7 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 			return false
 		}
 	}
-	if f.has(evGuestFin | evGuestFinSent | evGuestFinAck) {
+	if closed {
 		// Both directions are closed and acknowledged: done.
 		t.dropFlow(f, false)
 	}

@@ -472,7 +472,7 @@ func TestTCPWindowSentAsGuestReadsIt(t *testing.T) {
 	f := h.flow()
 	f.wndToGuest = 2990
 	h.tab.buildHeaders(f, make([]byte, 128), header.TCPFlagACK, f.seqToGuest, nil, nil, 0)
-	if f.wndSent != 22<<7 {
-		t.Fatalf("window recorded as sent: %d, want %d (22 << 7, what the frame says)", f.wndSent, 22<<7)
+	if want := uint32(2990) >> f.wsToGuest << f.wsToGuest; f.wndSent != want {
+		t.Fatalf("window recorded as sent: %d, want %d (what the frame says at scale %d)", f.wndSent, want, f.wsToGuest)
 	}
 }

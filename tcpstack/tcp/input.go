@@ -425,13 +425,19 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 		}
 	}
 	if fin && sg.seq+uint32(l) == f.seqFromGuest {
-		f.seqFromGuest++
-		f.events |= evGuestFin
-		if f.fd >= 0 {
-			_ = unix.Shutdown(f.fd, unix.SHUT_WR)
-			f.events |= evSockShut
-		}
-		t.setState(f, stats.TCPClosing)
-		t.ackGuestFin(now, f)
+		t.guestFin(now, f)
 	}
+}
+
+// guestFin takes the guest's FIN, which follows everything written: the
+// host socket is half-closed, and the FIN's ACK scheduled.
+func (t *Table) guestFin(now time.Time, f *conn) {
+	f.seqFromGuest++
+	f.events |= evGuestFin
+	if f.fd >= 0 {
+		_ = unix.Shutdown(f.fd, unix.SHUT_WR)
+		f.events |= evSockShut
+	}
+	t.setState(f, stats.TCPClosing)
+	t.ackGuestFin(now, f)
 }

@@ -51,6 +51,10 @@ type oooBuf struct {
 	ranges [oooRanges]seqRange
 	n      int // ranges in use, sorted, disjoint and not adjacent
 	last   int // the range the latest segment went into: the first SACK block
+	// fin is the sequence of a FIN a kept segment carried (valid when
+	// hasFin): it is taken once everything before it is written.
+	fin    uint32
+	hasFin bool
 }
 
 // sackOK reports whether f negotiated SACK with the guest.
@@ -71,6 +75,7 @@ func (t *Table) keepOutOfOrder(f *conn, sg *segment, frame [][]byte, skip int) b
 	if !seqGT(end, start) {
 		return false
 	}
+	whole := end == start+uint32(sg.payloadLen)
 	o := f.ooo
 	if o == nil {
 		if o = t.oooGet(); o == nil {
@@ -89,6 +94,11 @@ func (t *Table) keepOutOfOrder(f *conn, sg *segment, frame [][]byte, skip int) b
 		k := min(int(end-s), oooSize-i)
 		header.CopyFromIovecs(o.data[i:i+k], frame, payload+int(s-start))
 		s += uint32(k)
+	}
+	if whole && sg.flags.Has(header.TCPFlagFIN) && !o.hasFin {
+		// Without it, the guest would send the FIN again only after its
+		// retransmission timeout, once the hole is filled.
+		o.fin, o.hasFin = end, true
 	}
 	t.stats.OutOfOrderKept.Add(uint64(end - start))
 	return true
@@ -176,7 +186,11 @@ func (t *Table) writeOutOfOrder(now time.Time, f *conn) {
 		}
 	}
 	if o.n == 0 {
+		fin := o.hasFin && o.fin == f.seqFromGuest && !f.has(evGuestFin)
 		t.oooDrop(f)
+		if fin {
+			t.guestFin(now, f)
+		}
 	}
 }
 
@@ -232,7 +246,7 @@ func (t *Table) oooDrop(f *conn) {
 		return
 	}
 	f.ooo = nil
-	o.n, o.last = 0, 0
+	o.n, o.last, o.hasFin = 0, 0, false
 	t.oooLive--
 	t.oooPool = append(t.oooPool, o)
 }

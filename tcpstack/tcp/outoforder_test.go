@@ -360,3 +360,30 @@ func TestTCPOutOfOrderTooManyRangesKeepsTheRest(t *testing.T) {
 		t.Fatal("host got other bytes than the segments in order")
 	}
 }
+
+// TestTCPOutOfOrderFinTaken: the guest's last segment carries its FIN and
+// arrives past a hole. It is kept (SACK), and once the hole is filled the
+// peer reads all the data and then the end of the stream, and the guest's
+// FIN is acknowledged: it was forgotten with the segment's data kept, and
+// the guest had to send it again after its retransmission timeout.
+func TestTCPOutOfOrderFinTaken(t *testing.T) {
+	h := tcpNewHarness(t, Config{})
+	peer := h.establish(h.listen(), tcpSackOpts)
+	h.flush()
+	first, last := []byte("the hole, sent late"), []byte("and the end")
+	h.inject(h.frame(header.TCPFlagACK|header.TCPFlagFIN, h.seq+uint32(len(first)), h.ack, h.wnd, nil, last))
+	h.flush()
+	h.sendAck(first) // the hole
+	end := h.seq + uint32(len(last)) + 1
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(peer); err != nil || string(b) != string(first)+string(last) {
+		t.Fatalf("peer read %q, %v; want the data in order, then EOF", b, err)
+	}
+	if f := h.flow(); f == nil || !f.has(evGuestFin) || f.seqFromGuest != end {
+		t.Fatalf("the guest's FIN was not taken: flow %+v", f)
+	}
+	ss := h.flush()
+	if len(ss) == 0 || ss[len(ss)-1].ack != end {
+		t.Fatalf("got %s, want the FIN acknowledged (%d)", segsString(ss), end)
+	}
+}

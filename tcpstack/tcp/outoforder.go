@@ -210,7 +210,14 @@ func (t *Table) sackBlocks(f *conn, o *header.TCPOptions) {
 	}
 	add := func(r seqRange) {
 		if o.NumSACKBlocks < header.TCPMaxSACKBlocks {
-			o.SACKBlocks[o.NumSACKBlocks] = header.TCPSACKBlock{Start: r.start, End: r.end}
+			end := r.end
+			if b.hasFin && end == b.fin {
+				// The kept FIN's sequence number is SACKed with its data,
+				// as a kernel's block ends: the guest's segment ends there,
+				// and a block short of it leaves it unSACKed.
+				end++
+			}
+			o.SACKBlocks[o.NumSACKBlocks] = header.TCPSACKBlock{Start: r.start, End: end}
 			o.NumSACKBlocks++
 		}
 	}

@@ -372,9 +372,12 @@ func TestTCPOutOfOrderFinTaken(t *testing.T) {
 	h.flush()
 	first, last := []byte("the hole, sent late"), []byte("and the end")
 	h.inject(h.frame(header.TCPFlagACK|header.TCPFlagFIN, h.seq+uint32(len(first)), h.ack, h.wnd, nil, last))
-	h.flush()
+	end := h.seq + uint32(len(first)+len(last)) + 1
+	dup := h.flush()
+	if len(dup) == 0 || dup[0].opts.NumSACKBlocks != 1 || dup[0].opts.SACKBlocks[0].End != end {
+		t.Fatalf("got %s (%+v), want an ACK SACKing the kept segment and its FIN, up to %d", segsString(dup), dup, end)
+	}
 	h.sendAck(first) // the hole
-	end := h.seq + uint32(len(last)) + 1
 	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if b, err := io.ReadAll(peer); err != nil || string(b) != string(first)+string(last) {
 		t.Fatalf("peer read %q, %v; want the data in order, then EOF", b, err)

@@ -420,6 +420,12 @@ func (t *Table) guestData(now time.Time, f *conn, sg *segment, frame [][]byte, s
 				if f.fd < 0 {
 					return
 				}
+			} else if f.ooo != nil {
+				// Written in part, perhaps into what was kept: that part
+				// is forgotten, so the rest of it is next (oooReady) and
+				// goes at EPOLLOUT. Kept data starting before the next byte
+				// was never written again.
+				f.ooo.trim(f.seqFromGuest)
 			}
 			t.ackGuestData(now, f, whole, filled)
 		}

@@ -253,6 +253,33 @@ func TestTCPOutOfOrderWaitsForSocketSpace(t *testing.T) {
 	h.expectStream(peer, data, func() bool { return f.seqFromGuest == base+uint32(len(data)) })
 }
 
+// TestTCPOutOfOrderAfterShortWrite: the guest sends the hole again in one
+// large segment that overlaps what was kept after it, and the socket takes
+// only part of it, past the start of the kept data. What is left of the
+// kept data still goes out at EPOLLOUT: it started before the next byte and
+// was never written again (the guest, which has it SACKed, does not send it
+// again).
+func TestTCPOutOfOrderAfterShortWrite(t *testing.T) {
+	h := tcpNewHarness(t, Config{SndBuf: 4096})
+	ln := h.listen()
+	h.setRcvBuf(ln, 4096)
+	peer := h.establish(ln, tcpSackOpts)
+	base := h.seq
+	const hole, size, n = 100, 1000, 60
+	data := bytes.Repeat([]byte("0123456789"), (hole+n*size)/10)
+	for i := 0; i < n; i++ { // everything after the hole
+		o := hole + i*size
+		h.inject(h.frame(header.TCPFlagACK, base+uint32(o), h.ack, h.wnd, nil, data[o:o+size]))
+	}
+	const again = hole + 40*size // the hole and most of what was kept
+	h.inject(h.frame(header.TCPFlagACK, base, h.ack, h.wnd, nil, data[:again]))
+	f := h.flow()
+	if w := f.seqFromGuest - base; w <= hole || w >= again {
+		t.Fatalf("%d bytes written; want a short write past the hole (%d) and before %d", w, hole, again)
+	}
+	h.expectStream(peer, data, func() bool { return f.seqFromGuest == base+uint32(len(data)) })
+}
+
 // expectStream pumps the table until written reports true and fails the
 // test unless the host peer then read exactly data.
 func (h *tcpHarness) expectStream(peer io.Reader, data []byte, written func() bool) {

@@ -55,16 +55,7 @@ func (t *Table) ackGuestData(now time.Time, f *conn, whole, filledHole bool) {
 	// waited for that ACK.
 	f.delAckProbe = false
 	unacked := f.seqFromGuest - f.ackSent
-	if t.cfg.DelayedAck < 0 || f.delAckOff || t.acksFollowPeer(f) || !whole || filledHole ||
-		unacked > f.guestMSS() || 2*unacked >= f.wndSent {
-		f.flags |= flAckDue
-		t.markDirty(f)
-		return
-	}
-	if f.delAckAt.IsZero() {
-		f.delAckAt = now.Add(t.cfg.DelayedAck)
-		t.noteTimer(f.delAckAt)
-	}
+	t.scheduleAck(now, f, f.delAckOff || !whole || filledHole || unacked > f.guestMSS() || 2*unacked >= f.wndSent)
 }
 
 // ackGuestFin schedules the ACK for the guest's FIN. While the host side
@@ -75,12 +66,18 @@ func (t *Table) ackGuestData(now time.Time, f *conn, whole, filledHole bool) {
 // FIN went already (this one answers it, and nothing else is to come) and
 // where ACKs follow a remote peer, whose FIN is a round trip away.
 func (t *Table) ackGuestFin(now time.Time, f *conn) {
-	t.markDirty(f)
-	// Our FIN went out at least once (evGuestFinSent alone is cleared by a
-	// rewind that has not resent it yet).
-	ourFin := f.has(evSockFin) && seqGT(f.sndMax, f.eofSeq)
-	if t.cfg.DelayedAck < 0 || f.fd < 0 || ourFin || t.acksFollowPeer(f) {
+	t.markDirty(f) // the ACK number moved: the next pass refreshes it
+	t.scheduleAck(now, f, f.fd < 0 || f.finWentOut())
+}
+
+// scheduleAck sends f's ACK in the next output pass when atOnce, when
+// delaying is off, or when f's ACKs follow a remote peer's; otherwise it
+// waits up to Config.DelayedAck for a frame to carry it (a wait already
+// running is not extended).
+func (t *Table) scheduleAck(now time.Time, f *conn, atOnce bool) {
+	if atOnce || t.cfg.DelayedAck < 0 || t.acksFollowPeer(f) {
 		f.flags |= flAckDue
+		t.markDirty(f)
 		return
 	}
 	if f.delAckAt.IsZero() {

@@ -49,10 +49,7 @@ func (t *Table) deadline(f *conn) time.Time {
 // for the end of a close: both FINs exchanged, or our FIN waiting for the
 // guest's ACK.
 func (t *Table) quietTimeout(f *conn) time.Duration {
-	// evGuestFinSent is cleared by a rewind (the FIN goes again): a
-	// sequence past the EOF is what says our FIN went out.
-	finSent := f.has(evSockFin) && seqGT(f.sndMax, f.eofSeq)
-	if f.state == stats.TCPClosing && finSent && (f.has(evGuestFin) || !f.has(evGuestFinAck)) {
+	if f.state == stats.TCPClosing && f.finWentOut() && (f.has(evGuestFin) || !f.has(evGuestFinAck)) {
 		return t.cfg.FinTimeout
 	}
 	return t.cfg.IdleTimeout
@@ -201,3 +198,8 @@ func zeroWindow(f *conn) bool {
 
 // maxAckTimeout caps the backed-off ACK timeout.
 const maxAckTimeout = time.Minute
+
+// finWentOut reports whether our FIN has gone to the guest at least once.
+// evGuestFinSent does not say it: a rewind clears it until the FIN goes
+// again; a sequence past the end of the stream does.
+func (f *conn) finWentOut() bool { return f.has(evSockFin) && seqGT(f.sndMax, f.eofSeq) }

@@ -14,6 +14,18 @@ import (
 	"vunet/tcpstack/stats"
 )
 
+// loopbackUDP is a UDP socket on 127.0.0.1 for a test's host peer, closed
+// when the test ends.
+func loopbackUDP(tb testing.TB) *net.UDPConn {
+	tb.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
 // udpSocketTo returns a UDP socket connected to addr, as a flow holds one.
 func udpSocketTo(t testing.TB, addr *net.UDPAddr) int {
 	t.Helper()
@@ -46,11 +58,7 @@ func v4Key(guestPort, remotePort uint16) flowKey {
 // read through the new descriptor), and the old table forgot it without
 // touching the socket.
 func TestHandOverKeepsFlow(t *testing.T) {
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := loopbackUDP(t)
 	src, dst := newTestTable(4), newTestTable(4)
 	now := time.Unix(1_000_000, 0)
 	src.now = now.Add(-20 * time.Second)
@@ -102,11 +110,7 @@ func TestHandOverKeepsFlow(t *testing.T) {
 
 // TestImportFlowHostile refuses states and descriptors no flow has.
 func TestImportFlowHostile(t *testing.T) {
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := loopbackUDP(t)
 	src := newTestTable(4)
 	now := time.Unix(1_000_000, 0)
 	src.now = now
@@ -186,11 +190,7 @@ func FuzzImportFlow(f *testing.F) {
 		GuestIP: [16]byte{10, 0, 2, 15}, RemoteIP: [16]byte{10, 0, 2, 2}}
 	seed, _ := binary.Append(nil, binary.LittleEndian, &w)
 	f.Add(seed)
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { srv.Close() })
+	srv := loopbackUDP(f)
 	udp := udpSocketTo(f, srv.LocalAddr().(*net.UDPAddr))
 	f.Cleanup(func() { unix.Close(udp) })
 	f.Fuzz(func(t *testing.T, state []byte) {
@@ -218,11 +218,7 @@ func FuzzImportFlow(f *testing.F) {
 // TestHandOverKeepsDNSForward: a UDP flow to the DNS forward is still
 // one after a hand-over (its datagrams keep being counted as queries).
 func TestHandOverKeepsDNSForward(t *testing.T) {
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := loopbackUDP(t)
 	pol := addrpolicy.New(addrpolicy.Config{Guest4: netip.MustParsePrefix("10.0.2.15/24"),
 		Gateway4: netip.MustParseAddr("10.0.2.2"), MapGateway: true, DNSForward4: netip.MustParseAddr("127.0.0.1")})
 	cfg := Config{MaxFlows: 4, UDPTimeout: time.Minute, ICMPTimeout: time.Minute, Policy: pol}

@@ -76,11 +76,7 @@ func flushAll(t *testing.T, ft *Table, now time.Time, w guestring.Sink) (rounds 
 func TestInboundFlowsSpareGuestFlows(t *testing.T) {
 	const maxFlows, guestFlows, peers = 8, 3, 200
 	ft, fwd := forwardTable(t, Config{MaxFlows: maxFlows})
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := loopbackUDP(t)
 	start := time.Unix(1_000_000, 0)
 	// The guest's own flows, used before the flood: the least recently
 	// used in the table.
@@ -143,11 +139,7 @@ func TestGuestFlowsEvictOnlyGuestFlows(t *testing.T) {
 	if ft.lru[classInbound].n != 1 {
 		t.Fatalf("%d peer flows, want 1", ft.lru[classInbound].n)
 	}
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := loopbackUDP(t)
 	keys := make([]flowKey, 6)
 	for i := range keys {
 		now = now.Add(time.Second)
@@ -220,11 +212,7 @@ func TestDiscardWithRXDisabledIsBudgeted(t *testing.T) {
 // grow with the table (it was a scan of every slot). The descriptors are
 // dups of one socket; dup and close are most of what is measured.
 func BenchmarkEvictionFullTable(b *testing.B) {
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	srv := loopbackUDP(b)
 	sock := udpSocketTo(b, srv.LocalAddr().(*net.UDPAddr))
 	defer unix.Close(sock)
 	for _, n := range []int{256, 8192} {

@@ -100,11 +100,7 @@ func (s *ringSink) Merging() bool   { return s.mrg }
 // loopback server, and the server, connected back to the flow's socket.
 func flowTo(t *testing.T) (*Table, int32, *peer) {
 	t.Helper()
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := loopbackUDP(t)
 	ft := newTestTable(4)
 	t.Cleanup(ft.Close)
 	key := v4Key(40000, uint16(srv.LocalAddr().(*net.UDPAddr).Port))
@@ -340,11 +336,7 @@ func TestUDPReceiveWaitsForBuffers(t *testing.T) {
 // flow's socket into a sink with a buffer for each (the sends are not
 // timed): 0 allocs/op.
 func BenchmarkUDPRecvBatch(b *testing.B) {
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	srv := loopbackUDP(b)
 	ft := newTestTable(4)
 	defer ft.Close()
 	key := v4Key(40000, uint16(srv.LocalAddr().(*net.UDPAddr).Port))

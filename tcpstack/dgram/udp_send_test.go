@@ -13,11 +13,7 @@ import (
 // socket, even when the next loop's first datagram is of another flow and
 // would have flushed them; that datagram goes out alone.
 func TestDropSendsForgetsQueued(t *testing.T) {
-	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := loopbackUDP(t)
 	ft := newTestTable(4)
 	defer ft.CloseFlows()
 	ft.now = time.Unix(1_000_000, 0)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 
@@ -233,18 +234,8 @@ func TestTCPOutOfOrderWithoutSACK(t *testing.T) {
 // frees up (EPOLLOUT), since the guest, which has it SACKed, does not
 // send it again.
 func TestTCPOutOfOrderWaitsForSocketSpace(t *testing.T) {
-	h := tcpNewHarness(t, Config{SndBuf: 4096})
-	ln := h.listen()
-	h.setRcvBuf(ln, 4096)
-	peer := h.establish(ln, tcpSackOpts)
-	base := h.seq
-	const hole, size, n = 100, 1000, 60
-	data := bytes.Repeat([]byte("0123456789"), (hole+n*size)/10)
-	for i := 0; i < n; i++ { // everything after the hole
-		o := hole + i*size
-		h.inject(h.frame(header.TCPFlagACK, base+uint32(o), h.ack, h.wnd, nil, data[o:o+size]))
-	}
-	h.inject(h.frame(header.TCPFlagACK, base, h.ack, h.wnd, nil, data[:hole])) // the hole
+	h, peer, base, data := keptPastHole(t)
+	h.inject(h.frame(header.TCPFlagACK, base, h.ack, h.wnd, nil, data[:keptHole])) // the hole
 	f := h.flow()
 	if f.ooo == nil || f.ooo.n == 0 || f.ooo.ranges[0].start != f.seqFromGuest {
 		t.Fatalf("after the hole: %d bytes written; want a full socket with kept data next (SO_SNDBUF 4096, the peer's SO_RCVBUF 4096)", f.seqFromGuest-base)
@@ -260,24 +251,35 @@ func TestTCPOutOfOrderWaitsForSocketSpace(t *testing.T) {
 // was never written again (the guest, which has it SACKed, does not send it
 // again).
 func TestTCPOutOfOrderAfterShortWrite(t *testing.T) {
-	h := tcpNewHarness(t, Config{SndBuf: 4096})
-	ln := h.listen()
-	h.setRcvBuf(ln, 4096)
-	peer := h.establish(ln, tcpSackOpts)
-	base := h.seq
-	const hole, size, n = 100, 1000, 60
-	data := bytes.Repeat([]byte("0123456789"), (hole+n*size)/10)
-	for i := 0; i < n; i++ { // everything after the hole
-		o := hole + i*size
-		h.inject(h.frame(header.TCPFlagACK, base+uint32(o), h.ack, h.wnd, nil, data[o:o+size]))
-	}
-	const again = hole + 40*size // the hole and most of what was kept
+	h, peer, base, data := keptPastHole(t)
+	const again = keptHole + 40*keptSize // the hole and most of what was kept
 	h.inject(h.frame(header.TCPFlagACK, base, h.ack, h.wnd, nil, data[:again]))
 	f := h.flow()
-	if w := f.seqFromGuest - base; w <= hole || w >= again {
-		t.Fatalf("%d bytes written; want a short write past the hole (%d) and before %d", w, hole, again)
+	if w := f.seqFromGuest - base; w <= keptHole || w >= again {
+		t.Fatalf("%d bytes written; want a short write past the hole (%d) and before %d", w, keptHole, again)
 	}
 	h.expectStream(peer, data, func() bool { return f.seqFromGuest == base+uint32(len(data)) })
+}
+
+// keptHole, keptSize and keptSegs shape keptPastHole's stream: a hole of
+// keptHole bytes, then keptSegs segments of keptSize.
+const keptHole, keptSize, keptSegs = 100, 1000, 60
+
+// keptPastHole connects a SACK guest to a peer behind 4 KiB socket buffers
+// and sends everything of data but its first keptHole bytes, which the
+// table keeps; base is data's first sequence number.
+func keptPastHole(t *testing.T) (h *tcpHarness, peer *net.TCPConn, base uint32, data []byte) {
+	h = tcpNewHarness(t, Config{SndBuf: 4096})
+	ln := h.listen()
+	h.setRcvBuf(ln, 4096)
+	peer = h.establish(ln, tcpSackOpts)
+	base = h.seq
+	data = bytes.Repeat([]byte("0123456789"), (keptHole+keptSegs*keptSize)/10)
+	for i := range keptSegs {
+		o := keptHole + i*keptSize
+		h.inject(h.frame(header.TCPFlagACK, base+uint32(o), h.ack, h.wnd, nil, data[o:o+keptSize]))
+	}
+	return h, peer, base, data
 }
 
 // expectStream pumps the table until written reports true and fails the

@@ -114,7 +114,7 @@ func (f *floodRound) syn() {
 	// Every connection goes again (refused, given up, or reset by the
 	// guest kernel, which never made it): the table drains back to the
 	// stream's one connection.
-	m := f.waitMetric("TCP table drained", 30*time.Second, func(m Metrics) bool {
+	m := waitMetric(f.t, f.r, 30*time.Second, func(m Metrics) bool {
 		return m.Sum("vunet_tcp_connections") == 1
 	})
 	if n := m.Sum("vunet_tcp_connections"); n != 1 {
@@ -237,17 +237,17 @@ func (f *floodRound) link() {
 	f.progressed("link-service flood", v0)
 }
 
-// waitMetric scrapes until pred holds or d passes and returns the last
-// scrape.
-func (f *floodRound) waitMetric(what string, d time.Duration, pred func(Metrics) bool) Metrics {
-	f.t.Helper()
+// waitMetric scrapes r until pred holds or d passes and returns the last
+// scrape (the caller checks it).
+func waitMetric(t testing.TB, r *Rig, d time.Duration, pred func(Metrics) bool) Metrics {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		m := metrics(f.t, f.r)
+		m := metrics(t, r)
 		if pred(m) || time.Now().After(deadline) {
 			return m
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

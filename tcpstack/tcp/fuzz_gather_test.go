@@ -9,7 +9,6 @@ import (
 
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/internal/guestframe"
-	"vunet/virtqueue"
 )
 
 // gatherFuzzStream is the guest's byte stream in FuzzTCPGuestBatch: every
@@ -114,24 +113,6 @@ func FuzzTCPGuestBatch(f *testing.F) {
 			t.Fatalf("%d bytes acknowledged to the guest, the peer read %d", acked, len(got))
 		}
 	})
-}
-
-// injectSplit is inject with the frame's guest memory in two iovecs, split
-// at split bytes into the frame (clamped to it).
-func (h *tcpHarness) injectSplit(b []byte, split int) {
-	head := make([]byte, min(len(b), 256))
-	copy(head, b)
-	mem := append(make([]byte, virtqueue.NetHdrLen), b...)
-	s := virtqueue.NetHdrLen + min(split, len(b))
-	var p header.Packet
-	if err := header.ParseFrame(head, len(b), &p); err != nil {
-		h.t.Fatalf("frame does not parse: %v", err)
-	}
-	h.tab.HandleGuestFrame(h.now, &p, [][]byte{mem[:s], mem[s:]}, virtqueue.NetHdrLen)
-	h.pending = append(h.pending, mem)
-	if !h.batch {
-		h.flushSends()
-	}
 }
 
 // gatherReadAll reads what the peer has until it has been quiet for

@@ -217,21 +217,34 @@ func (h *tcpHarness) frame(fl header.TCPFlags, seq, ack uint32, wnd uint16, opts
 // inject hands a frame to the table the way the TX path does: a copied
 // head of at most 256 bytes, the payload from the "guest memory" iovec.
 func (h *tcpHarness) inject(b []byte) {
+	if !h.injectSplit(b, len(b)) {
+		h.t.Fatalf("frame rejected")
+	}
+}
+
+// injectSplit is inject with the frame's guest memory in two iovecs, split
+// at split bytes into the frame (clamped to it); it reports whether the
+// table took the frame.
+func (h *tcpHarness) injectSplit(b []byte, split int) bool {
 	head := make([]byte, min(len(b), 256))
 	copy(head, b)
 	// Guest memory with a virtio-net header in front, as in a TX chain.
 	mem := append(make([]byte, virtqueue.NetHdrLen), b...)
+	s := virtqueue.NetHdrLen + min(split, len(b))
 	var p header.Packet
 	if err := header.ParseFrame(head, len(b), &p); err != nil {
 		h.t.Fatalf("frame does not parse: %v", err)
 	}
-	if !h.tab.HandleGuestFrame(h.now, &p, [][]byte{mem}, virtqueue.NetHdrLen) {
-		h.t.Fatalf("frame rejected")
+	frame := [][]byte{mem[:s], mem[s:]}
+	if s == len(mem) {
+		frame = frame[:1]
 	}
+	ok := h.tab.HandleGuestFrame(h.now, &p, frame, virtqueue.NetHdrLen)
 	h.pending = append(h.pending, mem)
 	if !h.batch {
 		h.flushSends() // each frame a TX batch of its own
 	}
+	return ok
 }
 
 func (h *tcpHarness) sendSYN(opts header.TCPOptions) {

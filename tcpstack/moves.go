@@ -97,7 +97,7 @@ type pairDir struct {
 	kind moveKind
 }
 
-func (d *pairDir) Sum(key []byte) uint64 { return d.ps.shard.Dir().Sum(key) }
+func (d *pairDir) Sum(key [38]byte) uint64 { return d.ps.shard.Dir().Sum(key[:]) }
 func (d *pairDir) Add(fp uint64)         { d.ps.shard.Add(fp) }
 func (d *pairDir) Remove(fp uint64)      { d.ps.shard.Remove(fp) }
 

@@ -19,8 +19,10 @@ import (
 // flows, and asks them. One table's calls come from one goroutine at a
 // time.
 type Directory interface {
-	// Sum returns the fingerprint of a flow key's bytes.
-	Sum(key []byte) uint64
+	// Sum returns the fingerprint of a flow key's bytes. The key is an
+	// array, passed by value: a slice would escape through the interface
+	// and cost an allocation per new flow.
+	Sum(key [38]byte) uint64
 	// Add and Remove say that the table holds (no longer holds) a flow
 	// with fingerprint fp.
 	Add(fp uint64)
@@ -55,7 +57,7 @@ func (ft *Table) SetDirectory(d Directory) {
 
 // keySum is the fingerprint of k in d.
 func keySum(d Directory, k *flowKey) uint64 {
-	var b [1 + 1 + 16 + 16 + 2 + 2]byte
+	var b [38]byte // kind, family, addresses, ports
 	b[0] = 'D'
 	b[1] = byte(k.kind)
 	if k.v6 {
@@ -65,7 +67,7 @@ func keySum(d Directory, k *flowKey) uint64 {
 	copy(b[18:34], k.remoteIP[:])
 	binary.BigEndian.PutUint16(b[34:36], k.guestPort)
 	binary.BigEndian.PutUint16(b[36:38], k.remotePort)
-	return d.Sum(b[:])
+	return d.Sum(b)
 }
 
 // HandOff gives away the flow whose fingerprint is fp, for another table of

@@ -25,8 +25,10 @@ import (
 // connections, and asks them. One table's calls come from one goroutine at
 // a time.
 type Directory interface {
-	// Sum returns the fingerprint of a connection key's bytes.
-	Sum(key []byte) uint64
+	// Sum returns the fingerprint of a connection key's bytes. The key
+	// is an array, passed by value: a slice would escape through the
+	// interface and cost an allocation per new connection.
+	Sum(key [38]byte) uint64
 	// Add and Remove say that the table holds (no longer holds) a
 	// connection with fingerprint fp.
 	Add(fp uint64)
@@ -57,7 +59,7 @@ func (t *Table) SetDirectory(d Directory) {
 
 // keySum is the fingerprint of k in d.
 func keySum(d Directory, k *connKey) uint64 {
-	var b [1 + 16 + 16 + 2 + 2 + 1]byte
+	var b [38]byte // "T", addresses, ports, family
 	b[0] = 'T'
 	copy(b[1:17], k.guestAddr[:])
 	copy(b[17:33], k.remoteAddr[:])
@@ -66,7 +68,7 @@ func keySum(d Directory, k *connKey) uint64 {
 	if k.v6 {
 		b[37] = 1
 	}
-	return d.Sum(b[:])
+	return d.Sum(b)
 }
 
 // fetchElsewhere asks the directory about a segment whose connection the

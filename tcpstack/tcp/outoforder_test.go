@@ -328,7 +328,7 @@ func TestTCPOutOfOrderBufferGoesBack(t *testing.T) {
 // testDir is a directory of one table.
 type testDir struct{ fps map[uint64]int }
 
-func (d *testDir) Sum(b []byte) uint64 {
+func (d *testDir) Sum(b [38]byte) uint64 {
 	var s uint64 = 14695981039346656037
 	for _, c := range b {
 		s = (s ^ uint64(c)) * 1099511628211

@@ -98,8 +98,8 @@ type pairDir struct {
 }
 
 func (d *pairDir) Sum(key [38]byte) uint64 { return d.ps.shard.Dir().Sum(key[:]) }
-func (d *pairDir) Add(fp uint64)         { d.ps.shard.Add(fp) }
-func (d *pairDir) Remove(fp uint64)      { d.ps.shard.Remove(fp) }
+func (d *pairDir) Add(fp uint64)           { d.ps.shard.Add(fp) }
+func (d *pairDir) Remove(fp uint64)        { d.ps.shard.Remove(fp) }
 
 // Fetch is asked, on the pair's loop, for a frame whose flow the table
 // lacks.

@@ -48,7 +48,7 @@ func DialTCP(dst netip.AddrPort, src Source, sndBuf, rcvBuf int) (fd int, inProg
 		unix.Close(fd)
 		return -1, false, err
 	}
-	err = unix.Connect(fd, Sockaddr(dst))
+	err = connect(fd, dst)
 	switch err {
 	case nil:
 		return fd, false, nil
@@ -86,7 +86,7 @@ func DialDatagram(dst netip.AddrPort, proto int, src Source) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	if err := unix.Connect(fd, Sockaddr(dst)); err != nil {
+	if err := connect(fd, dst); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}

@@ -182,6 +182,61 @@ func TestDialListenAccept(t *testing.T) {
 	}
 }
 
+// TestDialAddresses: the raw connect reaches the address and port it was
+// given in both families (the port in network byte order, an IPv4 address
+// as AF_INET), reports the kernel's errors as unix.Errno values, and
+// allocates nothing.
+func TestDialAddresses(t *testing.T) {
+	for _, dst := range []string{"127.0.0.1:4242", "[::1]:4243", "127.0.0.2:65534"} {
+		ap := netip.MustParseAddrPort(dst)
+		fd, err := DialDatagram(ap, 0, Source{})
+		if err != nil {
+			t.Fatalf("%s: %v", dst, err)
+		}
+		sa, err := unix.Getpeername(fd)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatalf("%s: getpeername: %v", dst, err)
+		}
+		var got netip.AddrPort
+		switch sa := sa.(type) {
+		case *unix.SockaddrInet4:
+			got = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+		case *unix.SockaddrInet6:
+			got = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port))
+		}
+		if got != ap {
+			t.Errorf("connected to %v, want %v", got, ap)
+		}
+	}
+	// A TCP connect to a port nobody listens on: refused, as an Errno.
+	fd, _, err := DialTCP(netip.MustParseAddrPort("[::1]:1"), Source{}, 0, 0)
+	if err == nil {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		unix.Poll(pfd, 2000)
+		err = unix.Errno(0)
+		if v, gerr := GetInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); gerr == nil {
+			err = unix.Errno(v)
+		}
+		unix.Close(fd)
+	}
+	if !errors.Is(err, unix.ECONNREFUSED) {
+		t.Errorf("connect to [::1]:1: %v, want ECONNREFUSED", err)
+	}
+	if err := connect(-1, netip.MustParseAddrPort("127.0.0.1:1")); err != unix.EBADF {
+		t.Errorf("connect on fd -1: %v, want EBADF", err)
+	}
+	s, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(s)
+	ap := netip.MustParseAddrPort("[::1]:4244")
+	if allocs := testing.AllocsPerRun(100, func() { connect(s, ap) }); allocs != 0 {
+		t.Errorf("%v allocs per connect", allocs)
+	}
+}
+
 // TestForwardUDP: a forwarded port's reply socket shares its port and
 // reaches the peer from it; RecvFrom reports the sender.
 func TestForwardUDP(t *testing.T) {

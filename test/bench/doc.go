@@ -20,7 +20,8 @@
 //   - the back-end's peak RSS (VmHWM) and its RSS with N (10,000) idle TCP
 //     connections open through it;
 //   - Go micro-benchmarks of the hot paths (virtqueue, tcpstack,
-//     tcpstack/header) with allocs/op.
+//     tcpstack/header, tcpstack/tcp, tcpstack/dgram, tcpstack/stream)
+//     with allocs/op.
 //
 // With VUNET_BENCH_PEER set, every test runs on the peer right after vunet
 // and the table gains the ratio vunet/peer per row. The template is split on

@@ -12,8 +12,10 @@ import (
 
 // microPackages hold the hot-path benchmarks: ring pop/push and the
 // virtio-net header (virtqueue), frame build/parse and checksums
-// (tcpstack/header), the TX and RX paths (tcpstack).
-var microPackages = []string{"./virtqueue", "./tcpstack/header", "./tcpstack"}
+// (tcpstack/header), the TX and RX paths (tcpstack), a TCP connection's
+// data, SACK recovery and setup (tcpstack/tcp), datagram batches and the
+// flow table (tcpstack/dgram), the stream transport (tcpstack/stream).
+var microPackages = []string{"./virtqueue", "./tcpstack/header", "./tcpstack", "./tcpstack/tcp", "./tcpstack/dgram", "./tcpstack/stream"}
 
 // runMicro runs the packages' Go benchmarks in the module at root and parses
 // their lines. The raw output is returned too, for the log.

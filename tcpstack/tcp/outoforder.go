@@ -51,10 +51,13 @@ type oooBuf struct {
 	ranges [oooRanges]seqRange
 	n      int // ranges in use, sorted, disjoint and not adjacent
 	last   int // the range the latest segment went into: the first SACK block
-	// fin is the sequence of a FIN a kept segment carried (valid when
-	// hasFin): it is taken once everything before it is written.
-	fin    uint32
-	hasFin bool
+	// fin is the sequence of a FIN a kept segment carried, or of a bare
+	// FIN kept on its own (valid when hasFin): it is taken once
+	// everything before it is written. finLast: the latest segment kept
+	// was that bare FIN (its SACK block goes first).
+	fin     uint32
+	hasFin  bool
+	finLast bool
 }
 
 // sackOK reports whether f negotiated SACK with the guest.
@@ -64,8 +67,11 @@ func (t *Table) sackOK(f *conn) bool { return f.guestSACK && !t.cfg.NoSACK }
 // f expects, for when the hole before it is filled. It reports whether
 // anything of it was kept (and is SACKed).
 func (t *Table) keepOutOfOrder(f *conn, sg *segment, frame [][]byte, skip int) bool {
-	if !t.sackOK(f) || sg.payloadLen == 0 {
+	if !t.sackOK(f) {
 		return false
+	}
+	if sg.payloadLen == 0 {
+		return sg.flags.Has(header.TCPFlagFIN) && t.keepFin(f, sg.seq)
 	}
 	start := sg.seq
 	end := start + uint32(sg.payloadLen)
@@ -77,6 +83,9 @@ func (t *Table) keepOutOfOrder(f *conn, sg *segment, frame [][]byte, skip int) b
 	}
 	whole := end == start+uint32(sg.payloadLen)
 	o := f.ooo
+	if o != nil && o.hasFin && seqGT(end, o.fin) {
+		return false // past the end of the stream the guest announced
+	}
 	if o == nil {
 		if o = t.oooGet(); o == nil {
 			return false
@@ -95,12 +104,40 @@ func (t *Table) keepOutOfOrder(f *conn, sg *segment, frame [][]byte, skip int) b
 		header.CopyFromIovecs(o.data[i:i+k], frame, payload+int(s-start))
 		s += uint32(k)
 	}
+	o.finLast = false
 	if whole && sg.flags.Has(header.TCPFlagFIN) && !o.hasFin {
 		// Without it, the guest would send the FIN again only after its
 		// retransmission timeout, once the hole is filled.
 		o.fin, o.hasFin = end, true
 	}
 	t.stats.OutOfOrderKept.Add(uint64(end - start))
+	return true
+}
+
+// keepFin keeps a bare FIN at seq past the hole, as keepOutOfOrder keeps
+// one that comes with data: a guest that closes after data the socket took
+// only in part (a hole we made) sends its FIN on its own, and without it
+// would send it again only after its retransmission timeout (200 ms or
+// more), once the hole is filled. It is SACKed at the end of the kept
+// range it follows, or in a block of its own.
+func (t *Table) keepFin(f *conn, seq uint32) bool {
+	if !seqLT(seq, f.seqFromGuest+oooSize) {
+		return false
+	}
+	o := f.ooo
+	if o != nil && o.hasFin {
+		return o.fin == seq // the same FIN again
+	}
+	if o != nil && o.n > 0 && seqGT(o.ranges[o.n-1].end, seq) {
+		return false // data kept past it: not the end of this stream
+	}
+	if o == nil {
+		if o = t.oooGet(); o == nil {
+			return false
+		}
+		f.ooo = o
+	}
+	o.fin, o.hasFin, o.finLast = seq, true, true
 	return true
 }
 
@@ -186,6 +223,9 @@ func (t *Table) writeOutOfOrder(now time.Time, f *conn) {
 		}
 	}
 	if o.n == 0 {
+		if o.hasFin && seqGT(o.fin, f.seqFromGuest) {
+			return // a bare FIN waits for the rest of the hole before it
+		}
 		fin := o.hasFin && o.fin == f.seqFromGuest && !f.has(evGuestFin)
 		t.oooDrop(f)
 		if fin {
@@ -205,9 +245,10 @@ func (f *conn) oooReady() bool {
 func (t *Table) sackBlocks(f *conn, o *header.TCPOptions) {
 	b := f.ooo
 	o.NumSACKBlocks = 0
-	if b == nil || b.n == 0 {
+	if b == nil || (b.n == 0 && !b.hasFin) {
 		return
 	}
+	finAlone := b.hasFin // a FIN that ends no kept range has a block of its own
 	add := func(r seqRange) {
 		if o.NumSACKBlocks < header.TCPMaxSACKBlocks {
 			end := r.end
@@ -221,11 +262,25 @@ func (t *Table) sackBlocks(f *conn, o *header.TCPOptions) {
 			o.NumSACKBlocks++
 		}
 	}
-	add(b.ranges[b.last])
+	for i := 0; i < b.n; i++ {
+		if b.ranges[i].end == b.fin {
+			finAlone = false
+		}
+	}
+	fin := seqRange{b.fin, b.fin} // add makes it [fin, fin+1)
+	if finAlone && b.finLast {
+		add(fin)
+	}
+	if b.n > 0 {
+		add(b.ranges[b.last])
+	}
 	for i := 0; i < b.n; i++ {
 		if i != b.last {
 			add(b.ranges[i])
 		}
+	}
+	if finAlone && !b.finLast {
+		add(fin)
 	}
 }
 
@@ -253,7 +308,7 @@ func (t *Table) oooDrop(f *conn) {
 		return
 	}
 	f.ooo = nil
-	o.n, o.last, o.hasFin = 0, 0, false
+	o.n, o.last, o.hasFin, o.finLast = 0, 0, false, false
 	t.oooLive--
 	t.oooPool = append(t.oooPool, o)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -417,5 +418,84 @@ func TestTCPOutOfOrderFinTaken(t *testing.T) {
 	ss := h.flush()
 	if len(ss) == 0 || ss[len(ss)-1].ack != end {
 		t.Fatalf("got %s, want the FIN acknowledged (%d)", segsString(ss), end)
+	}
+}
+
+// TestTCPOutOfOrderBareFinTaken: a guest's FIN of its own, past a hole, is
+// kept like one that comes with data: SACKed (at the end of the kept data
+// it follows, or in a block of its own, first while it is the latest), and
+// taken once the hole is filled, without the guest sending it again.
+func TestTCPOutOfOrderBareFinTaken(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kept string // data kept between the hole and the FIN
+	}{{"after kept data", "kept after the hole"}, {"alone", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tcpNewHarness(t, Config{})
+			peer := h.establish(h.listen(), tcpSackOpts)
+			h.flush()
+			hole := []byte("the hole, sent late")
+			at := h.seq + uint32(len(hole))
+			if tc.kept != "" {
+				h.inject(h.frame(header.TCPFlagACK, at, h.ack, h.wnd, nil, []byte(tc.kept)))
+				h.flush()
+			}
+			fin := at + uint32(len(tc.kept))
+			h.inject(h.frame(header.TCPFlagACK|header.TCPFlagFIN, fin, h.ack, h.wnd, nil, nil))
+			dup := h.flush()
+			if len(dup) == 0 {
+				t.Fatal("no ACK for the FIN past the hole")
+			}
+			o := dup[0].opts
+			want := []header.TCPSACKBlock{{Start: fin, End: fin + 1}}
+			if tc.kept != "" {
+				want = []header.TCPSACKBlock{{Start: at, End: fin + 1}}
+			}
+			if got := o.SACKBlocks[:o.NumSACKBlocks]; !slices.Equal(got, want) || dup[0].ack != h.seq {
+				t.Fatalf("got %s, SACK %+v; want the ACK at the hole (%d) SACKing %+v", segsString(dup), got, h.seq, want)
+			}
+			// Part of the hole first: the FIN keeps waiting.
+			h.sendAck(hole[:4])
+			if f := h.flow(); f == nil || f.has(evGuestFin) || f.ooo == nil || !f.ooo.hasFin {
+				t.Fatalf("the FIN was taken, or forgotten, before the hole was filled: %+v", f)
+			}
+			h.sendAck(hole[4:])
+			peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if b, err := io.ReadAll(peer); err != nil || string(b) != string(hole)+tc.kept {
+				t.Fatalf("peer read %q, %v; want the data in order, then EOF", b, err)
+			}
+			if f := h.flow(); f == nil || !f.has(evGuestFin) || f.seqFromGuest != fin+1 {
+				t.Fatalf("the guest's FIN was not taken: flow %+v", f)
+			}
+			ss := h.flush()
+			if len(ss) == 0 || ss[len(ss)-1].ack != fin+1 {
+				t.Fatalf("got %s, want the FIN acknowledged (%d)", segsString(ss), fin+1)
+			}
+		})
+	}
+}
+
+// TestTCPOutOfOrderBareFinBlockOrder: a FIN kept on its own is the first
+// SACK block while it is the latest segment kept, and goes after the data
+// kept later (RFC 2018: the first block reports the latest segment).
+func TestTCPOutOfOrderBareFinBlockOrder(t *testing.T) {
+	h := tcpNewHarness(t, Config{})
+	h.establish(h.listen(), tcpSackOpts)
+	h.flush()
+	a := h.seq + 100   // kept data [a, a+10)
+	fin := h.seq + 200 // the FIN, after a second hole
+	h.inject(h.frame(header.TCPFlagACK|header.TCPFlagFIN, fin, h.ack, h.wnd, nil, nil))
+	h.flush()
+	h.inject(h.frame(header.TCPFlagACK, a, h.ack, h.wnd, nil, make([]byte, 10)))
+	ss := h.flush()
+	want := []header.TCPSACKBlock{{Start: a, End: a + 10}, {Start: fin, End: fin + 1}}
+	if len(ss) == 0 || !slices.Equal(ss[0].opts.SACKBlocks[:ss[0].opts.NumSACKBlocks], want) {
+		t.Fatalf("got %s (%+v), want SACK blocks %+v", segsString(ss), ss, want)
+	}
+	// Data past the FIN is past the end of the stream: not kept.
+	h.inject(h.frame(header.TCPFlagACK, fin+1, h.ack, h.wnd, nil, make([]byte, 10)))
+	ss = h.flush()
+	if len(ss) == 0 || !slices.Equal(ss[0].opts.SACKBlocks[:ss[0].opts.NumSACKBlocks], want) {
+		t.Fatalf("after data past the FIN: got %s (%+v), want SACK blocks %+v", segsString(ss), ss, want)
 	}
 }

@@ -97,12 +97,13 @@ func (c *Conn) SetTimeouts(idle time.Time, message time.Duration) {
 	c.idleDeadline, c.msgTimeout = idle, message
 }
 
-// Interrupt makes a blocked or later ReadMessage fail at once. It may be
-// called from any goroutine; it does not close the socket (which would
-// race the descriptor with a reader).
+// Interrupt makes a blocked or later ReadMessage or WriteReply fail at
+// once. It may be called from any goroutine; it does not close the socket
+// (which would race the descriptor with a reader).
 func (c *Conn) Interrupt() {
 	c.interrupted.Store(true)
 	c.uc.SetReadDeadline(time.Unix(1, 0))
+	c.uc.SetWriteDeadline(time.Unix(1, 0))
 }
 
 // setDeadline sets the socket's read deadline unless it is already t, and
@@ -251,10 +252,20 @@ func (c *Conn) collectFDs(oob []byte) error {
 }
 
 // WriteReply sends a reply to req with the given payload (version 1, REPLY).
+// A front-end that stops reading its replies cannot hold the session (and
+// the daemon's shutdown) in a blocked write: the write fails with an error
+// that wraps os.ErrDeadlineExceeded once the message timeout passed, and
+// at once after Interrupt.
 func (c *Conn) WriteReply(req Request, payload []byte) error {
 	c.out = c.out[:HeaderSize]
 	Header{Request: req, Flags: FlagVersion1 | FlagReply, Size: uint32(len(payload))}.Encode(c.out)
 	c.out = append(c.out, payload...)
+	if c.msgTimeout > 0 {
+		c.uc.SetWriteDeadline(time.Now().Add(c.msgTimeout))
+		if c.interrupted.Load() { // an Interrupt between the two: keep it
+			c.uc.SetWriteDeadline(time.Unix(1, 0))
+		}
+	}
 	if _, err := c.uc.Write(c.out); err != nil {
 		return fmt.Errorf("write %v reply: %w", req, err)
 	}

@@ -99,10 +99,15 @@ func serveSession(ctx context.Context, conn *net.UnixConn, cfg DeviceConfig, end
 		}
 		if send {
 			if err := c.WriteReply(m.Header.Request, reply); err != nil {
-				d.stats.countError(ErrReasonIO)
 				if ctx.Err() != nil {
 					return handled, nil
 				}
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					d.stats.countError(ErrReasonTimeout)
+					d.log.Warn(fmt.Sprintf("vhost-user session closed: reply not taken within %v", msgTimeout), "messages", handled)
+					return handled, fmt.Errorf("vhost-user session: reply not taken within %v: %w", msgTimeout, err)
+				}
+				d.stats.countError(ErrReasonIO)
 				d.log.Error("vhost-user session closed: reply failed", "err", err)
 				return handled, fmt.Errorf("vhost-user session: %w", err)
 			}

@@ -457,3 +457,55 @@ func TestConnectReconnects(t *testing.T) {
 		t.Fatalf("Connect did not return after cancel")
 	}
 }
+
+// TestSessionFrontEndNotReading: a front-end that sends requests and never
+// reads the replies fills the socket; the session's blocked reply write
+// must give way to a cancel (the daemon's shutdown) and, without one, to
+// the message timeout.
+func TestSessionFrontEndNotReading(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cancel bool
+	}{{"cancelled", true}, {"timed out", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := socketPair(t)
+			defer a.Close()
+			// Small buffers: a few hundred replies fill them.
+			a.SetReadBuffer(4096)
+			b.SetWriteBuffer(4096)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- ServeConn(ctx, b, DeviceConfig{DataPlane: newFakeDP(), Logger: testLogger(t), MessageTimeout: 300 * time.Millisecond})
+			}()
+			req := make([]byte, HeaderSize)
+			Header{Request: ReqGetFeatures, Flags: FlagVersion1}.Encode(req)
+			go func() {
+				for {
+					a.SetWriteDeadline(time.Now().Add(3 * time.Second))
+					if _, err := a.Write(req); err != nil {
+						return
+					}
+				}
+			}()
+			// Wait until the session blocks in a reply write: its socket
+			// buffer stays full.
+			time.Sleep(200 * time.Millisecond)
+			if tc.cancel {
+				cancel()
+			}
+			select {
+			case err := <-done:
+				if tc.cancel && err != nil {
+					t.Fatalf("ServeConn after cancel: %v", err)
+				}
+				if !tc.cancel && !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("ServeConn returned %v, want a reply that timed out", err)
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatal("ServeConn still blocked in a reply nobody reads")
+			}
+		})
+	}
+}

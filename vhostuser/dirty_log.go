@@ -94,8 +94,15 @@ func (d *device) swapLog(l *virtqueue.DirtyLog) {
 	}
 }
 
+// unmapLog unmaps a log the device no longer uses, unless a pair was
+// abandoned: its queues still mark the log they were given, so it stays
+// mapped until that pair's stop returns (stop_deadline.go).
 func (d *device) unmapLog(l *virtqueue.DirtyLog) {
 	if l == nil {
+		return
+	}
+	if d.gone != nil {
+		d.gone.logs = append(d.gone.logs, l)
 		return
 	}
 	if err := l.Unmap(); err != nil {

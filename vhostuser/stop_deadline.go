@@ -32,8 +32,9 @@ var errStopTimeout = errors.New("queue pair did not stop in time")
 //   - At the deadline the pair is abandoned: logged, counted as
 //     errors{reason="stop_timeout"}, and the session ends (the front-end
 //     is disconnected). Whatever the abandoned loop may still touch — every
-//     guest memory region mapped when it was abandoned, and its rings'
-//     kick, call and error descriptors — is neither unmapped nor closed:
+//     guest memory region mapped when it was abandoned, the dirty log its
+//     queues mark during a migration, and its rings' kick, call and error
+//     descriptors — is neither unmapped nor closed:
 //     an unmapped region would be a fault, a closed descriptor number
 //     reused by another file a write to the wrong file.
 //   - Across sessions (stuckPairs), the pair's index is not started again
@@ -47,6 +48,7 @@ type abandoned struct {
 	done  []chan struct{}
 	fds   []int
 	slots []memSlot
+	logs  []*virtqueue.DirtyLog // the abandoned queues may still mark them
 }
 
 // stopPairTimed runs StopPair(p) against the deadline and reports whether
@@ -157,6 +159,9 @@ func (s *stuckPairs) keep(a *abandoned, d *device) {
 		}
 		for i := range a.slots {
 			a.slots[i].region.Unmap()
+		}
+		for _, l := range a.logs {
+			l.Unmap()
 		}
 		for _, fd := range a.fds {
 			unix.Close(fd)

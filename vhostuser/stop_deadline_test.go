@@ -1,6 +1,7 @@
 package vhostuser
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -217,4 +218,46 @@ func TestStopDrainsBlockedWriter(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStopDeadlineKeepsDirtyLog: a pair abandoned during a migration
+// keeps the dirty log its queues mark mapped: the session's end does not
+// unmap it under the stuck loop (whose marks would go to unmapped memory,
+// or to whatever is mapped there next); once its StopPair returns, it is.
+func TestStopDeadlineKeepsDirtyLog(t *testing.T) {
+	g := newGuestMem(t, testGPA, testUA, testSize)
+	dp := &hangingDP{fakeDP: newFakeDP(), release: make(chan struct{}), stopped: make(chan int, 1)}
+	st := &Stats{}
+	fe, done := session(t, DeviceConfig{DataPlane: dp, Logger: testLogger(t), Stats: st, StopTimeout: 200 * time.Millisecond})
+	qemuStart(t, fe, g)
+	logMaps := func() int {
+		b, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), testLogName)
+	}
+	log := newTestLog(t, 4096) // the test's own view: one mapping
+	before := logMaps()
+	if r := fe.call(ReqSetLogBase, 0, LogDesc{Size: 64}.Encode(nil), dupFD(t, log.fd)); !bytes.Equal(r, u64(0)) {
+		t.Fatalf("SET_LOG_BASE reply %x", r)
+	}
+	if n := logMaps(); n != before+1 {
+		t.Fatalf("%d log mappings after SET_LOG_BASE, want %d", n, before+1)
+	}
+	// LOG_ALL on restarts the pair with the log; the stop hangs.
+	dp.setHang(true)
+	fe.send(ReqSetFeatures, 0, u64(DefaultFeatures))
+	fe.expectClosed()
+	fe.c.Close()
+	<-done
+	if n := st.ErrorCount(ErrReasonStopTimeout); n != 1 {
+		t.Fatalf("stop_timeout errors %d, want 1", n)
+	}
+	if n := logMaps(); n != before+1 {
+		t.Fatalf("%d log mappings after the session ended, want %d: the log was unmapped under the abandoned pair", n, before+1)
+	}
+	close(dp.release)
+	<-dp.stopped
+	waitFor(t, func() bool { return logMaps() == before })
 }

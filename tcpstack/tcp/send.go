@@ -65,9 +65,14 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			}
 			// r == 0 is EOF at the peek offset. Without SO_PEEK_OFF, a read
 			// that brings nothing past the bytes in flight is EOF once the
-			// peer's FIN was seen. A short read that brought data is not:
-			// the next pass finds out, and the FIN waits for every byte.
-			eof = r == 0 || (f.has(evSockRdHup) && got <= 0)
+			// peer's FIN was seen — unless the socket holds more than
+			// those bytes: then an urgent mark (SO_OOBINLINE) stopped the
+			// read at their end, and the data behind it comes once they
+			// are acknowledged (the FIN would overtake it). A short read
+			// that brought data is not EOF either: the next pass finds
+			// out, and the FIN waits for every byte.
+			eof = r == 0 || (f.has(evSockRdHup) && got <= 0 &&
+				(f.peekOff || hostsock.Readable(f.fd) <= int(already)))
 			got = max(got, 0)
 		case unix.EAGAIN:
 			f.drained = true
@@ -117,12 +122,16 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			t.rxBlocked(f, false)
 			t.stall(f, false)
 			return true
-		case got < reserved && got > 0 && !eof && (f.urgent || f.has(evSockRdHup)):
+		case got < reserved && got > 0 && !eof && (f.urgent || f.has(evSockRdHup) || seqLT(f.seqToGuest, f.sndMax)):
 			// Short, but something may be queued behind: a read stops
 			// short at an urgent mark with data behind it, and the peer's
 			// FIN may wait behind this data (EOF). If either had come
 			// before the epoll_wait that brought us here, no new EPOLLIN
-			// comes for it: peek again, in this pass.
+			// comes for it: peek again, in this pass. Below sndMax (a
+			// resend after a rewind) the socket holds more for certain:
+			// what was sent before is still there, and an urgent mark
+			// that stopped this read is no longer news (f.urgent was
+			// cleared when it was first read past).
 			if t.clearStalled(f) {
 				t.updateEpoll(f)
 			}

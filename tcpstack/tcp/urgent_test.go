@@ -1,12 +1,14 @@
 package tcp
 
 import (
+	"fmt"
 	"net"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"vunet/tcpstack/header"
 	"vunet/tcpstack/stats"
 )
 
@@ -121,4 +123,81 @@ func (h *tcpHarness) pumpAcking(n int, d time.Duration) []byte {
 		}
 	}
 	return got
+}
+
+// TestTCPUrgentDataRewound: the guest loses everything sent across an
+// urgent mark and the ACK timeout resends from the start. The resend's
+// read stops at the mark again, but what was sent before is still in the
+// socket: the rest follows at once. Before, the short read counted as
+// "socket empty" and the connection waited for host data that never came
+// (found by review: "abc" resent, then nothing until the idle timeout).
+func TestTCPUrgentDataRewound(t *testing.T) {
+	for _, noPeekOff := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoPeekOffset=%v", noPeekOff), func(t *testing.T) {
+			h := tcpNewHarness(t, Config{MTU: 1500, NoPeekOffset: noPeekOff})
+			peer := h.establish(h.listen(), tcpMss1400ws7)
+			sendUrgent(t, peer)
+			// Without SO_PEEK_OFF, reads start at the socket's head and the
+			// mark stops them after "abc" until the guest acknowledges it.
+			want := "abcxhello"
+			if noPeekOff {
+				want = "abc"
+			}
+			var got []byte
+			for deadline := time.Now().Add(2 * time.Second); len(got) < len(want) && time.Now().Before(deadline); {
+				got = append(got, tcpPayloadOf(h.pump(50*time.Millisecond))...)
+			}
+			if string(got) != want {
+				t.Fatalf("guest got %q before the loss, want %q", got, want)
+			}
+			h.now = h.now.Add(3 * time.Second) // all of it lost: the ACK timeout
+			h.tab.Timers(h.now)
+			re := tcpPayloadOf(h.flush())
+			h.ack += uint32(len(re))
+			h.sendAck(nil)
+			re = append(re, h.pumpAcking(9, time.Second)...)
+			if string(re) != "abcxhello" {
+				t.Fatalf("after the ACK timeout the guest got %q, want %q again", re, "abcxhello")
+			}
+		})
+	}
+}
+
+// TestTCPUrgentDataThenPeerClose: the peer sends data with an urgent byte
+// in it and closes. Our FIN follows every byte: without SO_PEEK_OFF a read
+// from the start of the socket stops at the mark, which looked like the end
+// of the stream once the peer's FIN was seen (found by review: "abc" and
+// FIN, "xhello" lost).
+func TestTCPUrgentDataThenPeerClose(t *testing.T) {
+	for _, noPeekOff := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoPeekOffset=%v", noPeekOff), func(t *testing.T) {
+			h := tcpNewHarness(t, Config{MTU: 1500, NoPeekOffset: noPeekOff})
+			peer := h.establish(h.listen(), tcpMss1400ws7)
+			sendUrgent(t, peer)
+			peer.CloseWrite()
+			time.Sleep(20 * time.Millisecond)
+			var got []byte
+			fin := false
+			for deadline := time.Now().Add(3 * time.Second); !fin && time.Now().Before(deadline); {
+				segs := h.pump(50 * time.Millisecond)
+				for _, s := range segs {
+					got = append(got, s.payload...)
+					if s.flags.Has(header.TCPFlagFIN) {
+						fin = true
+						if string(got) != "abcxhello" {
+							t.Fatalf("our FIN after %q, want after %q", got, "abcxhello")
+						}
+					}
+				}
+				if len(segs) > 0 {
+					last := segs[len(segs)-1]
+					h.ack = last.seq + uint32(len(last.payload))
+					h.sendAck(nil)
+				}
+			}
+			if !fin || string(got) != "abcxhello" {
+				t.Fatalf("guest got %q, FIN %v; want %q and our FIN", got, fin, "abcxhello")
+			}
+		})
+	}
 }

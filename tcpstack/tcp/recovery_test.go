@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -291,4 +292,93 @@ func TestTCPZeroWindowProbe(t *testing.T) {
 	if !bytes.Equal(tcpPayloadOf(got), data) {
 		t.Fatalf("data after the window opened differs")
 	}
+}
+
+// TestTCPZeroWindowInFlightGuestAnswers: the guest takes one segment of a
+// flight, drops the rest for lack of memory and shuts its window (a Linux
+// guest does when it runs out of receive memory), and answers every resend
+// the same way for longer than the retransmissions allowed. It is alive:
+// the connection stays, and the data flows once the window opens. A guest
+// that stops answering is still reset (before, the answering guest was
+// reset too, after 9 resends: about 2.7 minutes; found by review).
+func TestTCPZeroWindowInFlightGuestAnswers(t *testing.T) {
+	for _, answers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("answers=%v", answers), func(t *testing.T) {
+			h := tcpNewHarness(t, Config{MTU: 1500})
+			peer := h.establish(h.listen(), tcpMss1400ws7)
+			f := h.flow()
+			h.flush()
+			data := guestframe.Pattern(4000)
+			peer.Write(data)
+			got := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(data) })
+			wnd := h.wnd
+			h.ack, h.wnd = got[0].seq+1400, 0 // took one segment, no memory for the rest
+			h.sendAck(nil)
+			h.flush()
+			rounds := h.tab.maxRetrans(f) + 5
+			for i := 0; i < rounds && f.state == stats.TCPEstablished; i++ {
+				h.now = h.tab.deadline(f)
+				h.tab.Timers(h.now)
+				if resent := h.flush(); len(resent) > 0 && answers {
+					h.sendAck(nil) // the same ACK, the window still shut
+					h.flush()
+				}
+			}
+			if !answers {
+				if f.state == stats.TCPEstablished {
+					t.Fatalf("a silent guest not reset after %d ACK timeouts", rounds)
+				}
+				return
+			}
+			if f.state != stats.TCPEstablished {
+				t.Fatalf("a guest answering every resend was reset (state %v)", f.state)
+			}
+			h.wnd = wnd // memory again: the rest goes
+			h.sendAck(nil)
+			rest := h.collect("the rest", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(data)-1400 })
+			if !bytes.Equal(tcpPayloadOf(rest)[:len(data)-1400], data[1400:]) {
+				t.Fatal("the rest of the data differs")
+			}
+		})
+	}
+}
+
+// TestTCPZeroWindowProbeForPeerFin: the guest shuts its window with
+// nothing in flight and the host peer closes, with no data behind: only
+// its FIN waits for the guest. The window is probed all the same (if the
+// guest's window update were lost, the FIN would wait for the idle
+// timeout), and once the guest opens it our FIN goes (before, nothing was
+// probed: SIOCINQ does not count a FIN; found by review).
+func TestTCPZeroWindowProbeForPeerFin(t *testing.T) {
+	h := tcpNewHarness(t, Config{MTU: 1500, AckTimeout: time.Second})
+	peer := h.establish(h.listen(), tcpMss1400ws7)
+	f := h.flow()
+	h.flush()
+	data := guestframe.Pattern(1000)
+	peer.Write(data)
+	got := h.collect("data", func(s []tcpSeg) bool { return len(tcpPayloadOf(s)) >= len(data) })
+	last := got[len(got)-1]
+	wnd := h.wnd
+	h.ack, h.wnd = last.seq+uint32(len(last.payload)), 0 // all taken, window shut
+	h.sendAck(nil)
+	h.flush()
+	peer.CloseWrite()
+	time.Sleep(20 * time.Millisecond)
+	h.pump(10 * time.Millisecond)
+	probed := false
+	for i := 0; i < 8 && !probed; i++ {
+		h.now = h.now.Add(70 * time.Second)
+		h.tab.Timers(h.now)
+		for _, s := range h.flush() {
+			if s.flags == header.TCPFlagACK && len(s.payload) == 0 && s.seq == f.seqToGuest-1 {
+				probed = true
+			}
+		}
+	}
+	if !probed {
+		t.Fatal("no zero-window probe in 9 minutes with the peer's FIN pending")
+	}
+	h.wnd = wnd // the answer opens the window
+	h.sendAck(nil)
+	h.collect("our FIN", func(s []tcpSeg) bool { return hasFlag(s, header.TCPFlagFIN) })
 }

@@ -159,12 +159,20 @@ func (t *Table) fire(now time.Time, f *conn) {
 		t.markDirty(f)
 	}
 	if f.inFlight() > 0 && !f.lastAckProg.Add(t.ackTimeout(f)).After(now) {
-		if int(f.retrans) >= t.maxRetrans(f) {
+		// A guest that answered the last resend with a shut window
+		// (flZeroWnd: set by its ACK, cleared by every rewind) is alive,
+		// only short of memory: it dropped what we sent (input.go). Its
+		// resends go on, backed off, as zero-window probes would; only
+		// silence counts against the connection, and the idle timeout
+		// ends one that keeps its window shut for good.
+		if int(f.retrans) >= t.maxRetrans(f) && f.flags&flZeroWnd == 0 {
 			t.log.Debug("tcp retransmissions exceeded", "remote", f.remoteAddr, "port", f.remotePort)
 			t.resetFlow(f, now, stats.TCPTimeout)
 			return
 		}
-		f.retrans++
+		if f.retrans < math.MaxUint8 {
+			f.retrans++
+		}
 		f.lastAckProg = now
 		t.rewind(now, f, stats.TCPRetransTimeout)
 	}
@@ -172,12 +180,13 @@ func (t *Table) fire(now time.Time, f *conn) {
 		// Probe the shut window, backing off as the ACK timeout does but
 		// with no limit: a guest may keep its window shut for as long as
 		// it likes; only its silence (the idle timeout) ends it. The
-		// probe is sent only if there is data to offer.
+		// probe is sent only if there is something to offer: data, or
+		// the peer's FIN.
 		f.lastAckProg = now
 		if f.retrans < math.MaxUint8 {
 			f.retrans++
 		}
-		if hostsock.Readable(f.fd) > 0 {
+		if hostsock.Readable(f.fd) > 0 || t.peerFinPending(f) {
 			f.flags |= flProbeDue
 			t.markDirty(f)
 		}
@@ -186,6 +195,38 @@ func (t *Table) fire(now time.Time, f *conn) {
 		t.log.Debug("tcp idle timeout", "remote", f.remoteAddr, "port", f.remotePort, "closing", f.state == stats.TCPClosing)
 		t.resetFlow(f, now, stats.TCPTimeout)
 	}
+}
+
+// Linux TCP states (include/net/tcp_states.h) in which the peer's FIN has
+// arrived.
+const (
+	tcpStateTimeWait  = 6
+	tcpStateCloseWait = 8
+	tcpStateLastAck   = 9
+	tcpStateClosing   = 11
+)
+
+// peerFinPending reports whether f's host peer closed its side and our FIN
+// for it has not gone to the guest. SIOCINQ does not count a FIN, and with
+// the window shut nothing reads the socket to find its end; EPOLLRDHUP
+// may have come while the socket's events were masked, so the socket's
+// state is asked (one TCP_INFO per probe interval).
+func (t *Table) peerFinPending(f *conn) bool {
+	if f.has(evGuestFinSent) {
+		return false
+	}
+	if f.has(evSockRdHup) || f.has(evSockFin) {
+		return true
+	}
+	info := t.readInfo(f)
+	if info == nil {
+		return false
+	}
+	switch info.State {
+	case tcpStateTimeWait, tcpStateCloseWait, tcpStateLastAck, tcpStateClosing:
+		return true
+	}
+	return false
 }
 
 // zeroWindow reports whether f waits on a window the guest shut with

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"math/rand/v2"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -54,10 +53,10 @@ func (t *Table) connect(now time.Time, sg *segment, v addrpolicy.Verdict) {
 	f.ackBase = sg.seq             // tcpi_bytes_acked counts the SYN of a connect()ed socket
 	f.wsToGuest = wsToGuestDefault // offered; dropped if the guest's SYN has none
 	t.takeGuestSyn(f, sg)
-	f.iss = rand.Uint32()
+	f.iss = t.newISS()
 	f.seqToGuest = f.iss
 	f.sndMax = f.iss
-	f.recover = f.iss
+	f.recover, f.sackHigh = f.iss, f.iss
 	f.seqAckFromGuest = f.iss
 	f.created, f.lastActivity = now, now
 

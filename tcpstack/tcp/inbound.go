@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"time"
 
@@ -194,8 +193,8 @@ func (t *Table) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort ui
 	f.mssToGuest = max(t.cfg.MTU-t.ipHdrLen(key.v6)-header.TCPMinimumSize, 64)
 	f.wsToGuest = wsToGuestDefault // offered; dropped if the guest's SYN-ACK has none
 	f.wndFromGuest = 1
-	f.iss = rand.Uint32()
-	f.seqToGuest, f.sndMax, f.seqAckFromGuest, f.recover = f.iss, f.iss, f.iss, f.iss
+	f.iss = t.newISS()
+	f.seqToGuest, f.sndMax, f.seqAckFromGuest, f.recover, f.sackHigh = f.iss, f.iss, f.iss, f.iss, f.iss
 	f.created, f.lastActivity, f.lastAckProg = now, now, now
 	f.flags |= flConnected | flSynDue
 	t.setState(f, stats.TCPSynSent)

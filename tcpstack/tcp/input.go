@@ -242,6 +242,17 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 			t.reopenWindow(f)
 		}
 		f.seqAckFromGuest = ack
+		// The recovery point and the highest SACKed sequence mean
+		// something only ahead of the ACK: left behind, they would read
+		// as ahead of it again 2 GiB later (sequence numbers wrap), or at
+		// once for a flight that crosses 0, and turn duplicate ACKs that
+		// report a loss into echoes to ignore.
+		if seqGT(ack, f.recover) {
+			f.recover = ack - 1
+		}
+		if seqGT(ack, f.sackHigh) {
+			f.sackHigh = ack
+		}
 		if seqGT(ack, f.seqToGuest) {
 			// An ACK for data sent before a rewind: skip what it covers.
 			// SO_PEEK_OFF moved back with the discard and stops at 0,

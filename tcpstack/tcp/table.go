@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"time"
 
@@ -27,6 +28,7 @@ const maxFramesPerPass = 64
 // the pair's loop goroutine (no locks); stats.TCP are atomics for metrics.
 type Table struct {
 	cfg    Config
+	newISS func() uint32 // a new connection's initial sequence number (random; tests pick one)
 	log    *slog.Logger
 	stats  *stats.TCP
 	qstats *stats.Queue    // the pair's: policy refusals, frames dropped for the guest
@@ -145,6 +147,7 @@ func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 	}
 	t := &Table{
 		cfg:     cfg,
+		newISS:  rand.Uint32,
 		log:     cfg.Logger,
 		stats:   st,
 		qstats:  qs,

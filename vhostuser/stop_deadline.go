@@ -20,10 +20,14 @@ const DefaultStopTimeout = 5 * time.Second
 var errStopTimeout = errors.New("queue pair did not stop in time")
 
 // Nothing the front-end controls may keep a stop from returning: eventfd
-// I/O never blocks (virtqueue, eventfd_io.go). But a data plane touching
-// guest memory can still sleep in a page fault the front-end serves (a
-// memory file on a FUSE mount it runs), or a fallback eventfd write can
-// lose a race. So every StopPair gets a deadline:
+// I/O never blocks (virtqueue, eventfd_io.go), and memory on a FUSE or
+// network file system, whose page faults another party answers, is refused
+// when mapped (virtqueue.CheckSharedFile). But a data plane touching guest
+// memory can still sleep in a page fault (a local disk that stopped
+// answering), or a fallback eventfd write can lose a race. So every
+// StopPair gets a deadline (which cannot help against a thread asleep in
+// a page fault once a garbage collection waits for it: that is why such
+// memory is refused):
 //
 //   - Halfway, the call and error eventfds of the pair's rings are drained:
 //     a loop blocked writing a full counter wakes up (an interrupt stolen

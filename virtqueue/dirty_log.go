@@ -73,6 +73,9 @@ func MapDirtyLog(fd int, size, offset uint64) (*DirtyLog, error) {
 	if fsize := uint64(st.Size); offset > fsize || size > fsize-offset {
 		return nil, fmt.Errorf("dirty log: offset %#x + size %#x beyond the %d-byte file: %w", offset, size, fsize, ErrDirtyLogSize)
 	}
+	if err := CheckSharedFile(fd); err != nil {
+		return nil, fmt.Errorf("dirty log: %w: %w", ErrDirtyLogFile, err)
+	}
 	page := uint64(os.Getpagesize())
 	aligned := offset &^ (page - 1)
 	delta := offset - aligned

@@ -66,6 +66,9 @@ func MapRegion(fd int, spec RegionSpec) (*Region, error) {
 	if spec.Size > math.MaxInt-delta {
 		return nil, fmt.Errorf("map region at guest %#x: size %#x too large", spec.GuestAddr, spec.Size)
 	}
+	if err := CheckSharedFile(fd); err != nil {
+		return nil, fmt.Errorf("map region at guest %#x: %w", spec.GuestAddr, err)
+	}
 	m, err := unix.Mmap(fd, int64(aligned), int(delta+spec.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("map region at guest %#x (offset %#x, size %#x): %w", spec.GuestAddr, spec.MmapOffset, spec.Size, err)

@@ -74,7 +74,7 @@ func (l *loop) processTX() (more bool) {
 			virtqueue.SignalPending(l.qp.RX, l.qp.TX)
 			continue
 		}
-		if !q.EnableKicks() {
+		if !q.RearmKicks() {
 			return false
 		}
 	}

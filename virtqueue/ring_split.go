@@ -519,6 +519,18 @@ func (q *SplitQueue) EnableKicks() (more bool) {
 	return load16(q.availIdx) != q.lastAvail
 }
 
+// RearmKicks is EnableKicks for a consumer that goes on popping when more
+// came: then kicks are disabled again. Left enabled while it pops, a driver
+// without EVENT_IDX (DPDK's virtio-user) reads NO_NOTIFY clear and kicks
+// for every chain it adds meanwhile, a wake-up each for nothing.
+func (q *SplitQueue) RearmKicks() (more bool) {
+	if !q.EnableKicks() {
+		return false
+	}
+	q.DisableKicks()
+	return true
+}
+
 // DrainKick reads the kick eventfd's counter without blocking, so that a
 // level-triggered poller stops reporting it. An empty counter is not an
 // error; no kick fd is not an error either. It never blocks, whatever the

@@ -3,6 +3,7 @@ package virtqueue_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -758,6 +759,43 @@ func TestKicksNoEventIdx(t *testing.T) {
 	r.q.DisableKicks()
 	if !r.q.EnableKicks() {
 		t.Fatal("EnableKicks missed a pending chain")
+	}
+}
+
+// TestRearmKicks: a consumer that finds chains came while it re-enabled
+// kicks goes on popping with kicks off again (without EVENT_IDX the driver
+// would otherwise kick for each chain it adds meanwhile); with the ring
+// empty, kicks stay on.
+func TestRearmKicks(t *testing.T) {
+	for _, eventIdx := range []bool{false, true} {
+		t.Run(fmt.Sprintf("eventIdx=%v", eventIdx), func(t *testing.T) {
+			r := newRig(t, rigOpt{size: 8, eventIdx: eventIdx})
+			// offer adds a chain and publishes it as the driver does,
+			// reporting whether the driver kicks.
+			offer := func() bool {
+				if _, err := r.d.AddChain(vqtest.Buf{GPA: r.d.Alloc(64), Len: 64}); err != nil {
+					t.Fatal(err)
+				}
+				return r.d.Publish(eventIdx)
+			}
+			var c virtqueue.Chain
+			r.q.DisableKicks()
+			offer() // came while the consumer worked
+			if !r.q.RearmKicks() {
+				t.Fatal("RearmKicks missed a pending chain")
+			}
+			if offer() {
+				t.Fatal("the driver kicks while the consumer goes on popping")
+			}
+			for r.pop(t, &c) {
+			}
+			if r.q.RearmKicks() {
+				t.Fatal("more with an empty ring")
+			}
+			if !offer() {
+				t.Fatal("no kick for a chain after the ring was found empty")
+			}
+		})
 	}
 }
 

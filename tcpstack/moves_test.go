@@ -505,7 +505,11 @@ func BenchmarkUDPMove(b *testing.B) {
 			pairs := newMQ(b, 2)
 			old := runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1)
 			b.Cleanup(func() { runtime.GOMAXPROCS(old) })
-			peer, dport := blockingUDPPeer(b)
+			peer, dport := benchRemote(b) // blocking
+			// A lost datagram fails the benchmark instead of hanging it.
+			if err := unix.SetsockoptTimeval(peer, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5}); err != nil {
+				b.Fatal(err)
+			}
 			frame := udpFrame(testGuest4, testGw4, 43001, dport, make([]byte, 64))
 			heads := [2][]uint16{{pairs[0].newTX(frame)}, {pairs[1].newTX(frame)}}
 			buf := make([]byte, 256)
@@ -538,27 +542,4 @@ func BenchmarkUDPMove(b *testing.B) {
 			}
 		})
 	}
-}
-
-// blockingUDPPeer is a UDP socket on 127.0.0.1 in blocking mode, with a
-// 5 s receive timeout so a lost datagram fails the benchmark instead of
-// hanging it, and its port.
-func blockingUDPPeer(b *testing.B) (int, uint16) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { unix.Close(fd) })
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		b.Fatal(err)
-	}
-	tv := unix.Timeval{Sec: 5}
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		b.Fatal(err)
-	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return fd, uint16(sa.(*unix.SockaddrInet4).Port)
 }

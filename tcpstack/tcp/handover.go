@@ -223,8 +223,7 @@ func (t *Table) importConn(now time.Time, state []byte, fd int) (*conn, error) {
 		wndToGuest: w.WndToGuest, wndSent: w.WndSent, maxWndSent: w.MaxWndSent, wsToGuest: w.WsTo,
 		dupAckSeq: w.DupAckSeq, dupAckSent: w.DupAckSent, dupAcksDue: w.DupAcksDue, guestSACK: w.GuestSACK,
 		epollEvents: w.EpollEvents, inEpoll: w.InEpoll, clamp: int(w.Clamp), recover: w.Recover,
-		sackHigh: w.SeqAckFromGuest, // nothing SACKed is known here
-		created: since(now, w.Created), lastActivity: since(now, w.LastActivity),
+		sackHigh: w.SeqAckFromGuest, created: since(now, w.Created), lastActivity: since(now, w.LastActivity),
 		lastAckProg: since(now, w.LastAckProg), ackDueAt: since(now, w.AckDueAt),
 		ackCheckIvl: time.Duration(min(max(w.AckCheckIvl, 0), int64(maxAge))),
 	}

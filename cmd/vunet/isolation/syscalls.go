@@ -60,6 +60,9 @@ var daemonSyscalls = []string{
 	// /proc/self/fd link (vhostuser). Landlock has no right for readlink;
 	// the daemon only reads its own descriptors' links.
 	"readlinkat",
+	// A guest memory or dirty-log file is checked not to live on a FUSE
+	// or network file system before it is mapped (virtqueue.CheckSharedFile).
+	"fstatfs",
 	// A background daemon points its standard streams at /dev/null
 	// (opened before the sandbox) when it becomes ready (x/sys's Dup2 is
 	// dup3 on amd64 and arm64 alike).

@@ -21,13 +21,20 @@ func TestCheckSharedFile(t *testing.T) {
 	if err := CheckSharedFile(fd); err != nil {
 		t.Errorf("memfd refused: %v", err)
 	}
+	// A file in the test's temporary directory: accepted unless that
+	// directory itself is on a remote file system.
 	f, err := os.CreateTemp(t.TempDir(), "disk")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := CheckSharedFile(int(f.Fd())); err != nil {
-		t.Errorf("a file in %s refused: %v", t.TempDir(), err)
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil {
+		t.Fatal(err)
+	}
+	_, remote := remoteFS[uint32(fs.Type)]
+	if err := CheckSharedFile(int(f.Fd())); (err != nil) != remote {
+		t.Errorf("a file in %s (f_type %#x): %v, want refused %v", t.TempDir(), fs.Type, err, remote)
 	}
 	for _, tc := range []struct {
 		fsType uint32

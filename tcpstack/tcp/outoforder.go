@@ -138,6 +138,11 @@ func (t *Table) keepFin(f *conn, seq uint32) bool {
 		f.ooo = o
 	}
 	o.fin, o.hasFin, o.finLast = seq, true, true
+	if o.n > 0 && o.ranges[o.n-1].end == seq {
+		// It ends the last kept range, whose block now reports it: that
+		// block goes first (RFC 2018 §4: the latest segment's block).
+		o.last = o.n - 1
+	}
 	return true
 }
 

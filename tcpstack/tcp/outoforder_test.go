@@ -499,3 +499,54 @@ func TestTCPOutOfOrderBareFinBlockOrder(t *testing.T) {
 		t.Fatalf("after data past the FIN: got %s (%+v), want SACK blocks %+v", segsString(ss), ss, want)
 	}
 }
+
+// TestTCPOutOfOrderBareFinEdges: the SACK block that reports a kept FIN is
+// the first even when it ends a range kept before another (RFC 2018 §4); a
+// FIN sent again past the hole changes nothing; a FIN with data kept past
+// it is not the end of the stream and is not kept.
+func TestTCPOutOfOrderBareFinEdges(t *testing.T) {
+	h := tcpNewHarness(t, Config{})
+	h.establish(h.listen(), tcpSackOpts)
+	h.flush()
+	a, b := h.seq+100, h.seq+200
+	blocks := func() []header.TCPSACKBlock {
+		t.Helper()
+		ss := h.flush()
+		if len(ss) == 0 {
+			t.Fatal("no ACK")
+		}
+		o := ss[0].opts
+		return o.SACKBlocks[:o.NumSACKBlocks]
+	}
+	h.inject(h.frame(header.TCPFlagACK, b, h.ack, h.wnd, nil, make([]byte, 10)))
+	h.flush()
+	h.inject(h.frame(header.TCPFlagACK, a, h.ack, h.wnd, nil, make([]byte, 10)))
+	h.flush()
+	h.inject(h.frame(header.TCPFlagACK|header.TCPFlagFIN, b+10, h.ack, h.wnd, nil, nil))
+	want := []header.TCPSACKBlock{{Start: b, End: b + 11}, {Start: a, End: a + 10}}
+	if got := blocks(); !slices.Equal(got, want) {
+		t.Fatalf("after the FIN: SACK blocks %+v, want %+v (the FIN's block first)", got, want)
+	}
+	h.inject(h.frame(header.TCPFlagACK|header.TCPFlagFIN, b+10, h.ack, h.wnd, nil, nil))
+	if got := blocks(); !slices.Equal(got, want) {
+		t.Fatalf("after the FIN again: SACK blocks %+v, want %+v", got, want)
+	}
+	if f := h.flow(); f.ooo == nil || !f.ooo.hasFin || f.ooo.fin != b+10 {
+		t.Fatal("the kept FIN changed when the guest sent it again")
+	}
+
+	// Another connection: data kept past where a FIN then claims the
+	// stream ends. The FIN is not kept.
+	h2 := tcpNewHarness(t, Config{})
+	h2.establish(h2.listen(), tcpSackOpts)
+	h2.flush()
+	c := h2.seq + 100
+	h2.inject(h2.frame(header.TCPFlagACK, c, h2.ack, h2.wnd, nil, make([]byte, 10)))
+	h2.flush()
+	h2.inject(h2.frame(header.TCPFlagACK|header.TCPFlagFIN, c+5, h2.ack, h2.wnd, nil, nil))
+	h2.flush()
+	if f := h2.flow(); f.ooo != nil && f.ooo.hasFin {
+		t.Fatalf("a FIN inside kept data was kept (fin %d)", f.ooo.fin-c)
+	}
+}
+

@@ -319,7 +319,11 @@ func TestTCPZeroWindowInFlightGuestAnswers(t *testing.T) {
 			for i := 0; i < rounds && f.state == stats.TCPEstablished; i++ {
 				h.now = h.tab.deadline(f)
 				h.tab.Timers(h.now)
-				if resent := h.flush(); len(resent) > 0 && answers {
+				resent := h.flush()
+				if answers && len(tcpPayloadOf(resent)) > 1400 {
+					t.Fatalf("resend %d into the shut window: %d bytes, want one segment", i, len(tcpPayloadOf(resent)))
+				}
+				if len(resent) > 0 && answers {
 					h.sendAck(nil) // the same ACK, the window still shut
 					h.flush()
 				}

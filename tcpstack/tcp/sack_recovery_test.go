@@ -466,6 +466,15 @@ func TestTCPSACKAcrossSequenceWrap(t *testing.T) {
 			if len(resent) == 0 || resent[0].seq != start+2800 || !bytes.Equal(resent[0].payload, data[2800:4200]) {
 				t.Fatalf("after three duplicate ACKs: resent %s, want frame 2 (data[2800:4200])", segsString(resent))
 			}
+			// Everything acknowledged: neither mark is left behind the
+			// ACK, where 2 GiB (4 GiB) on it would read as ahead again.
+			h.ack = start + uint32(len(data))
+			h.sendAck(nil)
+			h.flush()
+			if seqLT(f.sackHigh, h.ack) || seqLT(f.recover+1, h.ack) {
+				t.Fatalf("after the ACK of everything (%d): SACK high %d, recovery point %d behind it",
+					h.ack-start, f.sackHigh-start, f.recover-start)
+			}
 		})
 	}
 }

@@ -162,16 +162,21 @@ func (t *Table) fire(now time.Time, f *conn) {
 		// A guest that answered the last resend with a shut window
 		// (flZeroWnd: set by its ACK, cleared by every rewind) is alive,
 		// only short of memory: it dropped what we sent (input.go). Its
-		// resends go on, backed off, as zero-window probes would; only
-		// silence counts against the connection, and the idle timeout
-		// ends one that keeps its window shut for good.
-		if int(f.retrans) >= t.maxRetrans(f) && f.flags&flZeroWnd == 0 {
+		// resends go on, backed off, as zero-window probes would, one
+		// segment each (the window we last knew stands for the rest);
+		// only silence counts against the connection. As with a kernel's
+		// persist timer, a guest that keeps answering keeps it.
+		zeroWnd := f.flags&flZeroWnd != 0
+		if int(f.retrans) >= t.maxRetrans(f) && !zeroWnd {
 			t.log.Debug("tcp retransmissions exceeded", "remote", f.remoteAddr, "port", f.remotePort)
 			t.resetFlow(f, now, stats.TCPTimeout)
 			return
 		}
 		if f.retrans < math.MaxUint8 {
 			f.retrans++
+		}
+		if zeroWnd && f.mssToGuest > 0 {
+			f.wndFromGuest = min(f.wndFromGuest, uint32(f.mssToGuest))
 		}
 		f.lastAckProg = now
 		t.rewind(now, f, stats.TCPRetransTimeout)

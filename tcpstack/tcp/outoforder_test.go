@@ -549,4 +549,3 @@ func TestTCPOutOfOrderBareFinEdges(t *testing.T) {
 		t.Fatalf("a FIN inside kept data was kept (fin %d)", f.ooo.fin-c)
 	}
 }
-

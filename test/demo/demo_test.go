@@ -47,7 +47,10 @@ func TestDemo(t *testing.T) {
 		min    float64
 	}{
 		{"vunet_queue_frames_total", []string{"direction", "from_guest"}, 10},
-		{"vunet_queue_frames_total", []string{"direction", "to_guest"}, 10},
+		// DHCP OFFER and ACK, an ARP reply, the SYN-ACK, the page in two
+		// frames at least (65,599 bytes), our FIN: 7. How many ACKs go on
+		// their own varies with timing (9 in one CI run, 10 or more in others).
+		{"vunet_queue_frames_total", []string{"direction", "to_guest"}, 7},
 		{"vunet_queue_bytes_total", []string{"direction", "to_guest"}, float64(page)},
 		{"vunet_service_replies_total", []string{"service", "dhcp"}, 2},
 		{"vunet_tcp_connects_total", nil, 1},

@@ -71,7 +71,7 @@ func DialUDPFrom(local unix.Sockaddr, peer netip.AddrPort, iface string) (int, e
 		unix.Close(fd)
 		return -1, err
 	}
-	if err := unix.Connect(fd, Sockaddr(peer)); err != nil {
+	if err := connect(fd, peer); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}

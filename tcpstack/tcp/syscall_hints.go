@@ -25,9 +25,10 @@ import (
 //     data in flight readable again and clears it, and so does EPOLLIN
 //     coming back after a mask (setEpoll), as arrivals during the mask
 //     went unreported.
-//   - sendIdle: the last ACK/window refresh found nothing queued and
-//     everything acknowledged, with a window that neither the peer, the
-//     ring budget nor a full buffer held down (refreshAckWnd).
+//   - sendIdle: the last ACK/window refresh found nothing queued (for a
+//     local peer: less than a segment, queuedIdle) and everything
+//     acknowledged, with a window that neither the peer, the ring budget
+//     nor a full buffer held down (refreshAckWnd).
 //
 // A short connection (connect, a request and its answer, close: the rig's
 // connection-rate test) paid seven getsockopt calls for its ACKs and
@@ -52,6 +53,22 @@ import (
 // writes: the bytes still queued (tcpi_bytes_acked) measure sendSpace's
 // payload ratio, and must be read first (refreshAckWnd says why), so
 // SO_MEMINFO cannot first tell that none are.
+
+// queuedIdle reports whether a refresh that found queued bytes (not yet
+// acknowledged by the peer) in f's socket may still count the send side
+// idle. Where ACKs follow our writes (a local peer) the ACK number does not
+// depend on the peer, and the window can only grow as the peer
+// acknowledges what is queued (by those bytes and their skb's overhead).
+// Less than a segment queued and at least four segments of window open:
+// the guest is not held back by not hearing of that growth, and its next
+// segment refreshes. That is a request/response exchange's case: the
+// request is still queued when its write's refresh reads the socket, and
+// the pass that sent the answer read TCP_INFO and SO_MEMINFO again, only
+// to find the request acknowledged.
+func (t *Table) queuedIdle(f *conn, queued int, wnd uint32, peerAcks bool) bool {
+	mss := f.guestMSS()
+	return !peerAcks && uint32(queued) < mss && wnd >= 4*mss
+}
 
 // ackWndCurrent reports whether the last refreshAckWnd still holds, which
 // saves its two getsockopt calls on every pass of a download (the guest

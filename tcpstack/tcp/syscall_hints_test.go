@@ -191,3 +191,41 @@ func shortConnection(t *testing.T) bool {
 	}
 	return true
 }
+
+// TestTCPRequestResponseSyscalls: request/response over a local peer (the
+// rig's latency test) reads TCP_INFO and SO_MEMINFO once per exchange,
+// for the request. The pass that sends the answer reads neither: the
+// request's refresh found it queued but under a segment, with the window
+// wide open (queuedIdle; without it, each exchange read both twice).
+func TestTCPRequestResponseSyscalls(t *testing.T) {
+	h := tcpNewHarness(t, Config{})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	exchange := func(i int) {
+		t.Helper()
+		h.sendAck([]byte{byte(i)})
+		h.flush()
+		if b := tcpReadN(t, peer, 1); b[0] != byte(i) {
+			t.Fatalf("exchange %d: peer read %d", i, b[0])
+		}
+		peer.Write([]byte{^byte(i)})
+		got := h.pumpPayload(1, 5*time.Second)
+		if len(got) != 1 || got[0] != ^byte(i) {
+			t.Fatalf("exchange %d: guest got %v", i, got)
+		}
+		h.ack++
+	}
+	// The peer's kernel acknowledges at once until it sees the exchange
+	// pattern (quick-ACK mode), then with its answer.
+	for i := range 8 {
+		exchange(i)
+	}
+	const n = 20
+	infos, mems := h.tab.infoReads, h.tab.memReads
+	for i := range n {
+		exchange(8 + i)
+	}
+	if di, dm := h.tab.infoReads-infos, h.tab.memReads-mems; di != n || dm != n {
+		t.Fatalf("%d exchanges: %d TCP_INFO and %d SO_MEMINFO reads, want %d and %d (one each per request)", n, di, dm, n, n)
+	}
+}

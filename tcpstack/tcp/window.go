@@ -184,11 +184,13 @@ func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 		f.sendIdle = false
 		return
 	}
-	// Nothing queued, everything acknowledged, a window the guest can
-	// use that neither the peer nor the ring budget holds down: until the
-	// guest sends again (seqFromGuest moves), a refresh would find the
-	// same (syscall_hints.go).
-	f.sendIdle = info != nil && queued == 0 && !full && f.seqAckToGuest == f.seqFromGuest &&
+	// Everything acknowledged, a window the guest can use that neither
+	// the peer nor the ring budget holds down, and nothing queued, or for
+	// a local peer little enough that its draining cannot make a window
+	// update due: until the guest sends again (seqFromGuest moves), a
+	// refresh would find the same or a window a little larger, not worth
+	// a frame (syscall_hints.go).
+	f.sendIdle = info != nil && (queued == 0 || t.queuedIdle(f, queued, wnd, peerAcks)) && !full && f.seqAckToGuest == f.seqFromGuest &&
 		wnd >= f.guestMSS() && (!peerAcks || peerWnd >= uint32(space)) && t.txRing == 0 &&
 		f.flags&flWantOut == 0 && !f.oooReady()
 	// A window that is not worth the guest's while needs a trigger to

@@ -164,6 +164,8 @@ func collectPair(ch chan<- prometheus.Metric, st *stats.Queue, q string, dnsForw
 	counter(ch, descDescWaits, st.RXWaitedForDescriptors.Load(), q)
 	counter(ch, descWasted, st.RXChainsWasted.Load(), q)
 	counter(ch, descWakeups, st.Wakeups.Load(), q)
+	sparseCounter(ch, descLoopPolls, st.PollHits.Load(), q, "hit")
+	sparseCounter(ch, descLoopPolls, st.PollMisses.Load(), q, "miss")
 	counter(ch, descLoopStarts, st.LoopStarts.Load(), q)
 	counter(ch, descMemFaults, st.MemoryFaults.Load(), q)
 	for p := addrpolicy.Proto(0); p < addrpolicy.NumProtos; p++ {

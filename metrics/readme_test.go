@@ -72,6 +72,8 @@ func everySeries() Sources {
 	st[0].Flows.MovedIn[stats.FlowUDP].Add(1)
 	st[0].FlowFetches.Add(1)
 	st[0].FlowFetchMisses.Add(1)
+	st[0].PollHits.Add(1)
+	st[0].PollMisses.Add(1)
 	tcps[0].OutOfOrderKept.Add(1)
 	tcps[0].OutOfOrderNoBuffer.Add(1)
 	for _, c := range []*atomic.Uint64{&st[0].Stream.Sessions, &st[0].Stream.Reads, &st[0].Stream.ReadBytes,

@@ -6,6 +6,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/hostsock"
+	"vunet/tcpstack/stats"
 )
 
 // A loop holds a P while it waits for its next event, and GOMAXPROCS is
@@ -70,5 +75,97 @@ func TestIdleLoopGivesItsPBack(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the idle loop never waited in an ordinary system call:\n%s", buf[:n])
 		}
+	}
+}
+
+// nextPoll polls for twice a short gap, within [pollMin, pollMax], never
+// less than the poll that just caught an event, and not at all after a gap
+// of pollMax or more.
+func TestNextPoll(t *testing.T) {
+	us := time.Microsecond
+	for _, c := range []struct{ cur, gap, want time.Duration }{
+		{0, 2 * us, pollMin},
+		{0, 15 * us, 30 * us},
+		{0, 40 * us, pollMax},
+		{0, pollMax, 0},
+		{0, time.Millisecond, 0},
+		{pollMax, 3 * us, pollMax},
+		{20 * us, 12 * us, 24 * us},
+		{20 * us, pollMax, 0},
+	} {
+		if got := nextPoll(c.cur, c.gap); got != c.want {
+			t.Errorf("nextPoll(%v, %v) = %v, want %v", c.cur, c.gap, got, c.want)
+		}
+	}
+}
+
+// A loop's wait polls before it sleeps when pollFor says so: an event the
+// kernel raises during the poll (a timerfd, which needs no goroutine to
+// fire) is a hit, taken without sleeping; one that comes after the poll
+// ran out is a miss, and the long gap ends the polling: the next wait
+// sleeps at once.
+func TestLoopWaitPolls(t *testing.T) {
+	ep, err := hostsock.NewEpoll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(tfd)
+	if err := ep.Add(tfd, unix.EPOLLIN, hostsock.NewToken(hostsock.OwnerLoop, 0, loopFDTimer)); err != nil {
+		t.Fatal(err)
+	}
+	l := &loop{ep: ep, st: &stats.Queue{}}
+	fire := func(after time.Duration) {
+		t.Helper()
+		var b [8]byte
+		unix.Read(tfd, b[:])
+		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(after.Nanoseconds())}
+		if err := unix.TimerfdSettime(tfd, 0, &spec, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Polling for a second, the timer due in a millisecond is a hit.
+	l.pollFor = time.Second
+	fire(time.Millisecond)
+	if n, err := l.wait(-1); n != 1 || err != nil {
+		t.Fatalf("wait: %d events, %v", n, err)
+	}
+	if h, m := l.st.PollHits.Load(), l.st.PollMisses.Load(); h != 1 || m != 0 {
+		t.Fatalf("event within the poll: %d hits, %d misses; want 1 and 0", h, m)
+	}
+	if l.pollFor != 0 {
+		t.Fatalf("after a hit a millisecond in, pollFor = %v, want 0 (a gap above pollMax)", l.pollFor)
+	}
+
+	// Polling for 100 µs, the timer due in 20 ms is a miss, and the loop
+	// sleeps until it.
+	l.pollFor = 100 * time.Microsecond
+	fire(20 * time.Millisecond)
+	start := time.Now()
+	if n, err := l.wait(-1); n != 1 || err != nil {
+		t.Fatalf("wait: %d events, %v", n, err)
+	}
+	if took := time.Since(start); took < 20*time.Millisecond {
+		t.Fatalf("the wait returned after %v, before the timer", took)
+	}
+	if h, m := l.st.PollHits.Load(), l.st.PollMisses.Load(); h != 1 || m != 1 {
+		t.Fatalf("event after the poll: %d hits, %d misses; want 1 and 1", h, m)
+	}
+	if l.pollFor != 0 {
+		t.Fatalf("after a 20 ms gap, pollFor = %v, want 0", l.pollFor)
+	}
+
+	// Not polling, the next wait neither hits nor misses.
+	fire(time.Millisecond)
+	if n, err := l.wait(-1); n != 1 || err != nil {
+		t.Fatalf("wait: %d events, %v", n, err)
+	}
+	if h, m := l.st.PollHits.Load(), l.st.PollMisses.Load(); h != 1 || m != 1 {
+		t.Fatalf("a wait that did not poll: %d hits, %d misses; want 1 and 1", h, m)
 	}
 }

@@ -76,6 +76,10 @@ type Queue struct {
 	ServiceReplies [NumServices]atomic.Uint64
 	// Wakeups counts event-loop returns from epoll_wait.
 	Wakeups atomic.Uint64
+	// PollHits and PollMisses count the event loop's bounded busy-polls
+	// before a sleep: those that found an event, and those that ran out
+	// and slept.
+	PollHits, PollMisses atomic.Uint64
 	// LoopStarts counts how many times the pair's loop was started.
 	LoopStarts atomic.Uint64
 	// Flows counts the pair's flows by protocol (TCP, UDP, ICMP echo):

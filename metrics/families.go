@@ -76,7 +76,7 @@ var (
 	descDescWaits  = counterFam("queue_descriptor_waits_total", "Frames for the guest that found no free descriptor and waited for the guest to refill its ring.", "queue")
 	descWasted     = counterFam("queue_wasted_chains_total", "Guest buffers returned to the guest empty (could be neither used nor rewound).", "queue")
 	descWakeups    = counterFam("queue_loop_wakeups_total", "Event-loop returns from epoll_wait.", "queue")
-	descLoopPolls  = counterFam("queue_loop_polls_total", "Bounded busy-polls of the event loop before it sleeps, by result (hit: an event came within the poll; miss: the loop slept after it); a series appears at its first poll.", "queue", "result")
+	descLoopPolls  = counterFam("queue_loop_polls_total", "Bounded busy-polls of the event loop before it sleeps, by result (hit: an event came within the poll; miss: the loop slept after it); each result's series appears at its first count.", "queue", "result")
 	descLoopStarts = counterFam("queue_loop_starts_total", "Starts of the queue pair's event loop (ring rebuilds, reconnects).", "queue")
 	descMemFaults  = counterFam("queue_memory_faults_total", "Event loops stopped by a fault on guest memory (front-end shrank its memory file).", "queue")
 	descPolicy     = counterFam("policy_drops_total", "Guest packets refused by the address policy, by protocol and reason (also in vunet_queue_drops_total as reason policy); a series appears at its first drop.", "queue", "protocol", "reason")

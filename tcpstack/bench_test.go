@@ -141,6 +141,9 @@ func connectRemote(b testing.TB, remote int) {
 	b.Helper()
 	var buf [64]byte
 	_, from, err := unix.Recvfrom(remote, buf[:], 0)
+	for err == unix.EINTR { // a signal (a GC's, a preemption's) ended the read
+		_, from, err = unix.Recvfrom(remote, buf[:], 0)
+	}
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -58,14 +59,18 @@ const (
 )
 
 // wait fills l.events: at once when timeout is 0, otherwise sleeping until
-// something is ready.
+// something is ready, after polling for l.pollFor when that is not zero.
 func (l *loop) wait(timeout int) (int, error) {
 	if timeout == 0 {
 		return l.ep.WaitHeld(l.events[:], 0)
 	}
 	start := time.Now()
-	l.yieldIfDue(start)
-	if l.pollFor > 0 {
+	if l.yieldIfDue(start) {
+		// What ran meanwhile (a metrics scrape, say) is not part of the
+		// gap the poll adapts to.
+		start = time.Now()
+	}
+	if l.pollFor > 0 && pollAllowed.Load() {
 		n, err, hit := l.poll(start)
 		if hit {
 			l.st.PollHits.Add(1)
@@ -96,7 +101,10 @@ func (l *loop) wait(timeout int) (int, error) {
 // KVM's halt-polling adapts): it polls for twice that gap, at least
 // pollMin, at most pollMax, and one poll that finds nothing stops the
 // polling until a short gap is seen again. The most a run of long gaps
-// costs is one pollMax per short gap before it.
+// costs is one pollMax per short gap before it. And no loop polls while
+// there are as many loops as CPUs the process may use (reserveP sets
+// pollAllowed): then the threads that make the events (QEMU's, the
+// kernel's softirqs, a peer) would wait for the CPU a loop spins on.
 const (
 	pollMin = 10 * time.Microsecond
 	pollMax = 50 * time.Microsecond
@@ -142,14 +150,19 @@ func (l *loop) sleep(start time.Time, timeout int) (int, error) {
 }
 
 // yieldIfDue passes through the scheduler when the last pass is yieldEvery
-// old.
-func (l *loop) yieldIfDue(now time.Time) {
+// old, and reports whether it did.
+func (l *loop) yieldIfDue(now time.Time) bool {
 	if now.Sub(l.lastYield) < yieldEvery {
-		return
+		return false
 	}
 	runtime.Gosched()
 	l.lastYield = now
+	return true
 }
+
+// pollAllowed says whether loops may busy-poll: fewer of them run than
+// the process has CPUs.
+var pollAllowed atomic.Bool
 
 // runningLoops counts the event loops of every Stack in the process, for
 // reserveP.
@@ -181,6 +194,7 @@ func reserveP(delta int) {
 		runningLoops.base = runtime.GOMAXPROCS(0)
 	}
 	runningLoops.n += delta
+	pollAllowed.Store(runningLoops.n < runtime.NumCPU())
 	want := runningLoops.n
 	if want <= 0 {
 		runningLoops.n, want = 0, runningLoops.base

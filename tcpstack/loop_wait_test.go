@@ -119,6 +119,9 @@ func TestLoopWaitPolls(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := &loop{ep: ep, st: &stats.Queue{}}
+	was := pollAllowed.Load()
+	pollAllowed.Store(true)
+	t.Cleanup(func() { pollAllowed.Store(was) })
 	fire := func(after time.Duration) {
 		t.Helper()
 		var b [8]byte
@@ -142,30 +145,56 @@ func TestLoopWaitPolls(t *testing.T) {
 		t.Fatalf("after a hit a millisecond in, pollFor = %v, want 0 (a gap above pollMax)", l.pollFor)
 	}
 
-	// Polling for 100 µs, the timer due in 20 ms is a miss, and the loop
+	// Polling for 100 µs, the timer due in 100 ms is a miss, and the loop
 	// sleeps until it.
 	l.pollFor = 100 * time.Microsecond
-	fire(20 * time.Millisecond)
 	start := time.Now()
+	fire(100 * time.Millisecond)
 	if n, err := l.wait(-1); n != 1 || err != nil {
 		t.Fatalf("wait: %d events, %v", n, err)
 	}
-	if took := time.Since(start); took < 20*time.Millisecond {
+	if took := time.Since(start); took < 100*time.Millisecond {
 		t.Fatalf("the wait returned after %v, before the timer", took)
 	}
 	if h, m := l.st.PollHits.Load(), l.st.PollMisses.Load(); h != 1 || m != 1 {
 		t.Fatalf("event after the poll: %d hits, %d misses; want 1 and 1", h, m)
 	}
 	if l.pollFor != 0 {
-		t.Fatalf("after a 20 ms gap, pollFor = %v, want 0", l.pollFor)
+		t.Fatalf("after a 100 ms gap, pollFor = %v, want 0", l.pollFor)
 	}
 
-	// Not polling, the next wait neither hits nor misses.
-	fire(time.Millisecond)
-	if n, err := l.wait(-1); n != 1 || err != nil {
-		t.Fatalf("wait: %d events, %v", n, err)
+	// Not polling, the next wait neither hits nor misses; nor does one
+	// with polling not allowed (as many loops as CPUs).
+	for _, allowed := range []bool{true, false} {
+		pollAllowed.Store(allowed)
+		if !allowed {
+			l.pollFor = time.Second
+		}
+		fire(time.Millisecond)
+		if n, err := l.wait(-1); n != 1 || err != nil {
+			t.Fatalf("wait: %d events, %v", n, err)
+		}
+		if h, m := l.st.PollHits.Load(), l.st.PollMisses.Load(); h != 1 || m != 1 {
+			t.Fatalf("a wait that did not poll (allowed %v): %d hits, %d misses; want 1 and 1", allowed, h, m)
+		}
 	}
-	if h, m := l.st.PollHits.Load(), l.st.PollMisses.Load(); h != 1 || m != 1 {
-		t.Fatalf("a wait that did not poll: %d hits, %d misses; want 1 and 1", h, m)
+}
+
+// Loops may poll while fewer of them run than the process has CPUs.
+func TestPollAllowedBelowCPUCount(t *testing.T) {
+	old := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
+	cpus := runtime.NumCPU()
+	for n := 1; n <= cpus; n++ {
+		reserveP(1)
+		if got, want := pollAllowed.Load(), n < cpus; got != want {
+			t.Errorf("%d loops on %d CPUs: pollAllowed %v, want %v", n, cpus, got, want)
+		}
+	}
+	for range cpus {
+		reserveP(-1)
+	}
+	if pollAllowed.Load() != (cpus > 0) {
+		t.Errorf("no loops: pollAllowed %v", pollAllowed.Load())
 	}
 }

@@ -25,10 +25,11 @@ import (
 //     data in flight readable again and clears it, and so does EPOLLIN
 //     coming back after a mask (setEpoll), as arrivals during the mask
 //     went unreported.
-//   - sendIdle: the last ACK/window refresh found nothing queued (for a
-//     local peer: less than a segment, queuedIdle) and everything
-//     acknowledged, with a window that neither the peer, the ring budget
-//     nor a full buffer held down (refreshAckWnd).
+//   - sendIdle: the last ACK/window refresh found nothing queued (where
+//     ACKs follow our writes: less than a segment, with four segments of
+//     window open, queuedIdle) and everything acknowledged, with a window
+//     that neither the peer, the ring budget nor a full buffer held down
+//     (refreshAckWnd).
 //
 // A short connection (connect, a request and its answer, close: the rig's
 // connection-rate test) paid seven getsockopt calls for its ACKs and
@@ -56,9 +57,14 @@ import (
 
 // queuedIdle reports whether a refresh that found queued bytes (not yet
 // acknowledged by the peer) in f's socket may still count the send side
-// idle. Where ACKs follow our writes (a local peer) the ACK number does not
-// depend on the peer, and the window can only grow as the peer
-// acknowledges what is queued (by those bytes and their skb's overhead).
+// idle. Where ACKs follow our writes (a local peer, or Config.AckOnWrite)
+// the ACK number does not depend on the peer, and the window can only grow
+// as the peer acknowledges what is queued (by those bytes and their skb's
+// overhead). The window the next frames carry is the smaller one the
+// refresh found, as on any pass that does not refresh: when an exchange's
+// request starts to be acknowledged with the answer (the peer left
+// quick-ACK mode), the right edge the guest sees moves back once by the
+// request's buffer charge (a few hundred bytes), then advances again.
 // Less than a segment queued and at least four segments of window open:
 // the guest is not held back by not hearing of that growth, and its next
 // segment refreshes. That is a request/response exchange's case: the

@@ -35,9 +35,16 @@ import "time"
 //     a write-write-read client). When a delayed ACK goes uncarried, the
 //     connection's ACKs go at once until we learn why: more guest data
 //     first means the guest was waiting for it, and they keep going at
-//     once; the host's answer first means the answer was only slow, and
-//     delaying resumes. Such a guest pays the delay once; a
-//     request/response connection keeps it through a slow answer.
+//     once for a spell; the host's answer first means the answer was
+//     only slow, and delaying resumes. The spell lasts two answers to the
+//     guest, and twice as many each time the guest is found waiting
+//     again (at most delAckSpellMax): a write-write-read client pays the
+//     delay a handful of times, then once in delAckSpellMax exchanges;
+//     and a connection whose first message went unanswered by design (a
+//     greeting or a header, then requests: the QEMU bench's RR client)
+//     is not kept from delaying for the rest of its life, which had cost
+//     a TCG guest a second frame, our ACK before the answer, on every
+//     exchange.
 //
 // Under a QEMU guest a 1-byte request and its answer were two frames to
 // the guest (our ACK, then the answer) and are now one.
@@ -52,8 +59,12 @@ const defaultDelayedAck = time.Millisecond
 // (fully when whole is true; filledHole: the data filled a hole).
 func (t *Table) ackGuestData(now time.Time, f *conn, whole, filledHole bool) {
 	// Data after an uncarried delayed ACK, before any answer: the guest
-	// waited for that ACK.
-	f.delAckProbe = false
+	// waited for that ACK. ACKs go at once for a spell, longer each time.
+	if f.delAckProbe {
+		f.delAckProbe = false
+		f.delAckSpell = min(max(2*f.delAckSpell, delAckSpellMin), delAckSpellMax)
+		f.delAckRetry = f.delAckSpell
+	}
 	unacked := f.seqFromGuest - f.ackSent
 	t.scheduleAck(now, f, f.delAckOff || !whole || filledHole || unacked > f.guestMSS() || 2*unacked >= f.wndSent)
 }
@@ -95,10 +106,27 @@ func (t *Table) delayedAckDue(f *conn) {
 	t.markDirty(f)
 }
 
-// answered notes host data sent to the guest after an uncarried delayed
-// ACK and before more guest data: the answer was slow, and ACKs may wait
-// again.
-func (f *conn) answered() { f.delAckOff, f.delAckProbe = false, false }
+// Bounds of an at-once spell, in answers to the guest.
+const (
+	delAckSpellMin = 2
+	delAckSpellMax = 256
+)
+
+// answered notes host data sent to the guest with an ACK. After an
+// uncarried delayed ACK and before more guest data, the answer was slow,
+// and ACKs may wait again; during an at-once spell, it counts towards the
+// spell's end.
+func (f *conn) answered() {
+	switch {
+	case f.delAckProbe:
+		f.delAckOff, f.delAckProbe = false, false
+	case f.delAckOff && f.delAckRetry > 0:
+		f.delAckRetry--
+		if f.delAckRetry == 0 {
+			f.delAckOff = false
+		}
+	}
+}
 
 // ackHeld reports whether a change of the ACK number waits for a frame to
 // carry it.

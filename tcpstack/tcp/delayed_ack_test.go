@@ -70,7 +70,7 @@ func TestTCPDelayedAck(t *testing.T) {
 			h.tab.Timers(h.now)
 			pureAck(t, h.flush(), h.seq)
 		}},
-		{"a guest that waited for the ACK: at once from then on", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
+		{"a guest that waited for the ACK: at once for a spell", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
 			h.sendAck(small)
 			h.flush()
 			expire(t, h)
@@ -82,6 +82,43 @@ func TestTCPDelayedAck(t *testing.T) {
 			h.collect("the answer", func(ss []tcpSeg) bool { return len(tcpPayloadOf(ss)) == len("200 OK") })
 			h.sendAck(small)
 			pureAck(t, h.flush(), h.seq)
+		}},
+		{"a guest that waited: at once for a spell, longer each time", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
+			// A header the peer does not answer, then requests: the
+			// QEMU bench's RR client.
+			sent := 0
+			exchange := func(wantAckAtOnce bool) {
+				t.Helper()
+				h.sendAck(small)
+				ss := h.flush()
+				if wantAckAtOnce {
+					pureAck(t, ss, h.seq)
+				} else if len(ss) != 0 {
+					t.Fatalf("request %d: %s, want its ACK held for the answer", sent, segsString(ss))
+				}
+				sent++
+				tcpReadN(t, peer, len(small))
+				peer.Write([]byte("200 OK"))
+				ss = h.collect("the answer", func(ss []tcpSeg) bool { return len(tcpPayloadOf(ss)) == len("200 OK") })
+				if last := ss[len(ss)-1]; last.ack != h.seq {
+					t.Fatalf("answer %d acknowledges %d, want %d", sent, last.ack, h.seq)
+				}
+				h.ack += uint32(len("200 OK"))
+			}
+			for spell := delAckSpellMin; spell <= 4*delAckSpellMin; spell *= 2 {
+				h.sendAck(small) // unanswered
+				h.flush()
+				expire(t, h)
+				tcpReadN(t, peer, len(small))
+				// The first request comes before any answer: the guest
+				// waited. ACKs go at once for the spell's answers...
+				for range spell {
+					exchange(true)
+				}
+				// ...then wait for the answer again.
+				exchange(false)
+				exchange(false)
+			}
 		}},
 		{"a slow answer: delaying resumes", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
 			h.sendAck(small)

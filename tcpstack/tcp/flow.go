@@ -129,6 +129,8 @@ type conn struct {
 	delAckAt     time.Time     // an ACK for guest data waits for a frame to carry it until then (delayed_ack.go); zero: none waits
 	delAckOff    bool          // a delayed ACK went uncarried: this connection's ACKs go at once (delayed_ack.go)
 	delAckProbe  bool          // with delAckOff: whether the guest waited for that ACK is not known yet
+	delAckRetry  uint16        // with delAckOff: answers to the guest left before ACKs wait again (delayed_ack.go)
+	delAckSpell  uint16        // answers the last at-once spell lasted; doubles each time the guest is found waiting
 	ackCheckIvl  time.Duration // delay of the next delayed-ACK check (backed off while nothing changes); 0: AckInterval
 	challengeAt  time.Time     // the last challenge ACK (challenge.go)
 

@@ -102,7 +102,7 @@ func (t *Table) buildHeaders(f *conn, hdr []byte, fl header.TCPFlags, seq uint32
 	if fl.Has(header.TCPFlagACK) {
 		f.ackSent = ack
 		f.delAckAt = time.Time{} // the ACK a delayed one waited for goes with this frame
-		if n > 0 && f.delAckProbe {
+		if n > 0 && f.delAckOff {
 			f.answered()
 		}
 		f.wndSent = sent

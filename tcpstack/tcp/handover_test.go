@@ -148,7 +148,7 @@ func TestHandOverCoversEveryField(t *testing.T) {
 		// A delayed ACK: the importer's first output pass sends an ACK
 		// that moved (TestTCPDelayedAck); a connection that gave up
 		// delaying may delay once more there.
-		"delAckAt": true, "delAckOff": true, "delAckProbe": true}
+		"delAckAt": true, "delAckOff": true, "delAckProbe": true, "delAckRetry": true, "delAckSpell": true}
 	now := time.Unix(2_000_000, 0)
 	var f conn
 	v := reflect.ValueOf(&f).Elem()

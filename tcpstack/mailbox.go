@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"vunet/tcpstack/dgram"
 )
 
 // A pair's mailbox: how the loops of other queue pairs ask it for a flow
@@ -44,8 +46,12 @@ type moveMsg struct {
 	kind  moveKind
 	from  int // the sender's pair index
 	fp    uint64
-	state []byte // moveGive: the encoded flow
+	state []byte // moveGive: the encoded flow (TCP)
 	fd    int    // moveGive: the flow's socket
+	// moveGive of a datagram flow: its state, carried in the message so
+	// that a move allocates nothing (the mailbox copies messages by
+	// value).
+	dgram [dgram.StateSize]byte
 }
 
 type mailCell struct {

@@ -287,7 +287,7 @@ func (l *loop) handOff(w moveMsg) {
 	case moveTCP:
 		state, fd, ok = l.tcp.HandOff(l.now, w.fp)
 	case moveDgram:
-		state, fd, ok = l.flows.HandOff(l.now, w.fp)
+		state, fd, ok = l.flows.HandOff(l.now, w.fp, l.dgramState[:0])
 	}
 	me := l.qp.Index
 	if !ok {
@@ -295,6 +295,10 @@ func (l *loop) handOff(w moveMsg) {
 		return
 	}
 	give := moveMsg{op: moveGive, kind: w.kind, from: me, fp: w.fp, state: state, fd: fd}
+	if w.kind == moveDgram {
+		copy(give.dgram[:], state)
+		give.state = nil
+	}
 	if !l.s.post(w.from, give) {
 		// The asking pair's mailbox is full: the flow stays here.
 		l.ps.importFlow(l.now, give, l.log)
@@ -340,7 +344,8 @@ func (ps *pairState) importFlow(now time.Time, m moveMsg, log *slog.Logger) bool
 	case moveTCP:
 		err = ps.tcp.Import(now, m.state, m.fd)
 	case moveDgram:
-		err = ps.flows.Import(now, m.state, m.fd)
+		ps.importState = m.dgram
+		err = ps.flows.Import(now, ps.importState[:], m.fd)
 	}
 	if err == nil {
 		return true

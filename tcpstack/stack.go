@@ -75,11 +75,14 @@ type Stack struct {
 // re-registered with the next loop's epoll set, and its part in moving
 // flows between pairs (moves.go).
 type pairState struct {
-	index    int
-	st       *stats.Queue
-	tcpStats *stats.TCP
-	flows    *dgram.Table
-	tcp      *tcp.Table
+	index int
+	// importState holds a datagram flow's state while it is imported:
+	// the message it came in stays on the stack (moves.go).
+	importState [dgram.StateSize]byte
+	st          *stats.Queue
+	tcpStats    *stats.TCP
+	flows       *dgram.Table
+	tcp         *tcp.Table
 
 	// Moves between pairs: the pair's shard of the directory (nil beyond
 	// flowdir.MaxPairs: its flows stay its own), its mailbox, the fetches

@@ -73,8 +73,10 @@ func keySum(d Directory, k *flowKey) uint64 {
 // HandOff gives away the flow whose fingerprint is fp, for another table of
 // this process to Import: its state encoded, and its socket, which now
 // belongs to the caller (it left this table's epoll set and is not
-// closed). ok is false when the table holds no such flow.
-func (ft *Table) HandOff(now time.Time, fp uint64) (state []byte, fd int, ok bool) {
+// closed). The state is appended to dst (with StateSize bytes of room
+// there, nothing is allocated). ok is false when the table holds no such
+// flow.
+func (ft *Table) HandOff(now time.Time, fp uint64, dst []byte) (state []byte, fd int, ok bool) {
 	if fp == 0 {
 		return nil, -1, false
 	}
@@ -83,7 +85,7 @@ func (ft *Table) HandOff(now time.Time, fp uint64) (state []byte, fd int, ok boo
 		if !f.inUse || f.fp != fp {
 			continue
 		}
-		b, err := encodeFlow(now, f)
+		b, err := encodeFlow(now, f, dst)
 		if err != nil {
 			return nil, -1, false
 		}

@@ -39,6 +39,10 @@ type flowWire struct {
 
 var flowWireSize = binary.Size(flowWire{})
 
+// StateSize is the length of a flow's state as HandOff and Export encode
+// it.
+const StateSize = 48
+
 // Exported is one flow as Export hands it out.
 type Exported struct {
 	State []byte // for Import, in the other table
@@ -56,7 +60,7 @@ func (ft *Table) Export(now time.Time) []Exported {
 		if !f.inUse {
 			continue
 		}
-		b, err := encodeFlow(now, f)
+		b, err := encodeFlow(now, f, make([]byte, 0, flowWireSize))
 		if err != nil {
 			continue
 		}
@@ -65,12 +69,12 @@ func (ft *Table) Export(now time.Time) []Exported {
 	return out
 }
 
-// encodeFlow returns f's state for Import.
-func encodeFlow(now time.Time, f *flow) ([]byte, error) {
+// encodeFlow appends f's state for Import to dst.
+func encodeFlow(now time.Time, f *flow, dst []byte) ([]byte, error) {
 	w := flowWire{Version: flowStateVersion, Kind: uint8(f.key.kind), V6: f.key.v6, Class: uint8(f.class),
 		GuestPort: f.key.guestPort, RemotePort: f.key.remotePort,
 		GuestIP: f.key.guestIP, RemoteIP: f.key.remoteIP, LastUsed: int64(now.Sub(f.lastUsed))}
-	return binary.Append(make([]byte, 0, flowWireSize), binary.LittleEndian, &w)
+	return binary.Append(dst, binary.LittleEndian, &w)
 }
 
 // Forget closes this table's descriptors of flows Export returned that

@@ -247,3 +247,21 @@ func TestHandOverKeepsDNSForward(t *testing.T) {
 		}
 	}
 }
+
+// StateSize, which callers size their buffers by, is what HandOff and
+// Export encode; HandOff fills the caller's buffer, allocating nothing.
+func TestStateSize(t *testing.T) {
+	if StateSize != flowWireSize {
+		t.Fatalf("StateSize %d, encoded flows are %d bytes", StateSize, flowWireSize)
+	}
+	var f flow
+	var buf [StateSize]byte
+	if n := testing.AllocsPerRun(100, func() {
+		b, err := encodeFlow(time.Unix(1, 0), &f, buf[:0])
+		if err != nil || len(b) != StateSize || &b[0] != &buf[0] {
+			t.Fatalf("encodeFlow: %d bytes, %v, in the caller's buffer: %v", len(b), err, len(b) > 0 && &b[0] == &buf[0])
+		}
+	}); n != 0 {
+		t.Fatalf("encodeFlow into a buffer with room: %v allocations", n)
+	}
+}

@@ -23,12 +23,12 @@ import "time"
 //     retransmissions, gaps, challenges) sets flAckDue itself. The ACK of
 //     a FIN waits too (ackGuestFin), for our FIN.
 //
-// Two kinds of connection never wait:
+// Two kinds of connection do not wait:
 //   - those whose ACKs follow a remote peer's (acksFollowPeer): their ACK
 //     moves when the peer's does, a round trip after the data, so an
 //     answer rarely carries it; they keep the delayed-ACK check of
 //     refreshAckWnd;
-//   - one whose guest waited for a delayed ACK (delAckOff). A guest that
+//   - for a spell, one whose guest waited for a delayed ACK (delAckOff). A guest that
 //     waits for our ACK before it sends more — Nagle's algorithm holding
 //     a second small write, or the last frames of a window — would lose
 //     the delay on every exchange (Linux's 40 ms delayed ACK does that to
@@ -36,10 +36,12 @@ import "time"
 //     connection's ACKs go at once until we learn why: more guest data
 //     first means the guest was waiting for it, and they keep going at
 //     once for a spell; the host's answer first means the answer was
-//     only slow, and delaying resumes. The spell lasts two answers to the
-//     guest, and twice as many each time the guest is found waiting
-//     again (at most delAckSpellMax): a write-write-read client pays the
-//     delay a handful of times, then once in delAckSpellMax exchanges;
+//     only slow, and delaying resumes. The spell lasts two exchanges (a
+//     turn of guest data, then host data to the guest, however many
+//     frames either takes: delAckTurn), and twice as many each time the
+//     guest is found waiting again (at most delAckSpellMax): a
+//     write-write-read client pays the delay a handful of times, then
+//     once in delAckSpellMax exchanges;
 //     and a connection whose first message went unanswered by design (a
 //     greeting or a header, then requests: the QEMU bench's RR client)
 //     is not kept from delaying for the rest of its life, which had cost
@@ -65,6 +67,7 @@ func (t *Table) ackGuestData(now time.Time, f *conn, whole, filledHole bool) {
 		f.delAckSpell = min(max(2*f.delAckSpell, delAckSpellMin), delAckSpellMax)
 		f.delAckRetry = f.delAckSpell
 	}
+	f.delAckTurn = true
 	unacked := f.seqFromGuest - f.ackSent
 	t.scheduleAck(now, f, f.delAckOff || !whole || filledHole || unacked > f.guestMSS() || 2*unacked >= f.wndSent)
 }
@@ -106,7 +109,7 @@ func (t *Table) delayedAckDue(f *conn) {
 	t.markDirty(f)
 }
 
-// Bounds of an at-once spell, in answers to the guest.
+// Bounds of an at-once spell, in exchanges.
 const (
 	delAckSpellMin = 2
 	delAckSpellMax = 256
@@ -114,13 +117,15 @@ const (
 
 // answered notes host data sent to the guest with an ACK. After an
 // uncarried delayed ACK and before more guest data, the answer was slow,
-// and ACKs may wait again; during an at-once spell, it counts towards the
-// spell's end.
+// and ACKs may wait again; during an at-once spell, the first frame of
+// data after guest data ends an exchange, and counts towards the spell's
+// end (the answer's other frames, and resends, do not).
 func (f *conn) answered() {
 	switch {
 	case f.delAckProbe:
 		f.delAckOff, f.delAckProbe = false, false
-	case f.delAckOff && f.delAckRetry > 0:
+	case f.delAckOff && f.delAckRetry > 0 && f.delAckTurn:
+		f.delAckTurn = false
 		f.delAckRetry--
 		if f.delAckRetry == 0 {
 			f.delAckOff = false

@@ -83,43 +83,8 @@ func TestTCPDelayedAck(t *testing.T) {
 			h.sendAck(small)
 			pureAck(t, h.flush(), h.seq)
 		}},
-		{"a guest that waited: at once for a spell, longer each time", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
-			// A header the peer does not answer, then requests: the
-			// QEMU bench's RR client.
-			sent := 0
-			exchange := func(wantAckAtOnce bool) {
-				t.Helper()
-				h.sendAck(small)
-				ss := h.flush()
-				if wantAckAtOnce {
-					pureAck(t, ss, h.seq)
-				} else if len(ss) != 0 {
-					t.Fatalf("request %d: %s, want its ACK held for the answer", sent, segsString(ss))
-				}
-				sent++
-				tcpReadN(t, peer, len(small))
-				peer.Write([]byte("200 OK"))
-				ss = h.collect("the answer", func(ss []tcpSeg) bool { return len(tcpPayloadOf(ss)) == len("200 OK") })
-				if last := ss[len(ss)-1]; last.ack != h.seq {
-					t.Fatalf("answer %d acknowledges %d, want %d", sent, last.ack, h.seq)
-				}
-				h.ack += uint32(len("200 OK"))
-			}
-			for spell := delAckSpellMin; spell <= 4*delAckSpellMin; spell *= 2 {
-				h.sendAck(small) // unanswered
-				h.flush()
-				expire(t, h)
-				tcpReadN(t, peer, len(small))
-				// The first request comes before any answer: the guest
-				// waited. ACKs go at once for the spell's answers...
-				for range spell {
-					exchange(true)
-				}
-				// ...then wait for the answer again.
-				exchange(false)
-				exchange(false)
-			}
-		}},
+		{"a guest that waited: at once for a spell, longer each time", Config{}, waitedSpells([]byte("200 OK"))},
+		{"a spell counts exchanges, not frames", Config{}, waitedSpells(bytes.Repeat([]byte{'a'}, 3000))},
 		{"a slow answer: delaying resumes", Config{}, func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
 			h.sendAck(small)
 			h.flush()
@@ -318,5 +283,55 @@ func TestTCPProbeDoesNotCarryHeldAck(t *testing.T) {
 	}
 	if !probe || !ack {
 		t.Fatalf("got %s: want the probe and, in a frame of its own, the ACK of the guest's FIN (%d)", segsString(got), h.seq)
+	}
+}
+
+// waitedSpells is TestTCPDelayedAck's case of a guest found waiting for a
+// delayed ACK again and again: a header the peer does not answer, then
+// requests (the QEMU bench's RR client), with answer as every answer. ACKs
+// go at once for spells of 2, 4 and 8 exchanges, however many frames an
+// answer takes, and wait for the answer after each spell.
+func waitedSpells(answer []byte) func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
+	return func(t *testing.T, h *tcpHarness, peer *net.TCPConn) {
+		small := []byte("GET /x\r\n")
+		sent := 0
+		exchange := func(wantAckAtOnce bool) {
+			t.Helper()
+			h.sendAck(small)
+			ss := h.flush()
+			if wantAckAtOnce {
+				if len(ss) != 1 || ss[0].flags != header.TCPFlagACK || len(ss[0].payload) != 0 || ss[0].ack != h.seq {
+					t.Fatalf("request %d: %s, want one pure ACK of %d", sent, segsString(ss), h.seq)
+				}
+			} else if len(ss) != 0 {
+				t.Fatalf("request %d: %s, want its ACK held for the answer", sent, segsString(ss))
+			}
+			sent++
+			tcpReadN(t, peer, len(small))
+			peer.Write(answer)
+			ss = h.collect("the answer", func(ss []tcpSeg) bool { return len(tcpPayloadOf(ss)) == len(answer) })
+			if last := ss[len(ss)-1]; last.ack != h.seq {
+				t.Fatalf("answer %d acknowledges %d, want %d", sent, last.ack, h.seq)
+			}
+			h.ack += uint32(len(answer))
+		}
+		for spell := delAckSpellMin; spell <= 4*delAckSpellMin; spell *= 2 {
+			h.sendAck(small) // unanswered
+			h.flush()
+			h.now = h.now.Add(defaultDelayedAck)
+			h.tab.Timers(h.now)
+			if ss := h.flush(); len(ss) != 1 || len(ss[0].payload) != 0 || ss[0].ack != h.seq {
+				t.Fatalf("the header's delayed ACK: %s", segsString(ss))
+			}
+			tcpReadN(t, peer, len(small))
+			// The first request comes before any answer: the guest
+			// waited. ACKs go at once for the spell's exchanges...
+			for range spell {
+				exchange(true)
+			}
+			// ...then wait for the answer again.
+			exchange(false)
+			exchange(false)
+		}
 	}
 }

@@ -127,10 +127,11 @@ type conn struct {
 	lastAckProg  time.Time     // guest ACK progress or data first sent after idle: ACK-timeout base
 	ackDueAt     time.Time     // zero: no delayed ACK check pending
 	delAckAt     time.Time     // an ACK for guest data waits for a frame to carry it until then (delayed_ack.go); zero: none waits
-	delAckOff    bool          // a delayed ACK went uncarried: this connection's ACKs go at once (delayed_ack.go)
+	delAckOff    bool          // a delayed ACK went uncarried: this connection's ACKs go at once, for a spell (delayed_ack.go)
 	delAckProbe  bool          // with delAckOff: whether the guest waited for that ACK is not known yet
-	delAckRetry  uint16        // with delAckOff: answers to the guest left before ACKs wait again (delayed_ack.go)
-	delAckSpell  uint16        // answers the last at-once spell lasted; doubles each time the guest is found waiting
+	delAckRetry  uint16        // with delAckOff: exchanges left before ACKs wait again (delayed_ack.go)
+	delAckSpell  uint16        // exchanges the last at-once spell lasted; doubles each time the guest is found waiting
+	delAckTurn   bool          // guest data came since the last host data to the guest: the next is an answer
 	ackCheckIvl  time.Duration // delay of the next delayed-ACK check (backed off while nothing changes); 0: AckInterval
 	challengeAt  time.Time     // the last challenge ACK (challenge.go)
 

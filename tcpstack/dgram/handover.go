@@ -43,6 +43,14 @@ var flowWireSize = binary.Size(flowWire{})
 // it.
 const StateSize = 48
 
+func init() {
+	// Callers size their buffers by StateSize: a state cut short would
+	// fail Import and lose the flow.
+	if StateSize != flowWireSize {
+		panic(fmt.Sprintf("dgram: StateSize %d, encoded flows are %d bytes", StateSize, flowWireSize))
+	}
+}
+
 // Exported is one flow as Export hands it out.
 type Exported struct {
 	State []byte // for Import, in the other table

@@ -28,8 +28,8 @@ import "time"
 //     moves when the peer's does, a round trip after the data, so an
 //     answer rarely carries it; they keep the delayed-ACK check of
 //     refreshAckWnd;
-//   - for a spell, one whose guest waited for a delayed ACK (delAckOff). A guest that
-//     waits for our ACK before it sends more — Nagle's algorithm holding
+//   - for a spell, one whose guest waited for a delayed ACK (delAckOff).
+//     A guest that waits for our ACK before it sends more — Nagle's algorithm holding
 //     a second small write, or the last frames of a window — would lose
 //     the delay on every exchange (Linux's 40 ms delayed ACK does that to
 //     a write-write-read client). When a delayed ACK goes uncarried, the

@@ -313,6 +313,9 @@ func waitedSpells(answer []byte) func(t *testing.T, h *tcpHarness, peer *net.TCP
 			if last := ss[len(ss)-1]; last.ack != h.seq {
 				t.Fatalf("answer %d acknowledges %d, want %d", sent, last.ack, h.seq)
 			}
+			if data := len(ss) - countPure(ss); len(answer) > 1400 && data < 2 {
+				t.Fatalf("answer %d (%d bytes) in %d frame(s): the case needs answers of several", sent, len(answer), data)
+			}
 			h.ack += uint32(len(answer))
 		}
 		for spell := delAckSpellMin; spell <= 4*delAckSpellMin; spell *= 2 {
@@ -334,4 +337,15 @@ func waitedSpells(answer []byte) func(t *testing.T, h *tcpHarness, peer *net.TCP
 			exchange(false)
 		}
 	}
+}
+
+// countPure counts the frames without payload.
+func countPure(ss []tcpSeg) int {
+	n := 0
+	for _, s := range ss {
+		if len(s.payload) == 0 {
+			n++
+		}
+	}
+	return n
 }

@@ -131,7 +131,7 @@ type conn struct {
 	delAckProbe  bool          // with delAckOff: whether the guest waited for that ACK is not known yet
 	delAckRetry  uint16        // with delAckOff: exchanges left before ACKs wait again (delayed_ack.go)
 	delAckSpell  uint16        // exchanges the last at-once spell lasted; doubles each time the guest is found waiting
-	delAckTurn   bool          // guest data came since the last host data to the guest: the next is an answer
+	delAckTurn   bool          // during a spell: guest data came since the last exchange ended (delayed_ack.go)
 	ackCheckIvl  time.Duration // delay of the next delayed-ACK check (backed off while nothing changes); 0: AckInterval
 	challengeAt  time.Time     // the last challenge ACK (challenge.go)
 

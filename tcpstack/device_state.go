@@ -53,6 +53,13 @@ func (s *Stack) SaveState(w io.Writer) error {
 		s.mu.Unlock()
 		return errors.New("save state: queue pairs still run")
 	}
+	if len(s.stopping) != 0 {
+		// A loop abandoned at a stop deadline (vhost-user's, in this
+		// session or an earlier one) may wake and use its pair's
+		// mailbox and tables, which saving reads and empties.
+		s.mu.Unlock()
+		return errors.New("save state: a queue pair that did not stop still holds its flows")
+	}
 	s.mig.mu.Lock()
 	handedOver := s.mig.sent != nil
 	s.mig.mu.Unlock()

@@ -89,11 +89,16 @@ func (s *Stack) MigrationStopped() {
 	s.mu.Lock()
 	s.mig.mu.Lock()
 	dest := s.mig.dest
-	if dest == nil || s.mig.sent != nil || len(s.loops) != 0 {
+	if dest == nil || s.mig.sent != nil || len(s.loops) != 0 || len(s.stopping) != 0 {
+		stuck := len(s.stopping) != 0
 		s.mig.mu.Unlock()
 		s.mu.Unlock()
-		if dest == nil {
+		switch {
+		case dest == nil:
 			s.log.Info("migration: rings stopped, no destination vunet connected (--migrate-to): open connections stay here")
+		case stuck:
+			// Its loop may wake and use the tables a hand-over reads.
+			s.log.Warn("migration: a queue pair that did not stop still holds its flows: open connections stay here")
 		}
 		return
 	}

@@ -244,3 +244,64 @@ func TestMigrationFailedStaysWithSource(t *testing.T) {
 		t.Fatalf("host read after the source's session ended: %v, want ECONNRESET", err)
 	}
 }
+
+// TestMigrationRefusedWithPairNotStopped: a loop that did not stop (one
+// vhost-user abandoned at its stop deadline, still in s.stopping) may
+// wake and use its pair's mailbox and tables, so neither a hand-over to a
+// destination vunet nor SaveState reads them: the connection stays with
+// the source, and is still served there once the pair is back.
+func TestMigrationRefusedWithPairNotStopped(t *testing.T) {
+	src, dst, g, host := migPairs(t)
+	src.s.StopPair(0)
+	stuck := &loop{done: make(chan struct{})}
+	close(stuck.done) // what waits for it at clean-up does not hang
+	src.s.mu.Lock()
+	src.s.stopping[stuck] = struct{}{}
+	src.s.mu.Unlock()
+	t.Cleanup(func() {
+		src.s.mu.Lock()
+		delete(src.s.stopping, stuck)
+		src.s.mu.Unlock()
+	})
+
+	stopped := make(chan struct{})
+	go func() { src.s.MigrationStopped(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("MigrationStopped with a pair not stopped did not return in 5 s")
+	}
+	var state bytes.Buffer
+	saved := make(chan error, 1)
+	go func() { saved <- src.s.SaveState(&state) }()
+	select {
+	case err := <-saved:
+		if err == nil {
+			t.Fatal("SaveState with a pair not stopped: no error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("SaveState with a pair not stopped did not return in 5 s")
+	}
+	src.s.mig.mu.Lock()
+	sent := src.s.mig.sent != nil
+	src.s.mig.mu.Unlock()
+	if sent {
+		t.Fatal("the flows went to the destination with a pair not stopped")
+	}
+	dst.s.mig.mu.Lock()
+	pending := len(dst.s.mig.pending)
+	dst.s.mig.mu.Unlock()
+	if pending != 0 || state.Len() != 0 {
+		t.Fatalf("destination holds %d hand-overs, SaveState wrote %d bytes; want none", pending, state.Len())
+	}
+
+	src.s.mu.Lock()
+	delete(src.s.stopping, stuck)
+	src.s.mu.Unlock()
+	src.restart()
+	host.Write([]byte("still here"))
+	g.until("data through the source", func(header.TCP) bool { return bytes.Equal(g.got, []byte("still here")) })
+	if n := src.s.PairTCPStats(0).ConnsByState[stats.TCPEstablished].Load(); n != 1 {
+		t.Fatalf("the source holds %d established connections, want 1", n)
+	}
+}

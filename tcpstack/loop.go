@@ -34,8 +34,7 @@ type loop struct {
 	txKick, rxKick  int // kick eventfds, -1 when the front-end polls
 	control         int // the front-end's vhost-user socket, -1: none (loop_wait.go)
 	polling         bool
-	pollFor         time.Duration         // busy-poll before the next sleep (loop_wait.go)
-	dgramState      [dgram.StateSize]byte // a datagram flow's state on its way out (moves.go)
+	pollFor         time.Duration // busy-poll before the next sleep (loop_wait.go)
 	events          [128]unix.EpollEvent
 
 	quit atomic.Bool

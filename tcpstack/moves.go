@@ -287,7 +287,7 @@ func (l *loop) handOff(w moveMsg) {
 	case moveTCP:
 		state, fd, ok = l.tcp.HandOff(l.now, w.fp)
 	case moveDgram:
-		state, fd, ok = l.flows.HandOff(l.now, w.fp, l.dgramState[:0])
+		state, fd, ok = l.flows.HandOff(l.now, w.fp, l.ps.dgramState[:0])
 	}
 	me := l.qp.Index
 	if !ok {
@@ -344,8 +344,8 @@ func (ps *pairState) importFlow(now time.Time, m moveMsg, log *slog.Logger) bool
 	case moveTCP:
 		err = ps.tcp.Import(now, m.state, m.fd)
 	case moveDgram:
-		ps.importState = m.dgram
-		err = ps.flows.Import(now, ps.importState[:], m.fd)
+		ps.dgramState = m.dgram
+		err = ps.flows.Import(now, ps.dgramState[:], m.fd)
 	}
 	if err == nil {
 		return true

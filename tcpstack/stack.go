@@ -76,13 +76,14 @@ type Stack struct {
 // flows between pairs (moves.go).
 type pairState struct {
 	index int
-	// importState holds a datagram flow's state while it is imported:
-	// the message it came in stays on the stack (moves.go).
-	importState [dgram.StateSize]byte
-	st          *stats.Queue
-	tcpStats    *stats.TCP
-	flows       *dgram.Table
-	tcp         *tcp.Table
+	// dgramState holds a datagram flow's state while it is handed off or
+	// imported, so that the message it travels in stays on the stack
+	// (moves.go). Only the goroutine that owns the pair's tables uses it.
+	dgramState [dgram.StateSize]byte
+	st         *stats.Queue
+	tcpStats   *stats.TCP
+	flows      *dgram.Table
+	tcp        *tcp.Table
 
 	// Moves between pairs: the pair's shard of the directory (nil beyond
 	// flowdir.MaxPairs: its flows stay its own), its mailbox, the fetches

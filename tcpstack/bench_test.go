@@ -135,6 +135,17 @@ func benchRemote(b testing.TB) (remote int, port uint16) {
 	return remote, uint16(sa.(*unix.SockaddrInet4).Port)
 }
 
+// readPeer is a blocking read by a benchmark's host peer, again when a
+// signal (a GC's, a preemption's) ended it.
+func readPeer(fd int, b []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, b)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
 // connectRemote connects remote to the flow's host socket, which the
 // first datagram it received came from.
 func connectRemote(b testing.TB, remote int) {

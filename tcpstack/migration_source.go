@@ -89,8 +89,8 @@ func (s *Stack) MigrationStopped() {
 	s.mu.Lock()
 	s.mig.mu.Lock()
 	dest := s.mig.dest
-	if dest == nil || s.mig.sent != nil || len(s.loops) != 0 || len(s.stopping) != 0 {
-		stuck := len(s.stopping) != 0
+	stuck := len(s.stopping) != 0
+	if dest == nil || s.mig.sent != nil || len(s.loops) != 0 || stuck {
 		s.mig.mu.Unlock()
 		s.mu.Unlock()
 		switch {

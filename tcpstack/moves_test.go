@@ -523,11 +523,7 @@ func BenchmarkUDPMove(b *testing.B) {
 				p := pairs[q]
 				p.tx.repost(heads[q])
 				p.tx.KickNow()
-				n, err := unix.Read(peer, buf)
-				for err == unix.EINTR { // a signal (a GC's, a preemption's) ended the blocking read
-					n, err = unix.Read(peer, buf)
-				}
-				if err != nil || n != 64 {
+				if n, err := readPeer(peer, buf); err != nil || n != 64 {
 					b.Fatalf("peer read: %d bytes, %v", n, err)
 				}
 				for { // the chain back before it is posted again

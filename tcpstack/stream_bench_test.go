@@ -113,10 +113,7 @@ func BenchmarkStreamUDPToGuest(b *testing.B) {
 		}
 		l.out.Publish()
 		for got := 0; got < want; {
-			n, err := unix.Read(peer, sink)
-			if err == unix.EINTR { // a signal (a GC's, a preemption's) ended the read
-				continue
-			}
+			n, err := readPeer(peer, sink)
 			if err != nil {
 				b.Fatal(err)
 			}

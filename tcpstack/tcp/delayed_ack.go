@@ -29,24 +29,23 @@ import "time"
 //     answer rarely carries it; they keep the delayed-ACK check of
 //     refreshAckWnd;
 //   - for a spell, one whose guest waited for a delayed ACK (delAckOff).
-//     A guest that waits for our ACK before it sends more — Nagle's algorithm holding
-//     a second small write, or the last frames of a window — would lose
-//     the delay on every exchange (Linux's 40 ms delayed ACK does that to
-//     a write-write-read client). When a delayed ACK goes uncarried, the
-//     connection's ACKs go at once until we learn why: more guest data
-//     first means the guest was waiting for it, and they keep going at
-//     once for a spell; the host's answer first means the answer was
-//     only slow, and delaying resumes. The spell lasts two exchanges (a
-//     turn of guest data, then host data to the guest, however many
-//     frames either takes: delAckTurn), and twice as many each time the
-//     guest is found waiting again (at most delAckSpellMax): a
-//     write-write-read client pays the delay a handful of times, then
-//     once in delAckSpellMax exchanges;
-//     and a connection whose first message went unanswered by design (a
-//     greeting or a header, then requests: the QEMU bench's RR client)
-//     is not kept from delaying for the rest of its life, which had cost
-//     a TCG guest a second frame, our ACK before the answer, on every
-//     exchange.
+//     A guest that waits for our ACK before it sends more — Nagle's
+//     algorithm holding a second small write, or the last frames of a
+//     window — would lose the delay on every exchange (Linux's 40 ms
+//     delayed ACK does that to a write-write-read client). When a delayed
+//     ACK goes uncarried, the connection's ACKs go at once until we learn
+//     why: more guest data first means the guest was waiting for it, and
+//     they keep going at once for a spell; the host's answer first means
+//     the answer was only slow, and delaying resumes. The spell lasts two
+//     exchanges (a turn of guest data, then host data to the guest,
+//     however many frames either takes: delAckTurn), and twice as many
+//     each time the guest is found waiting again (at most
+//     delAckSpellMax). A write-write-read client pays the delay a handful
+//     of times, then once in delAckSpellMax exchanges; a connection whose
+//     first message went unanswered by design (a greeting or a header,
+//     then requests: the QEMU bench's RR client) is not kept from
+//     delaying for the rest of its life, which had cost a TCG guest a
+//     second frame, our ACK before the answer, on every exchange.
 //
 // Under a QEMU guest a 1-byte request and its answer were two frames to
 // the guest (our ACK, then the answer) and are now one.

@@ -71,7 +71,7 @@ import (
 // request is still queued when its write's refresh reads the socket, and
 // the pass that sent the answer read TCP_INFO and SO_MEMINFO again, only
 // to find the request acknowledged.
-func (t *Table) queuedIdle(f *conn, queued int, wnd uint32, peerAcks bool) bool {
+func (f *conn) queuedIdle(queued int, wnd uint32, peerAcks bool) bool {
 	mss := f.guestMSS()
 	return !peerAcks && uint32(queued) < mss && wnd >= 4*mss
 }

@@ -190,7 +190,7 @@ func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 	// update due: until the guest sends again (seqFromGuest moves), a
 	// refresh would find the same or a window a little larger, not worth
 	// a frame (syscall_hints.go).
-	f.sendIdle = info != nil && (queued == 0 || t.queuedIdle(f, queued, wnd, peerAcks)) && !full && f.seqAckToGuest == f.seqFromGuest &&
+	f.sendIdle = info != nil && (queued == 0 || f.queuedIdle(queued, wnd, peerAcks)) && !full && f.seqAckToGuest == f.seqFromGuest &&
 		wnd >= f.guestMSS() && (!peerAcks || peerWnd >= uint32(space)) && t.txRing == 0 &&
 		f.flags&flWantOut == 0 && !f.oooReady()
 	// A window that is not worth the guest's while needs a trigger to

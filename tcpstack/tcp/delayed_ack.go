@@ -95,7 +95,7 @@ func (t *Table) scheduleAck(now time.Time, f *conn, atOnce bool) {
 	}
 	if f.delAckAt.IsZero() {
 		f.delAckAt = now.Add(t.cfg.DelayedAck)
-		t.noteTimer(f.delAckAt)
+		t.noteDeadline(f)
 	}
 }
 

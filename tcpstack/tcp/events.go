@@ -39,7 +39,7 @@ func (t *Table) HandleSocketEvent(now time.Time, token hostsock.Token, events ui
 		}
 		t.connected(f)
 		t.updateEpoll(f)
-		t.noteTimer(t.deadline(f))
+		t.noteDeadline(f)
 		return
 	}
 	if events&unix.EPOLLERR != 0 {
@@ -70,5 +70,5 @@ func (t *Table) HandleSocketEvent(now time.Time, token hostsock.Token, events ui
 		f.drained = false
 		t.markDirty(f)
 	}
-	t.noteTimer(t.deadline(f))
+	t.noteDeadline(f)
 }

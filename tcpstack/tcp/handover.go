@@ -252,7 +252,7 @@ func (t *Table) importConn(now time.Time, state []byte, fd int) (*conn, error) {
 		t.updateEpoll(f)
 	}
 	t.markDirty(f)
-	t.noteTimer(t.deadline(f))
+	t.noteDeadline(f)
 	t.qstats.Flows.MovedIn[stats.FlowTCP].Add(1)
 	return f, nil
 }

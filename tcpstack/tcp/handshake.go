@@ -86,7 +86,7 @@ func (t *Table) connect(now time.Time, sg *segment, v addrpolicy.Verdict) {
 		t.connected(f)
 	}
 	t.updateEpoll(f)
-	t.noteTimer(t.deadline(f))
+	t.noteDeadline(f)
 }
 
 // tcpi_state values (the kernel's TCP states, include/net/tcp_states.h).

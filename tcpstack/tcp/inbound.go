@@ -200,7 +200,7 @@ func (t *Table) inbound(now time.Time, fd int, peer netip.AddrPort, guestPort ui
 	t.setState(f, stats.TCPSynSent)
 	t.updateEpoll(f)
 	t.markDirty(f)
-	t.noteTimer(t.deadline(f))
+	t.noteDeadline(f)
 	return 0, true
 }
 

@@ -113,7 +113,7 @@ func (t *Table) HandleGuestFrame(now time.Time, p *header.Packet, frame [][]byte
 	t.flushBefore(now, f, sg)
 	t.guestSegment(now, f, sg, frame, skip)
 	if f.state != stats.TCPFree {
-		t.noteTimer(t.deadline(f))
+		t.noteDeadline(f)
 	}
 	return true
 }

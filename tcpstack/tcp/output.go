@@ -43,7 +43,7 @@ func (t *Table) Flush(now time.Time, w guestring.Sink) (blocked bool) {
 			return true
 		}
 		if f.state != stats.TCPFree {
-			t.noteTimer(t.deadline(f))
+			t.noteDeadline(f)
 		}
 	}
 	return false

@@ -82,6 +82,7 @@ func (t *Table) handedOff(f *conn) {
 
 // freeSlot is release without the count.
 func (t *Table) freeSlot(f *conn) {
+	t.flowGone(f)
 	if s, ok := t.byKey[f.key]; ok && s == f.slot {
 		delete(t.byKey, f.key)
 	}

@@ -58,6 +58,11 @@ type Table struct {
 	senders senderCount
 
 	nextTimer time.Time // earliest deadline of any flow, zero: none
+	// timerOwner is the slot of the flow whose deadline nextTimer is (-1:
+	// another's, or none); timerStale says that flow has since moved its
+	// deadline later or gone (timer_next.go).
+	timerOwner int32
+	timerStale bool
 
 	// clampNeeded: this kernel needs the window workaround (reopenWindow).
 	clampNeeded bool
@@ -146,17 +151,18 @@ func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 		cfg.Policy = addrpolicy.New(addrpolicy.Config{}) // nothing is allowed
 	}
 	t := &Table{
-		cfg:     cfg,
-		newISS:  rand.Uint32,
-		log:     cfg.Logger,
-		stats:   st,
-		qstats:  qs,
-		flows:   make([]conn, cfg.MaxFlows),
-		free:    make([]int32, 0, cfg.MaxFlows),
-		byKey:   make(map[connKey]int32, cfg.MaxFlows),
-		active:  make([]int32, 0, cfg.MaxFlows),
-		outHead: -1,
-		outTail: -1,
+		cfg:        cfg,
+		newISS:     rand.Uint32,
+		log:        cfg.Logger,
+		stats:      st,
+		qstats:     qs,
+		flows:      make([]conn, cfg.MaxFlows),
+		free:       make([]int32, 0, cfg.MaxFlows),
+		byKey:      make(map[connKey]int32, cfg.MaxFlows),
+		active:     make([]int32, 0, cfg.MaxFlows),
+		outHead:    -1,
+		outTail:    -1,
+		timerOwner: -1,
 		peekOff: [2]bool{
 			!cfg.NoPeekOffset && hostsock.PeekOffsetSupported(false),
 			!cfg.NoPeekOffset && hostsock.PeekOffsetSupported(true),
@@ -240,21 +246,6 @@ func (t *Table) markDirty(f *conn) {
 	}
 	t.outTail = f.slot
 }
-
-// noteTimer lowers the table's next deadline to d.
-func (t *Table) noteTimer(d time.Time) {
-	if d.IsZero() {
-		return
-	}
-	if t.nextTimer.IsZero() || d.Before(t.nextTimer) {
-		t.nextTimer = d
-	}
-}
-
-// NextTimer returns the earliest deadline of any connection; zero means
-// none. The loop arms its timerfd to it after each iteration and calls
-// Timers when it fires.
-func (t *Table) NextTimer() time.Time { return t.nextTimer }
 
 // dialer returns the function the table opens host sockets with.
 func dialer(src hostsock.Source) func(dst netip.AddrPort, sndBuf, rcvBuf int) (int, bool, error) {

@@ -67,7 +67,7 @@ func (t *Table) abortFlow(f *conn, now time.Time) {
 	t.markDirty(f)
 	// If the guest has no RX buffer for the RST, the loop's timer must
 	// still come for its deadline (deadline, TCPResetting).
-	t.noteTimer(t.deadline(f))
+	t.noteDeadline(f)
 }
 
 // dropFlow forgets f at once: no frame to the guest (it reset, or the

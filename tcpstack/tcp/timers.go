@@ -87,6 +87,12 @@ func (t *Table) Timers(now time.Time) (next time.Time) {
 			t.unmaskListeners()
 		}
 	}
+	owner := int32(-1)
+	note := func(f *conn, d time.Time) {
+		if !d.IsZero() && (next.IsZero() || d.Before(next)) {
+			next, owner = d, f.slot
+		}
+	}
 	// Backwards: release swaps the last active slot into the freed place,
 	// which has already been visited.
 	for i := len(t.active) - 1; i >= 0; i-- {
@@ -96,15 +102,15 @@ func (t *Table) Timers(now time.Time) (next time.Time) {
 		f := &t.flows[t.active[i]]
 		d := t.deadline(f)
 		if d.IsZero() || d.After(now) {
-			next = earliest(next, d)
+			note(f, d)
 			continue
 		}
 		t.fire(now, f)
 		if f.state != stats.TCPFree {
-			next = earliest(next, t.deadline(f))
+			note(f, t.deadline(f))
 		}
 	}
-	t.nextTimer = next
+	t.nextTimer, t.timerOwner, t.timerStale = next, owner, false
 	return next
 }
 

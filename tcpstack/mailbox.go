@@ -1,13 +1,12 @@
 package tcpstack
 
 import (
-	"encoding/binary"
-	"errors"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/dgram"
+	"vunet/tcpstack/hostsock"
 )
 
 // A pair's mailbox: how the loops of other queue pairs ask it for a flow
@@ -103,9 +102,7 @@ func (m *mailbox) post(msg moveMsg) bool {
 
 // ring makes the eventfd readable.
 func (m *mailbox) ring() {
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	if _, err := unix.Write(m.wake, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
+	if err := hostsock.AddCounter(m.wake); err != nil {
 		// The counter cannot overflow in practice; the reader also looks
 		// at the box in every iteration that has other work.
 		return
@@ -134,8 +131,7 @@ func (m *mailbox) take() (moveMsg, bool) {
 
 // drainWake resets the eventfd (the loop then reads the box).
 func (m *mailbox) drainWake() {
-	var b [8]byte
-	unix.Read(m.wake, b[:])
+	hostsock.DrainCounter(m.wake)
 }
 
 // close closes the eventfd; messages still waiting lose their sockets.

@@ -97,7 +97,8 @@ var errNotEventfd = errors.New("not an eventfd")
 
 func preadv2NoWait(fd int, iov *unix.Iovec) (int, error) {
 	// Offset -1: the file position (an eventfd has none to move).
-	n, _, e := unix.Syscall6(unix.SYS_PREADV2, uintptr(fd), uintptr(unsafe.Pointer(iov)), 1,
+	// Raw: RWF_NOWAIT never blocks (tcpstack/hostsock/rawcall.go).
+	n, _, e := unix.RawSyscall6(unix.SYS_PREADV2, uintptr(fd), uintptr(unsafe.Pointer(iov)), 1,
 		^uintptr(0), ^uintptr(0), unix.RWF_NOWAIT)
 	if e != 0 {
 		return int(n), e

@@ -30,7 +30,6 @@ type loop struct {
 
 	ep              *hostsock.Epoll
 	yielder         *hostsock.Yielder // yieldToControl's (loop_wait.go)
-	parker          *hostsock.Parker  // how the loop sleeps (loop_wait.go)
 	wakefd, timerfd int
 	txKick, rxKick  int // kick eventfds, -1 when the front-end polls
 	control         int // the front-end's vhost-user socket, -1: none (loop_wait.go)
@@ -154,9 +153,6 @@ func (l *loop) openFDs() error {
 	if l.ep, err = hostsock.NewEpoll(); err != nil {
 		return err
 	}
-	if l.parker, err = hostsock.NewParker(l.ep); err != nil {
-		return err
-	}
 	if l.yielder, err = hostsock.NewYielder(); err != nil {
 		return err
 	}
@@ -207,7 +203,6 @@ func (l *loop) openFDs() error {
 // newLoop's failure path) instead: stop writes to it while the loop may be
 // exiting.
 func (l *loop) closeFDs() {
-	l.parker.Close()
 	l.ep.Close()
 	l.yielder.Close()
 	if l.timerfd >= 0 {
@@ -218,7 +213,8 @@ func (l *loop) closeFDs() {
 
 // wake interrupts epoll_wait from another goroutine.
 func (l *loop) wake() {
-	if err := hostsock.AddCounter(l.wakefd); err != nil {
+	var one = [8]byte{1}
+	if _, err := unix.Write(l.wakefd, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
 		l.log.Error("wake event loop", "err", err)
 	}
 }
@@ -283,9 +279,11 @@ func (l *loop) run() {
 			}
 			switch tok.Slot() {
 			case loopFDWake:
-				hostsock.DrainCounter(l.wakefd)
+				var b [8]byte
+				unix.Read(l.wakefd, b[:])
 			case loopFDTimer:
-				hostsock.DrainCounter(l.timerfd)
+				var b [8]byte
+				unix.Read(l.timerfd, b[:])
 				if l.polling {
 					tx = true
 				}
@@ -387,7 +385,7 @@ func (l *loop) armTimer() {
 		}
 		spec.Value = unix.NsecToTimespec(int64(rel))
 	}
-	if err := hostsock.SetTimer(l.timerfd, &spec); err != nil {
+	if err := unix.TimerfdSettime(l.timerfd, 0, &spec, nil); err != nil {
 		l.log.Error("arm timer", "err", err)
 	}
 }

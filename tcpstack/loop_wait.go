@@ -12,38 +12,51 @@ import (
 
 // How an event loop sleeps, and what it costs in the Go runtime.
 //
-// The runtime's monitor thread (sysmon) ticks — a nanosleep of 20 µs
-// growing to 10 ms, a context switch each — for as long as any P is busy,
-// and it takes a P from a goroutine that stays in a system call (thread
-// hand-offs, futex wake-ups, a P to find on the way back). A loop that
-// slept in a blocking epoll_wait paid the hand-offs; one that slept in a
-// raw epoll_wait, keeping its P, paid the ticks: about 130 a second under
-// a QEMU guest's download, against 350 wake-ups of the loop itself.
+// A goroutine blocked in a system call keeps its P (the runtime's right to
+// run Go code) in a syscall state, and the runtime's monitor thread
+// (sysmon) takes it away once the call lasts too long or once the goroutine
+// has run for 10 ms without passing through the scheduler, which a loop
+// that only makes system calls never does. Taking the P costs thread
+// hand-offs (futex wake-ups) and, on the way back, a P to find; every take
+// also resets sysmon's back-off, so it polls again every 20 µs for a
+// millisecond (nanosleep). Measured under a QEMU guest, that was about 40%
+// of vunet's CPU: more than the data path's own system calls.
 //
-// So a loop sleeps parked in the netpoller, on its epoll descriptor
-// (hostsock.Parker): its P is idle, and with every P idle sysmon sleeps
-// until a P is busy in a system call again. The thread that parked the
-// loop waits in the runtime's epoll_wait and runs the loop when it wakes,
-// with no hand-off. The loop's own system calls on the data path are raw
-// (hostsock/rawcall.go): an ordinary one, made while sysmon sleeps, wakes
-// it, and it then ticks every 20 µs for a millisecond.
+// So a loop:
+//   - waits with the P held (hostsock.Epoll.WaitHeld, a raw system call)
+//     for up to heldWait: the runtime sees a running goroutine, there is
+//     nothing to take, and sysmon backs off to its 10 ms period;
+//   - passes through the scheduler (runtime.Gosched) at least every
+//     yieldEvery, so sysmon never preempts it (a signal, then the same
+//     hand-offs). sysmon preempts a goroutine it has seen running for
+//     10 ms, so the loop yields just inside that, every 9 ms;
+//   - after heldWait with no event, waits the ordinary way: an idle loop
+//     gives its P back, the runtime (sysmon included) goes to sleep, and
+//     an idle daemon burns nothing.
 //
-// A loop that never sleeps (work left every iteration) passes through the
-// scheduler (runtime.Gosched) at least every yieldEvery, so that what else
-// the process runs — the vhost-user control plane, the metrics endpoint —
-// gets its turn, and sysmon has no reason to preempt it (a signal).
-//
-// GOMAXPROCS is the number of running loops (reserveP), not one more: with
+// GOMAXPROCS is the number of running loops (reserveP), not one more. With
 // a P idle, every runtime.Gosched made the runtime wake a thread to look
-// for work (a futex wake-up and two context switches that found nothing).
-// The rest of the process runs on a loop's P while the loop sleeps or
-// yields. A goroutine waiting for a socket needs more than a Gosched from
-// a loop that does not sleep: the scheduler takes the runnable loop before
-// it polls the network. So the loop also watches the vhost-user socket
-// (QueuePair.ControlFD) and, when a message comes, yields through the
-// netpoller (hostsock.Yielder): QEMU's requests are answered at once,
-// which is what a migration's downtime is made of.
-const yieldEvery = 9 * time.Millisecond
+// for work (a futex wake-up and two context switches that found nothing):
+// under a QEMU guest those yields, and the preemptions they stood in for,
+// were most of vunet's futex, sched_yield and signal system calls. With
+// every P held by a loop there is no one to wake. The rest of the process
+// — the vhost-user control plane, the metrics endpoint, timers — runs on
+// a loop's P while the loop yields, so a loop is away from its rings for
+// as long as that work takes (a vhost-user message: microseconds; a
+// metrics scrape: a millisecond or two). A goroutine waiting for a socket
+// needs more than a Gosched: the scheduler takes the runnable loop before
+// it polls the network, and only sysmon polls otherwise (every 10 ms). So
+// the loop also watches the vhost-user socket (QueuePair.ControlFD) and,
+// when a message comes, yields through the netpoller (hostsock.Yielder):
+// QEMU's requests are answered at once, not 10 ms later, which is what
+// a migration's downtime is made of.
+//
+// A garbage collection that must stop the world stops the loop at once:
+// its preemption signal ends the held wait (EINTR).
+const (
+	heldWait   = 50 // milliseconds
+	yieldEvery = 9 * time.Millisecond
+)
 
 // wait fills l.events: at once when timeout is 0, otherwise sleeping until
 // something is ready, after polling for l.pollFor when that is not zero.
@@ -67,7 +80,7 @@ func (l *loop) wait(timeout int) (int, error) {
 		l.st.PollMisses.Add(1)
 		l.pollFor = 0
 	}
-	n, err := l.sleep()
+	n, err := l.sleep(start, timeout)
 	if n > 0 {
 		l.pollFor = nextPoll(0, time.Since(start))
 	}
@@ -121,11 +134,19 @@ func (l *loop) poll(start time.Time) (n int, err error, hit bool) {
 	}
 }
 
-// sleep waits for events, parked in the Go netpoller (hostsock.Parker);
-// the loop only ever sleeps without a timeout: its timers are its
-// timerfd's.
-func (l *loop) sleep() (int, error) {
-	return l.parker.Wait(l.events[:])
+// sleep waits for events, with the P held for up to heldWait (see above),
+// then the ordinary way.
+func (l *loop) sleep(start time.Time, timeout int) (int, error) {
+	// A signal (sysmon's preemption request, about every 10 ms) ends a
+	// held wait early; the next one waits only for the rest of heldWait.
+	// Starting over instead kept an idle loop in held waits for ever.
+	for left := heldWait * time.Millisecond; left > 0; left = heldWait*time.Millisecond - time.Since(start) {
+		n, err := l.ep.WaitHeld(l.events[:], int((left+time.Millisecond-1)/time.Millisecond))
+		if n != 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
+			return n, err
+		}
+	}
+	return l.ep.Wait(l.events[:], timeout)
 }
 
 // yieldIfDue passes through the scheduler when the last pass is yieldEvery

@@ -1,12 +1,13 @@
 package tcpstack
 
 import (
+	"encoding/binary"
+	"errors"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/dgram"
-	"vunet/tcpstack/hostsock"
 )
 
 // A pair's mailbox: how the loops of other queue pairs ask it for a flow
@@ -102,7 +103,9 @@ func (m *mailbox) post(msg moveMsg) bool {
 
 // ring makes the eventfd readable.
 func (m *mailbox) ring() {
-	if err := hostsock.AddCounter(m.wake); err != nil {
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	if _, err := unix.Write(m.wake, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
 		// The counter cannot overflow in practice; the reader also looks
 		// at the box in every iteration that has other work.
 		return
@@ -131,7 +134,8 @@ func (m *mailbox) take() (moveMsg, bool) {
 
 // drainWake resets the eventfd (the loop then reads the box).
 func (m *mailbox) drainWake() {
-	hostsock.DrainCounter(m.wake)
+	var b [8]byte
+	unix.Read(m.wake, b[:])
 }
 
 // close closes the eventfd; messages still waiting lose their sockets.

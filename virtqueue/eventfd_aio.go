@@ -89,10 +89,7 @@ func (r *aioRequest) submit(ctx uintptr, s *aioRequest) (int, error) {
 		if s != nil {
 			r.cbp[1] = uintptr(unsafe.Pointer(&s.cb))
 		}
-		// Raw: an IOCB_CMD_POLL submission completes or queues at once, and
-		// an ordinary system call would wake the runtime's sleeping monitor
-		// (tcpstack/hostsock/epoll_park.go).
-		n, _, e := unix.RawSyscall(unix.SYS_IO_SUBMIT, ctx, want, uintptr(unsafe.Pointer(&r.cbp[0])))
+		n, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, ctx, want, uintptr(unsafe.Pointer(&r.cbp[0])))
 		switch {
 		case e == unix.EINTR:
 			continue
@@ -117,7 +114,7 @@ func aioReap(ctx uintptr) {
 	var evs [128]ioEvent
 	var zero unix.Timespec
 	for {
-		n, _, e := unix.RawSyscall6(unix.SYS_IO_GETEVENTS, ctx, 0, uintptr(len(evs)),
+		n, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, ctx, 0, uintptr(len(evs)),
 			uintptr(unsafe.Pointer(&evs[0])), uintptr(unsafe.Pointer(&zero)), 0)
 		if e == unix.EINTR {
 			continue

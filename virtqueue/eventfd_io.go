@@ -97,8 +97,7 @@ var errNotEventfd = errors.New("not an eventfd")
 
 func preadv2NoWait(fd int, iov *unix.Iovec) (int, error) {
 	// Offset -1: the file position (an eventfd has none to move).
-	// Raw: RWF_NOWAIT never blocks (tcpstack/hostsock/rawcall.go).
-	n, _, e := unix.RawSyscall6(unix.SYS_PREADV2, uintptr(fd), uintptr(unsafe.Pointer(iov)), 1,
+	n, _, e := unix.Syscall6(unix.SYS_PREADV2, uintptr(fd), uintptr(unsafe.Pointer(iov)), 1,
 		^uintptr(0), ^uintptr(0), unix.RWF_NOWAIT)
 	if e != 0 {
 		return int(n), e

@@ -95,11 +95,12 @@ func (e *Epoll) Wait(events []unix.EpollEvent, timeout int) (int, error) {
 	return unix.EpollWait(e.fd, events, timeout)
 }
 
-// WaitHeld is Wait without telling the Go scheduler (a raw system call):
-// the goroutine keeps its P through the call. It is for waits that return
-// at once (timeout 0: an event loop's polls, tcpstack/loop_wait.go); one
-// that sleeps is a Parker's. A signal, such as the runtime's preemption
-// request, ends the wait early with EINTR.
+// WaitHeld is Wait without telling the Go scheduler: the goroutine keeps
+// its P through the wait, as if it were running, and the runtime neither
+// hands the P to another thread nor needs one back on return. It is for an
+// event loop that owns a P on purpose and bounds its waits
+// (tcpstack/loop_wait.go says why); a signal, such as the runtime's
+// preemption request, ends the wait early with EINTR.
 func (e *Epoll) WaitHeld(events []unix.EpollEvent, timeout int) (int, error) {
 	if len(events) == 0 {
 		return 0, unix.EINVAL

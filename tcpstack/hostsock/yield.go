@@ -13,10 +13,10 @@ import (
 // Yielder hands a goroutine's P to the Go scheduler until the scheduler
 // has polled the network.
 //
-// With GOMAXPROCS equal to the number of event loops (tcpstack/loop_wait.go
-// says why), the rest of the process has no P of its own: the control
-// plane runs while a loop sleeps or yields, and a busy loop seldom
-// sleeps. runtime.Gosched is a yield, but not for a
+// An event loop that holds its P through its waits (WaitHeld), with
+// GOMAXPROCS equal to the number of loops (tcpstack/loop_wait.go says
+// why), leaves the rest of the process no P of its own: the control plane
+// runs while a loop yields. runtime.Gosched is a yield, but not for a
 // goroutine waiting for a socket: the scheduler takes a runnable goroutine
 // (the loop itself) before it polls the network, so that goroutine waits
 // for the runtime's monitor thread to poll, every 10 ms at best. Yield

@@ -39,7 +39,12 @@ func (t *Table) Flush(now time.Time, w guestring.Sink) (blocked bool) {
 		}
 		if !t.output(now, f, w) {
 			// Requeue at the tail: the next pass serves the others first.
+			// What output did before it blocked may have moved f's
+			// deadline (an ACK now due, say).
 			t.markDirty(f)
+			if f.state != stats.TCPFree {
+				t.noteDeadline(f)
+			}
 			return true
 		}
 		if f.state != stats.TCPFree {

@@ -202,6 +202,24 @@ func waitFile(t *testing.T, path string) {
 	t.Fatalf("%s did not appear", path)
 }
 
+// dialUnix connects to the UNIX socket at path, retrying for 5 s while it
+// refuses: the socket file appears at bind(2), before the listen(2) that
+// makes it accept, so a dial right after waitFile can find nobody listening.
+func dialUnix(t *testing.T, path string) *net.UnixConn {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+		if err == nil {
+			return c
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			t.Fatalf("connect to %s: %v", path, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestSignalShutdownResetsHostConnections: a host peer of a forwarded port
 // sees its connection reset (RST), not closed with FIN, when vunet stops:
 // the guest side is gone, and a FIN would claim an orderly end of data.
@@ -258,10 +276,7 @@ func TestSignalShutdownWithFrontEnd(t *testing.T) {
 			}
 			// A connected front-end that says nothing must not hold up
 			// the shutdown; its connection is closed.
-			c, err := net.Dial("unix", sock)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := dialUnix(t, sock)
 			defer c.Close()
 			d.waitMsg(t, "vhost-user front-end connected", 5*time.Second)
 

@@ -81,10 +81,7 @@ func TestPcapCapturesDHCPExchange(t *testing.T) {
 		"-a", "10.0.2.15", "-n", "24", "-g", "10.0.2.2", "-4")
 	d.waitMsg(t, "vunet starting", 10*time.Second)
 	waitFile(t, sock)
-	f, err := frontend.Dial(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := frontend.New(dialUnix(t, sock))
 	defer f.Close()
 	if err := f.Negotiate(frontend.Options{RingSize: 256}); err != nil {
 		t.Fatal(err)

@@ -221,10 +221,7 @@ func TestSocketActivationAndReadiness(t *testing.T) {
 	waitFile(t, sock)
 
 	// The front-end's connection comes first; vunet is started by it.
-	c, err := net.DialTimeout("unix", sock, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialUnix(t, sock)
 	defer c.Close()
 
 	nl.SetReadDeadline(time.Now().Add(10 * time.Second))

@@ -99,6 +99,8 @@ type conn struct {
 	ackSent          uint32 // ACK number in the last frame sent
 	wndToGuest       uint32 // window we advertise, bytes
 	wndSent          uint32 // window in the last frame sent, bytes
+	wndEdge          uint32 // right edge of the window the last refresh opened, where it may stand for later passes (wndHolds)
+	wndEdgeSpan      uint32 // that window's size; 0: the refresh's window must not stand (syscall_hints.go)
 	maxWndSent       uint32 // largest window ever sent: the guest's MSS is at most half of it
 	wsToGuest        uint8  // our window scale towards the guest
 	dupAckSeq        uint32 // seqFromGuest the last duplicate ACKs announced
@@ -121,6 +123,9 @@ type conn struct {
 	dialled  bool // we made the socket (connect), so dialV6 holds; else ask it
 	sole     bool // our descriptor is the socket's only one: closing it leaves the epoll set (teardown.go)
 	clamp    int  // last TCP_WINDOW_CLAMP applied (0: never)
+	// consumeDue is what the guest acknowledged in this batch, still in
+	// the socket (consume.go).
+	consumeDue uint32
 
 	created      time.Time
 	lastActivity time.Time     // any segment from the guest or socket event

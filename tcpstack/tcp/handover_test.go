@@ -136,12 +136,14 @@ func TestHandOverCoversEveryField(t *testing.T) {
 	// challenge-ACK rate limit (at worst one more challenge ACK); its epoll
 	// mask, which the importer derives from the state (epollWant).
 	// The system-call hints, which start false there: one read, one
-	// refresh, one getsockopt(SO_DOMAIN) or one EPOLL_CTL_DEL (sole)
+	// refresh (sendIdle, wndEdgeSpan), one getsockopt(SO_DOMAIN) or one EPOLL_CTL_DEL (sole)
 	// more. And the loss recovery's soft state (sack_recovery.go, rto.go:
 	// SACK view, tail-loss probe, round-trip estimate), rebuilt from the
 	// guest's next ACKs: a recovery under way when the guest moved is left
-	// to the ACK timeout, AckTimeout until a new sample.
-	own := map[string]bool{"fd": true, "slot": true, "gen": true, "nextOut": true, "key": true, "senderPeriod": true,
+	// to the ACK timeout, AckTimeout until a new sample. What a batch
+	// acknowledged is consumed at its end, before any hand-over
+	// (consume.go): consumeDue is 0 between batches.
+	own := map[string]bool{"consumeDue": true, "wndEdge": true, "wndEdgeSpan": true, "fd": true, "slot": true, "gen": true, "nextOut": true, "key": true, "senderPeriod": true,
 		"challengeAt": true, "epollEvents": true, "drained": true, "urgent": true, "sendIdle": true, "dialled": true, "dialV6": true, "sole": true,
 		"sackRecovery": true, "sackN": true, "sackBlk": true, "sackHigh": true, "rtxNext": true, "rtxMark": true,
 		"tlp": true, "srtt": true, "rttvar": true, "rttAt": true, "rttSeq": true,

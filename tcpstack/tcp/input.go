@@ -8,7 +8,6 @@ import (
 
 	"vunet/tcpstack/addrpolicy"
 	"vunet/tcpstack/header"
-	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/stats"
 )
 
@@ -233,13 +232,7 @@ func (t *Table) guestAck(now time.Time, f *conn, sg *segment) bool {
 		}
 		n := dataEnd - f.seqAckFromGuest
 		if n > 0 && f.fd >= 0 {
-			r, err := hostsock.Discard(f.fd, int(n))
-			if err != nil || r != int(n) {
-				t.log.Debug("tcp consume failed", "want", n, "got", r, "err", err)
-				t.resetFlow(f, now, resetReason(err))
-				return false
-			}
-			t.reopenWindow(f)
+			t.queueConsume(f, n) // at the batch's end (consume.go)
 		}
 		f.seqAckFromGuest = ack
 		// The recovery point and the highest SACKed sequence mean
@@ -364,7 +357,12 @@ func (t *Table) dupAcksFor(f *conn) {
 	}
 	// They must name the byte the guest is to send again: where ACKs
 	// follow the host peer's (tcpi_bytes_acked) they may lag what was
-	// written, and a lagging ACK is not a duplicate to the guest.
+	// written, and a lagging ACK is not a duplicate to the guest. The
+	// window was read before the data this ACK covers (ackWndCurrent
+	// would let it stand, the right edge moved on by that data).
+	if f.seqAckToGuest != f.seqFromGuest {
+		f.sendIdle = false
+	}
 	f.seqAckToGuest = f.seqFromGuest
 	t.markDirty(f)
 }

@@ -106,7 +106,7 @@ func (t *Table) output(now time.Time, f *conn, w guestring.Sink) bool {
 		f.lastAckProg = now // the SYN-ACK's retransmission timer runs from here
 		return true
 	}
-	if !t.ackWndCurrent(now, f) {
+	if !t.ackWndCurrent(now, f) && !t.wndHolds(now, f) {
 		t.refreshAckWnd(now, f)
 	}
 	if f.sackRecovery && !t.resendHoles(now, f, w) {

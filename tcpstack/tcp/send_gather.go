@@ -84,16 +84,20 @@ func (t *Table) gatherData(f *conn, sg *segment, frame [][]byte, skip int) bool 
 
 // DropSends forgets the gathered run without writing it: its memory may
 // not be the guest's buffers any more (a fault stopped the loop), and the
-// guest, which has no ACK for it, sends it again.
+// guest, which has no ACK for it, sends it again. What the guest
+// acknowledged is consumed all the same: its ACK was taken.
 func (t *Table) DropSends() {
+	t.consumeAcked(time.Now())
 	clear(t.gather.bufs[:t.gather.k])
 	t.gather.f, t.gather.k, t.gather.n = nil, 0, 0
 }
 
 // FlushSends writes the waiting run of guest data, if any, to its socket
-// and schedules its ACK. The loop calls it before the TX chains the data
-// lives in go back to the guest.
+// and schedules its ACK, and consumes what the batch's ACKs acknowledged
+// (consume.go). The loop calls it before the TX chains the data lives in
+// go back to the guest.
 func (t *Table) FlushSends(now time.Time) {
+	defer t.consumeAcked(now)
 	g := &t.gather
 	f, k, n, last := g.f, g.k, g.n, g.last
 	g.f, g.k, g.n = nil, 0, 0

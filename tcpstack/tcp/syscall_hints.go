@@ -82,8 +82,48 @@ func (f *conn) queuedIdle(queued int, wnd uint32, peerAcks bool) bool {
 // since, no delayed-ACK check asks, and it is not sndBufRefresh old (the
 // send buffer's size is re-read that often in any case).
 func (t *Table) ackWndCurrent(now time.Time, f *conn) bool {
-	return f.sendIdle && f.seqFromGuest == f.seqAckToGuest && f.flags&flAckCheck == 0 &&
+	return f.sendIdle && f.seqFromGuest == f.seqAckToGuest && f.flags&(flAckCheck|flWantOut) == 0 &&
 		now.Sub(f.sndBufAt) < sndBufRefresh
+}
+
+// wndHolds reports whether the window the last refreshAckWnd opened still
+// stands for this pass, and if so moves the ACK to everything the guest
+// sent and gives the guest the rest of that window, which saves the
+// refresh's TCP_INFO and SO_MEMINFO on most passes of an upload: a guest
+// sending to a local peer (its ACKs follow our writes) had both read after
+// every batch of its data, two getsockopt calls beside each sendmsg.
+//
+// The refresh's window is the payload the socket takes: the guest's data
+// since came out of it, and its right edge (wndEdge) stays where it was
+// (an ACK moved by other means, dupAcksFor's, ends the send side's idle
+// spell, so ackWndCurrent does not let the old window stand past it),
+// so the guest never has more in flight than the socket takes (DESIGN
+// invariant 5). A window that only shrinks would hold the guest back once
+// it ran low, so the refresh comes back when less than half of it, or
+// less than two segments, is left: the guest still has that much to send
+// while the kernel drains, and the data that took the window below the
+// mark is what brings the refresh, which announces the window the drained
+// socket has (and arms EPOLLOUT when the kernel calls it full). A guest
+// that stops sending with more left is not held back by the window.
+//
+// The window stands only where the refresh's decision needed nothing the
+// pass could change: ACKs that follow our writes (for a remote peer the
+// ACK is the peer's, from TCP_INFO), a socket the kernel did not call
+// full, no EPOLLOUT wanted, no kept data, no ring budget, and not after
+// the guest's FIN (finAckWnd) or a delayed-ACK check (flAckCheck), nor
+// once sndBufRefresh old.
+func (t *Table) wndHolds(now time.Time, f *conn) bool {
+	if f.wndEdgeSpan == 0 || f.flags&(flAckCheck|flWantOut) != 0 || now.Sub(f.sndBufAt) >= sndBufRefresh ||
+		f.has(evGuestFin) || f.oooReady() || t.txRing != 0 {
+		return false
+	}
+	left := f.wndEdge - f.seqFromGuest
+	if int32(left) < 0 || left < f.wndEdgeSpan/2 || left < 2*f.guestMSS() {
+		return false
+	}
+	f.seqAckToGuest = f.seqFromGuest
+	f.wndToGuest = left
+	return true
 }
 
 // readInfo reads TCP_INFO of f's socket into t.info (counted in

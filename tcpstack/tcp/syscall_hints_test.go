@@ -2,10 +2,12 @@ package tcp
 
 import (
 	"bytes"
+	"io"
 	"testing"
 	"time"
 
 	"vunet/tcpstack/header"
+	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/internal/guestframe"
 )
 
@@ -63,8 +65,11 @@ func TestTCPSyscallHints(t *testing.T) {
 		t.Fatal("new data read without a peek")
 	}
 
-	// Guest data: written, acknowledged, and the window read again.
-	mems = h.tab.memReads
+	// Guest data: written and acknowledged. The window read after the
+	// guest's last ACK stands for it (wndHolds): the ACK carries the
+	// same right edge, and nothing is read.
+	mems, infos = h.tab.memReads, h.tab.infoReads
+	edge := f.seqAckToGuest + f.wndToGuest
 	up := []byte("guest data")
 	h.ack += uint32(len(got))
 	h.sendAck(up)
@@ -74,8 +79,11 @@ func TestTCPSyscallHints(t *testing.T) {
 	h.now = h.now.Add(defaultDelayedAck)
 	h.tab.Timers(h.now)
 	acks := h.flush()
-	if h.tab.memReads == mems {
-		t.Fatal("guest data did not refresh the window")
+	if h.tab.memReads != mems || h.tab.infoReads != infos {
+		t.Fatalf("guest data within the window read %d SO_MEMINFO and %d TCP_INFO, want 0 and 0", h.tab.memReads-mems, h.tab.infoReads-infos)
+	}
+	if f.seqAckToGuest+f.wndToGuest != edge {
+		t.Fatalf("the window's right edge moved by %d without a refresh", int32(f.seqAckToGuest+f.wndToGuest-edge))
 	}
 	if len(acks) == 0 || acks[len(acks)-1].ack != h.seq {
 		t.Fatalf("guest data not acknowledged: %d frames", len(acks))
@@ -193,10 +201,12 @@ func shortConnection(t *testing.T) bool {
 }
 
 // TestTCPRequestResponseSyscalls: request/response over a local peer (the
-// rig's latency test) reads TCP_INFO and SO_MEMINFO once per exchange,
-// for the request. The pass that sends the answer reads neither: the
-// request's refresh found it queued but under a segment, with the window
-// wide open (queuedIdle; without it, each exchange read both twice).
+// rig's latency test) reads TCP_INFO and SO_MEMINFO once per
+// sndBufRefresh, not for every request: the window the last refresh
+// opened stands for the requests (wndHolds; without it, one read of each
+// per request), and the pass that sends the answer reads neither: the
+// refresh found the request queued but under a segment, with the window
+// wide open (queuedIdle; without it, two reads of each per exchange).
 func TestTCPRequestResponseSyscalls(t *testing.T) {
 	h := tcpNewHarness(t, Config{})
 	ln := h.listen()
@@ -220,12 +230,147 @@ func TestTCPRequestResponseSyscalls(t *testing.T) {
 	for i := range 8 {
 		exchange(i)
 	}
+	// 20 exchanges a millisecond apart, then 20 more after the send
+	// buffer's size is due to be read again: the first of those reads.
 	const n = 20
-	infos, mems := h.tab.infoReads, h.tab.memReads
-	for i := range n {
-		exchange(8 + i)
+	for _, want := range []uint64{0, 1} {
+		infos, mems := h.tab.infoReads, h.tab.memReads
+		for i := range n {
+			h.now = h.now.Add(time.Millisecond)
+			exchange(8 + i)
+		}
+		if di, dm := h.tab.infoReads-infos, h.tab.memReads-mems; di != want || dm != want {
+			t.Fatalf("%d exchanges: %d TCP_INFO and %d SO_MEMINFO reads, want %d and %d", n, di, dm, want, want)
+		}
+		h.now = h.now.Add(sndBufRefresh)
 	}
-	if di, dm := h.tab.infoReads-infos, h.tab.memReads-mems; di != n || dm != n {
-		t.Fatalf("%d exchanges: %d TCP_INFO and %d SO_MEMINFO reads, want %d and %d (one each per request)", n, di, dm, n, n)
+}
+
+// TestTCPUploadWindowStands: a guest uploading to a local peer through a
+// small send buffer (256 KiB) gets its window from a refresh only when it
+// has used half of it: in between, the window keeps the refresh's right
+// edge (the ACKs carry it, to the window scale's granularity), nothing is
+// read, and what the
+// guest sends within that edge fits the socket (every byte arrives, none
+// is kept for later or refused). The refreshes that do come move the edge
+// on (the peer drained the buffer), so the upload goes on to the end;
+// without wndHolds every batch of guest data read both TCP_INFO and
+// SO_MEMINFO.
+func TestTCPUploadWindowStands(t *testing.T) {
+	h := tcpNewHarness(t, Config{SndBuf: 256 << 10})
+	peer := h.establish(h.listen(), tcpMss1400ws7)
+	f := h.flow()
+	h.flush()
+	data := guestframe.Pattern(1 << 20)
+	done := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, len(data))
+		peer.SetReadDeadline(time.Now().Add(20 * time.Second))
+		n, _ := io.ReadFull(peer, b)
+		done <- b[:n]
+	}()
+	h.batch = true
+	edge := f.seqAckToGuest + f.wndToGuest // as the guest knows it
+	exact := edge                          // as the table keeps it
+	infos, mems := h.tab.infoReads, h.tab.memReads
+	batches, moves := 0, 0
+	wantOut := false
+	for off, deadline := 0, time.Now().Add(20*time.Second); off < len(data); {
+		read := h.tab.memReads
+		if time.Now().After(deadline) {
+			t.Fatalf("upload stuck at %d of %d bytes (window edge %d, guest at %d) wnd %d sent %d flags %b ackDue %v sndq %d", off, len(data), edge-h.isn, h.seq-h.isn, f.wndToGuest, f.wndSent, f.flags, f.ackDueAt, hostsock.SendQueued(f.fd))
+		}
+		// A batch: up to eight segments, as far as the window goes.
+		sent := 0
+		for k := 0; k < 8 && off < len(data); k++ {
+			n := min(1400, len(data)-off, int(int32(edge-h.seq)))
+			if n <= 0 {
+				break
+			}
+			h.sendAck(data[off : off+n])
+			off += n
+			sent++
+		}
+		h.flushSends()
+		wantOut = wantOut || f.flags&flWantOut != 0 // a short write
+		var segs []tcpSeg
+		if sent == 0 {
+			// The window is used up: the peer drains, and EPOLLOUT or
+			// the ACK check brings the update.
+			h.now = h.now.Add(time.Millisecond)
+			h.tab.Timers(h.now)
+			segs = h.pump(10 * time.Millisecond)
+		}
+		batches++
+		segs = append(segs, h.flush()...)
+		if e := f.seqAckToGuest + f.wndToGuest; e != exact {
+			if h.tab.memReads == read {
+				t.Fatalf("the window's right edge moved by %d without a refresh", int32(e-exact))
+			}
+			moves++
+			exact = e
+		}
+		for _, s := range segs {
+			if !s.flags.Has(header.TCPFlagACK) {
+				continue
+			}
+			edge = s.ack + uint32(s.wnd)<<f.wsToGuest
+			if seqGT(edge, exact) || seqLT(edge, exact-1<<f.wsToGuest) {
+				t.Fatalf("an ACK carries the right edge %d from the table's", int32(edge-exact))
+			}
+		}
+	}
+	got := <-done
+	if !bytes.Equal(got, data) {
+		t.Fatalf("peer got %d bytes, not the %d sent", len(got), len(data))
+	}
+	if wantOut || h.stats.OutOfOrderKept.Load() != 0 || f.dupAckSent {
+		t.Fatalf("the socket refused data the window let through (EPOLLOUT wanted %v, %d bytes kept, duplicate ACKs %v)",
+			wantOut, h.stats.OutOfOrderKept.Load(), f.dupAckSent)
+	}
+	reads := h.tab.memReads - mems
+	t.Logf("%d batches, %d refreshes (%d TCP_INFO), the edge moved %d times", batches, reads, h.tab.infoReads-infos, moves)
+	if moves == 0 || reads == 0 || reads > uint64(batches)/2 {
+		t.Fatalf("%d batches read SO_MEMINFO %d times and moved the edge %d times: want one for every other batch at most (without wndHolds: every batch), and some",
+			batches, reads, moves)
+	}
+}
+
+// TestTCPGapKeepsWindowEdge: guest data past a hole, in the same batch as
+// in-order data, brings duplicate ACKs (dupAcksFor moves the ACK to
+// everything in order); none of them announces a right edge past the
+// window the last refresh opened. Before, the send side's idle spell from
+// an earlier refresh let that window stand (ackWndCurrent) with the ACK
+// moved on: every ACK announced an edge a segment further than the socket
+// had room for when it was read.
+func TestTCPGapKeepsWindowEdge(t *testing.T) {
+	h := tcpNewHarness(t, Config{SndBuf: 256 << 10})
+	h.establish(h.listen(), tcpMss1400ws7)
+	f := h.flow()
+	h.flush()
+	data := guestframe.Pattern(5 * 1400)
+	for i := range 2 {
+		h.sendAck(data[i*1400 : (i+1)*1400])
+		h.flush()
+	}
+	h.batch = true
+	h.sendAck(data[2800:4200])
+	h.inject(h.frame(header.TCPFlagACK, h.seq+1400, h.ack, h.wnd, nil, data[5600:]))
+	h.flushSends()
+	if !f.dupAckSent {
+		t.Fatal("no duplicate ACKs for the hole")
+	}
+	if f.wndEdgeSpan == 0 {
+		t.Fatal("the last refresh opened no window that may stand (the case is not set up)")
+	}
+	limit := f.wndEdge
+	segs := h.flush()
+	if len(segs) == 0 {
+		t.Fatal("no ACK after the hole")
+	}
+	for _, s := range segs {
+		if e := s.ack + uint32(s.wnd)<<f.wsToGuest; seqGT(e, limit) {
+			t.Fatalf("an ACK announces a right edge %d bytes past the window read", e-limit)
+		}
 	}
 }

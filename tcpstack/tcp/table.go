@@ -117,7 +117,11 @@ type Table struct {
 	// gatherWrites counts the runs of guest data written (send_gather.go).
 	gatherWrites uint64
 	gather       sendGather
-	seg          segment
+	// consumeQ names the connections with bytes to consume at the
+	// batch's end (consume.go), each once; consumes counts the receives.
+	consumeQ []flowRef
+	consumes uint64
+	seg      segment
 	// sackIn is the SACK blocks of the guest ACK being handled
 	// (sack_recovery.go).
 	sackIn sackView
@@ -169,6 +173,7 @@ func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 		},
 		setPeekOff: hostsock.SetPeekOffset,
 		bufs:       make([][]byte, 0, hostsock.MaxIovecs),
+		consumeQ:   make([]flowRef, 0, cfg.MaxFlows),
 		oooPool:    make([]*oooBuf, 0, oooMaxBuffers),
 		dial:       dialer(cfg.Source),
 		policy:     stats.PolicyGate{Policy: cfg.Policy, Stats: qs, Log: cfg.Logger},

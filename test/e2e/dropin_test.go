@@ -155,11 +155,25 @@ func checkDropInGuest(t *testing.T, srv *qemu.TrafficServer, vm *qemu.VM, want l
 }
 
 // checkLog reads the daemon's log file and checks it holds every want.
+//
+// It waits up to 10 s for them: a daemon that went to the background logs
+// on its own time, and a line about its front-end (stream front-end
+// connected) may come after the launcher returned (it failed CI once).
 func checkLog(t *testing.T, path string, want ...string) {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("daemon log: %v", err)
+	var b []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if b, err = os.ReadFile(path); err != nil {
+			t.Fatalf("daemon log: %v", err)
+		}
+		missing := false
+		for _, w := range want {
+			missing = missing || !bytes.Contains(b, []byte(w))
+		}
+		if !missing || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, w := range want {
 		if !bytes.Contains(b, []byte(w)) {

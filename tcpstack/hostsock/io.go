@@ -118,12 +118,20 @@ func (s *IO) call(trap uintptr, fd, flags int) (int, error) {
 // back by as much. A TCP read stops at an urgent mark once it has taken
 // anything, so it reads on from there until it has dropped n bytes, the
 // queue is empty or an error comes; it returns what it dropped.
+//
+// A read that starts at the mark fails with EAGAIN while a signal is
+// pending, with data queued (tcp_recvmsg; Go's runtime signals its threads
+// to preempt them): the signal is handled on the way out, and the read is
+// tried again, a few times, as the callers drop only bytes they peeked.
 func Discard(fd, n int) (int, error) {
-	done := 0
+	done, again := 0, 0
 	for done < n {
 		r, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), 0, uintptr(n-done), unix.MSG_TRUNC|unix.MSG_DONTWAIT, 0, 0)
 		switch {
 		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN && again < 3:
+			again++
 			continue
 		case e == unix.EAGAIN && done > 0:
 			return done, nil
@@ -133,6 +141,7 @@ func Discard(fd, n int) (int, error) {
 			return done, nil
 		}
 		done += int(r)
+		again = 0
 	}
 	return done, nil
 }

@@ -274,7 +274,6 @@ func TestTCPUploadWindowStands(t *testing.T) {
 	exact := edge                          // as the table keeps it
 	infos, mems := h.tab.infoReads, h.tab.memReads
 	batches, moves := 0, 0
-	wantOut := false
 	for off, deadline := 0, time.Now().Add(20*time.Second); off < len(data); {
 		read := h.tab.memReads
 		if time.Now().After(deadline) {
@@ -292,7 +291,6 @@ func TestTCPUploadWindowStands(t *testing.T) {
 			sent++
 		}
 		h.flushSends()
-		wantOut = wantOut || f.flags&flWantOut != 0 // a short write
 		var segs []tcpSeg
 		if sent == 0 {
 			// The window is used up: the peer drains, and EPOLLOUT or
@@ -324,14 +322,18 @@ func TestTCPUploadWindowStands(t *testing.T) {
 	if !bytes.Equal(got, data) {
 		t.Fatalf("peer got %d bytes, not the %d sent", len(got), len(data))
 	}
-	if wantOut || h.stats.OutOfOrderKept.Load() != 0 || f.dupAckSent {
-		t.Fatalf("the socket refused data the window let through (EPOLLOUT wanted %v, %d bytes kept, duplicate ACKs %v)",
-			wantOut, h.stats.OutOfOrderKept.Load(), f.dupAckSent)
+	// A short write keeps the rest (SACK) or asks for it again with
+	// duplicate ACKs; this guest never resends, so it would also stall.
+	// (EPOLLOUT may be wanted all the same: a refresh arms it whenever
+	// the kernel calls the socket full, data refused or not.)
+	if h.stats.OutOfOrderKept.Load() != 0 || f.dupAckSent {
+		t.Fatalf("the socket refused data the window let through (%d bytes kept, duplicate ACKs %v)",
+			h.stats.OutOfOrderKept.Load(), f.dupAckSent)
 	}
 	reads := h.tab.memReads - mems
 	t.Logf("%d batches, %d refreshes (%d TCP_INFO), the edge moved %d times", batches, reads, h.tab.infoReads-infos, moves)
-	if moves == 0 || reads == 0 || reads > uint64(batches)/2 {
-		t.Fatalf("%d batches read SO_MEMINFO %d times and moved the edge %d times: want one for every other batch at most (without wndHolds: every batch), and some",
+	if moves == 0 || reads == 0 || reads > uint64(batches)*3/4 {
+		t.Fatalf("%d batches read SO_MEMINFO %d times and moved the edge %d times: want at most three in four batches to refresh (without wndHolds: every one), and some",
 			batches, reads, moves)
 	}
 }

@@ -54,7 +54,14 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			return true
 		}
 		t.reads++
-		r, err := t.io.Peek(f.fd, t.bufs)
+		var r int
+		var err error
+		if t.peekFault != nil {
+			err = t.peekFault(f, already)
+		}
+		if err == nil {
+			r, err = t.io.Peek(f.fd, t.bufs)
+		}
 		got := 0
 		eof := false
 		switch err {

@@ -99,8 +99,12 @@ type Table struct {
 	// dial opens the host socket; tests and fuzzing replace it.
 	dial func(dst netip.AddrPort, sndBuf, rcvBuf int) (fd int, inProgress bool, err error)
 
-	io   hostsock.IO
-	info unix.TCPInfo // TCP_INFO as last read
+	io hostsock.IO
+	// peekFault, when set (tests), fails a peek of f with its error
+	// before the system call: the kernel's EAGAIN at an urgent mark comes
+	// only with a signal pending, too rarely to test by chance.
+	peekFault func(f *conn, already uint32) error
+	info      unix.TCPInfo // TCP_INFO as last read
 	// connectInfo is the TCP_INFO settleLocalConnect read, which the
 	// SYN-ACK of the same output pass takes instead of reading it again
 	// (syscall_hints.go); connectInfoSlot and connectInfoGen name its

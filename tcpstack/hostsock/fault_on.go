@@ -23,10 +23,21 @@ func InjectSendError(err unix.Errno, times int) (cancel func()) { return inject(
 
 // InjectedSendErrorsLeft is how many injected sendmsg errors are still to
 // come.
-func InjectedSendErrorsLeft() int {
+func InjectedSendErrorsLeft() int { return injectedLeft(faultSend) }
+
+// InjectPeekError makes the next times IO.Peek calls fail with err
+// instead of peeking (only in builds with the vunetfault tag). It returns
+// a function that cancels what is left of it.
+func InjectPeekError(err unix.Errno, times int) (cancel func()) { return inject(faultPeek, err, times) }
+
+// InjectedPeekErrorsLeft is how many injected peek errors are still to
+// come.
+func InjectedPeekErrorsLeft() int { return injectedLeft(faultPeek) }
+
+func injectedLeft(op faultOp) int {
 	faults.mu.Lock()
 	defer faults.mu.Unlock()
-	return faults.times[faultSend]
+	return faults.times[op]
 }
 
 func inject(op faultOp, err unix.Errno, times int) func() {

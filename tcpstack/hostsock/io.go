@@ -85,6 +85,11 @@ func (s *IO) Peek(fd int, bufs [][]byte) (int, error) {
 	if k == 0 {
 		return 0, nil
 	}
+	if faultsEnabled {
+		if err := injectedFault(faultPeek); err != nil {
+			return 0, err
+		}
+	}
 	s.setMsg(k)
 	return s.call(unix.SYS_RECVMSG, fd, unix.MSG_PEEK|unix.MSG_DONTWAIT)
 }

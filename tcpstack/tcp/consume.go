@@ -30,17 +30,21 @@ import (
 // guest, consumed at the end of the batch (consumeAcked).
 func (t *Table) queueConsume(f *conn, n uint32) {
 	if f.consumeDue == 0 {
-		t.consumeQ = append(t.consumeQ, flowRef{slot: f.slot, gen: f.gen})
+		t.consumeQ = append(t.consumeQ, f.ref())
 	}
 	f.consumeDue += n
 }
 
-// flowRef names a connection across a batch: its slot, and the
-// generation that tells a slot reused meanwhile from it.
+// flowRef names a connection beyond the moment: its slot, and the
+// generation that tells a slot reused meanwhile from it (a slot's first
+// generation is 1, so the zero flowRef names none).
 type flowRef struct {
 	slot int32
 	gen  uint32
 }
+
+// ref names f.
+func (f *conn) ref() flowRef { return flowRef{slot: f.slot, gen: f.gen} }
 
 // consumeAcked consumes from each socket what the guest acknowledged in
 // the batch, and applies the window workaround to it (reopenWindow). A

@@ -99,8 +99,7 @@ type conn struct {
 	ackSent          uint32 // ACK number in the last frame sent
 	wndToGuest       uint32 // window we advertise, bytes
 	wndSent          uint32 // window in the last frame sent, bytes
-	wndEdge          uint32 // right edge of the window the last refresh opened, where it may stand for later passes (wndHolds)
-	wndEdgeSpan      uint32 // that window's size; 0: the refresh's window must not stand (syscall_hints.go)
+	wndEdgeSpan      uint32 // the window the last refresh opened, whose right edge may stand for later passes (wndHolds); 0: it must not
 	maxWndSent       uint32 // largest window ever sent: the guest's MSS is at most half of it
 	wsToGuest        uint8  // our window scale towards the guest
 	dupAckSeq        uint32 // seqFromGuest the last duplicate ACKs announced

@@ -143,7 +143,7 @@ func TestHandOverCoversEveryField(t *testing.T) {
 	// to the ACK timeout, AckTimeout until a new sample. What a batch
 	// acknowledged is consumed at its end, before any hand-over
 	// (consume.go): consumeDue is 0 between batches.
-	own := map[string]bool{"consumeDue": true, "wndEdge": true, "wndEdgeSpan": true, "fd": true, "slot": true, "gen": true, "nextOut": true, "key": true, "senderPeriod": true,
+	own := map[string]bool{"consumeDue": true, "wndEdgeSpan": true, "fd": true, "slot": true, "gen": true, "nextOut": true, "key": true, "senderPeriod": true,
 		"challengeAt": true, "epollEvents": true, "drained": true, "urgent": true, "sendIdle": true, "dialled": true, "dialV6": true, "sole": true,
 		"sackRecovery": true, "sackN": true, "sackBlk": true, "sackHigh": true, "rtxNext": true, "rtxMark": true,
 		"tlp": true, "srtt": true, "rttvar": true, "rttAt": true, "rttSeq": true,

@@ -357,13 +357,9 @@ func (t *Table) dupAcksFor(f *conn) {
 	}
 	// They must name the byte the guest is to send again: where ACKs
 	// follow the host peer's (tcpi_bytes_acked) they may lag what was
-	// written, and a lagging ACK is not a duplicate to the guest. The
-	// window was read before the data this ACK covers (ackWndCurrent
-	// would let it stand, the right edge moved on by that data).
-	if f.seqAckToGuest != f.seqFromGuest {
-		f.sendIdle = false
-	}
-	f.seqAckToGuest = f.seqFromGuest
+	// written, and a lagging ACK is not a duplicate to the guest. No
+	// refresh has seen the data it covers: the right edge stays.
+	f.ackAllKeepingEdge()
 	t.markDirty(f)
 }
 

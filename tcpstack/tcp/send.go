@@ -54,14 +54,7 @@ func (t *Table) sendData(now time.Time, f *conn, w guestring.Sink) bool {
 			return true
 		}
 		t.reads++
-		var r int
-		var err error
-		if t.peekFault != nil {
-			err = t.peekFault(f, already)
-		}
-		if err == nil {
-			r, err = t.io.Peek(f.fd, t.bufs)
-		}
+		r, err := t.io.Peek(f.fd, t.bufs)
 		got := 0
 		eof := false
 		switch err {

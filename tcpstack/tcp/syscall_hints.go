@@ -94,10 +94,9 @@ func (t *Table) ackWndCurrent(now time.Time, f *conn) bool {
 // every batch of its data, two getsockopt calls beside each sendmsg.
 //
 // The refresh's window is the payload the socket takes: the guest's data
-// since came out of it, and its right edge (wndEdge) stays where it was
-// (an ACK moved by other means, dupAcksFor's, ends the send side's idle
-// spell, so ackWndCurrent does not let the old window stand past it),
-// so the guest never has more in flight than the socket takes (DESIGN
+// since came out of it, and its right edge stays where it was
+// (ackAllKeepingEdge, as for any ACK moved without a refresh), so the
+// guest never has more in flight than the socket takes (DESIGN
 // invariant 5). A window that only shrinks would hold the guest back once
 // it ran low, so the refresh comes back when less than half of it, or
 // less than two segments, is left: the guest still has that much to send
@@ -117,13 +116,28 @@ func (t *Table) wndHolds(now time.Time, f *conn) bool {
 		f.has(evGuestFin) || f.oooReady() || t.txRing != 0 {
 		return false
 	}
-	left := f.wndEdge - f.seqFromGuest
+	left := f.seqAckToGuest + f.wndToGuest - f.seqFromGuest
 	if int32(left) < 0 || left < f.wndEdgeSpan/2 || left < 2*f.guestMSS() {
 		return false
 	}
-	f.seqAckToGuest = f.seqFromGuest
-	f.wndToGuest = left
+	f.ackAllKeepingEdge()
 	return true
+}
+
+// ackAllKeepingEdge moves the ACK to everything the guest sent without a
+// look at the socket (no refresh): the window shrinks by what the move
+// covers, so its right edge stays where the last refresh put it and the
+// guest never has more in flight than that refresh found room for.
+// Moving the ACK alone moved the edge on by that data: every ACK after a
+// hole announced a segment more than the socket had room for (found by
+// review; TestTCPGapKeepsWindowEdge).
+func (f *conn) ackAllKeepingEdge() {
+	edge := f.seqAckToGuest + f.wndToGuest
+	f.seqAckToGuest = f.seqFromGuest
+	f.wndToGuest = 0
+	if seqGT(edge, f.seqFromGuest) {
+		f.wndToGuest = edge - f.seqFromGuest
+	}
 }
 
 // readInfo reads TCP_INFO of f's socket into t.info (counted in
@@ -146,22 +160,22 @@ func (t *Table) readMemory(f *conn) (sndbuf, queued int, ok bool) {
 // keepConnectInfo keeps t.connectInfo, just read by settleLocalConnect,
 // for f's SYN-ACK in this output pass.
 func (t *Table) keepConnectInfo(f *conn) {
-	t.connectInfoSlot, t.connectInfoGen = f.slot, f.gen
+	t.connectInfoFor = f.ref()
 }
 
 // takeConnectInfo returns the TCP_INFO settleLocalConnect read for f in
 // this pass, once, or nil.
 func (t *Table) takeConnectInfo(f *conn) *unix.TCPInfo {
-	if t.connectInfoGen == 0 || t.connectInfoSlot != f.slot || t.connectInfoGen != f.gen {
+	if t.connectInfoFor.gen == 0 || t.connectInfoFor != f.ref() {
 		return nil
 	}
-	t.connectInfoGen = 0
+	t.connectInfoFor = flowRef{}
 	return &t.connectInfo
 }
 
 // dropConnectInfo forgets a TCP_INFO kept for a SYN-ACK that did not go
 // in its pass (no RX buffer): by the next pass the peer may have sent.
-func (t *Table) dropConnectInfo() { t.connectInfoGen = 0 }
+func (t *Table) dropConnectInfo() { t.connectInfoFor = flowRef{} }
 
 // finAckWnd is refreshAckWnd once the guest's FIN was taken (in order:
 // everything before it is written): the ACK is everything the guest sent,

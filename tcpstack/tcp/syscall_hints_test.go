@@ -341,10 +341,9 @@ func TestTCPUploadWindowStands(t *testing.T) {
 // TestTCPGapKeepsWindowEdge: guest data past a hole, in the same batch as
 // in-order data, brings duplicate ACKs (dupAcksFor moves the ACK to
 // everything in order); none of them announces a right edge past the
-// window the last refresh opened. Before, the send side's idle spell from
-// an earlier refresh let that window stand (ackWndCurrent) with the ACK
-// moved on: every ACK announced an edge a segment further than the socket
-// had room for when it was read.
+// window the last refresh opened (ackAllKeepingEdge). Before, the ACK
+// moved alone, and the window that refresh read stood (ackWndCurrent): every
+// ACK announced an edge a segment further than the socket had room for.
 func TestTCPGapKeepsWindowEdge(t *testing.T) {
 	h := tcpNewHarness(t, Config{SndBuf: 256 << 10})
 	h.establish(h.listen(), tcpMss1400ws7)
@@ -355,6 +354,8 @@ func TestTCPGapKeepsWindowEdge(t *testing.T) {
 		h.sendAck(data[i*1400 : (i+1)*1400])
 		h.flush()
 	}
+	limit := f.seqAckToGuest + f.wndToGuest // the last refresh's right edge
+	mems := h.tab.memReads
 	h.batch = true
 	h.sendAck(data[2800:4200])
 	h.inject(h.frame(header.TCPFlagACK, h.seq+1400, h.ack, h.wnd, nil, data[5600:]))
@@ -362,13 +363,12 @@ func TestTCPGapKeepsWindowEdge(t *testing.T) {
 	if !f.dupAckSent {
 		t.Fatal("no duplicate ACKs for the hole")
 	}
-	if f.wndEdgeSpan == 0 {
-		t.Fatal("the last refresh opened no window that may stand (the case is not set up)")
-	}
-	limit := f.wndEdge
 	segs := h.flush()
 	if len(segs) == 0 {
 		t.Fatal("no ACK after the hole")
+	}
+	if h.tab.memReads != mems {
+		t.Fatal("the window was read again: the case is not set up")
 	}
 	for _, s := range segs {
 		if e := s.ack + uint32(s.wnd)<<f.wsToGuest; seqGT(e, limit) {

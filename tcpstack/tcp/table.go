@@ -99,19 +99,14 @@ type Table struct {
 	// dial opens the host socket; tests and fuzzing replace it.
 	dial func(dst netip.AddrPort, sndBuf, rcvBuf int) (fd int, inProgress bool, err error)
 
-	io hostsock.IO
-	// peekFault, when set (tests), fails a peek of f with its error
-	// before the system call: the kernel's EAGAIN at an urgent mark comes
-	// only with a signal pending, too rarely to test by chance.
-	peekFault func(f *conn, already uint32) error
-	info      unix.TCPInfo // TCP_INFO as last read
+	io   hostsock.IO
+	info unix.TCPInfo // TCP_INFO as last read
 	// connectInfo is the TCP_INFO settleLocalConnect read, which the
 	// SYN-ACK of the same output pass takes instead of reading it again
-	// (syscall_hints.go); connectInfoSlot and connectInfoGen name its
-	// connection (generation 0: none; a slot's first is 1).
-	connectInfo     unix.TCPInfo
-	connectInfoSlot int32
-	connectInfoGen  uint32
+	// (syscall_hints.go); connectInfoFor names its connection (the zero
+	// flowRef: none).
+	connectInfo    unix.TCPInfo
+	connectInfoFor flowRef
 
 	// reads, infoReads, memReads and epollCtls count the peeks, the
 	// TCP_INFO reads, the SO_MEMINFO reads and the epoll_ctl calls for

@@ -171,11 +171,7 @@ func TestTCPUrgentDataRewound(t *testing.T) {
 func TestTCPUrgentDataThenPeerClose(t *testing.T) {
 	for _, noPeekOff := range []bool{false, true} {
 		t.Run(fmt.Sprintf("NoPeekOffset=%v", noPeekOff), func(t *testing.T) {
-			h := tcpNewHarness(t, Config{MTU: 1500, NoPeekOffset: noPeekOff})
-			peer := h.establish(h.listen(), tcpMss1400ws7)
-			sendUrgent(t, peer)
-			peer.CloseWrite()
-			time.Sleep(20 * time.Millisecond)
+			h := urgentThenClose(t, noPeekOff)
 			var got []byte
 			fin := false
 			for deadline := time.Now().Add(3 * time.Second); !fin && time.Now().Before(deadline); {
@@ -202,59 +198,14 @@ func TestTCPUrgentDataThenPeerClose(t *testing.T) {
 	}
 }
 
-// TestTCPUrgentEAGAINPersists: the kernel's EAGAIN for a read that starts
-// at an urgent mark with a signal pending (dataAtEAGAIN) may come again
-// and again. Here every peek it would excuse fails four times in a row,
-// one more than sendData retries; the connection still delivers every
-// byte and our FIN: the socket is never taken for empty (drained), and
-// the guest's ACK (data in flight) or the ACK check (none) brings the next
-// read. Both peek modes, a guest that ACKs every frame and one that ACKs
-// every third pass. Without the ACK check's deadline the connection with
-// nothing in flight waits for the idle timeout.
-func TestTCPUrgentEAGAINPersists(t *testing.T) {
-	for _, noPeekOff := range []bool{false, true} {
-		for _, ackAll := range []bool{true, false} {
-			t.Run(fmt.Sprintf("NoPeekOffset=%v/ackEveryFrame=%v", noPeekOff, ackAll), func(t *testing.T) {
-				h := tcpNewHarness(t, Config{MTU: 1500, NoPeekOffset: noPeekOff})
-				excused, failed := 0, 0
-				h.tab.peekFault = func(f *conn, already uint32) error {
-					if !h.tab.dataAtEAGAIN(f, already) {
-						return nil
-					}
-					if excused++; excused%5 == 0 {
-						return nil
-					}
-					failed++
-					return unix.EAGAIN
-				}
-				peer := h.establish(h.listen(), tcpMss1400ws7)
-				sendUrgent(t, peer)
-				peer.CloseWrite()
-				time.Sleep(20 * time.Millisecond)
-				var got []byte
-				fin := false
-				for pass, deadline := 0, time.Now().Add(5*time.Second); !fin && time.Now().Before(deadline); pass++ {
-					segs := h.pump(20 * time.Millisecond)
-					for _, s := range segs {
-						if end := s.seq + uint32(len(s.payload)); !seqLT(h.ack, s.seq) && seqLT(h.ack, end) {
-							got = append(got, s.payload[h.ack-s.seq:]...)
-							h.ack = end
-						}
-						fin = fin || (s.flags.Has(header.TCPFlagFIN) && s.seq+uint32(len(s.payload)) == h.ack)
-					}
-					if (ackAll && len(segs) > 0) || pass%3 == 2 {
-						h.sendAck(nil)
-					}
-					h.now = h.now.Add(50 * time.Millisecond)
-					h.tab.Timers(h.now)
-				}
-				if failed == 0 {
-					t.Fatal("no peek was failed: the case is not set up")
-				}
-				if !fin || string(got) != "abcxhello" {
-					t.Fatalf("guest got %q, FIN %v (%d peeks failed); want %q and our FIN", got, fin, failed, "abcxhello")
-				}
-			})
-		}
-	}
+// urgentThenClose establishes a connection whose host peer then sends
+// "abc", the urgent byte "x" and "hello" (sendUrgent), and closes.
+func urgentThenClose(t *testing.T, noPeekOff bool) *tcpHarness {
+	t.Helper()
+	h := tcpNewHarness(t, Config{MTU: 1500, NoPeekOffset: noPeekOff})
+	peer := h.establish(h.listen(), tcpMss1400ws7)
+	sendUrgent(t, peer)
+	peer.CloseWrite()
+	time.Sleep(20 * time.Millisecond)
+	return h
 }

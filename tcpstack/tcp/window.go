@@ -186,7 +186,7 @@ func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 		return
 	}
 	if info != nil && !peerAcks && !full && t.txRing == 0 && f.flags&flWantOut == 0 && !f.oooReady() {
-		f.wndEdge, f.wndEdgeSpan = f.seqAckToGuest+wnd, wnd // wndHolds
+		f.wndEdgeSpan = wnd // wndHolds
 	}
 	// Everything acknowledged, a window the guest can use that neither
 	// the peer nor the ring budget holds down, and nothing queued, or for

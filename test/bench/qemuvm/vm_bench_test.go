@@ -33,6 +33,14 @@ type Row struct {
 	Bytes       int64   `json:"bytes,omitempty"`
 	CPUSeconds  float64 `json:"cpu_seconds,omitempty"`
 	CPUSecPerGB float64 `json:"cpu_s_per_gb,omitempty"`
+	// CPUUserShare is the part of CPUSeconds spent in user space: the rest
+	// is the kernel's, on the back-end's behalf (system calls, wake-ups).
+	CPUUserShare float64 `json:"cpu_user_share,omitempty"`
+	// Sleeps and Preemptions are the back-end's voluntary and involuntary
+	// context switches over the row, summed over its threads: what a
+	// wake-up costs is paid per switch, and more so in a VM.
+	Sleeps      int64   `json:"sleeps,omitempty"`
+	Preemptions int64   `json:"preemptions,omitempty"`
 	Seconds     float64 `json:"seconds,omitempty"`
 	Count       int     `json:"count,omitempty"`
 	Error       string  `json:"error,omitempty"`
@@ -100,16 +108,19 @@ func measure(b *testing.B, be Backend, size int64, rr time.Duration) []Row {
 	vm.RequireResult(b, guest.CheckDHCP, 90*time.Second)
 
 	var rows []Row
-	cpu := cpuSeconds(b, pid)
+	cpu, user := cpuSeconds(b, pid)
+	vol, invol := contextSwitches(pid)
 	for _, x := range []struct{ label, dir, test string }{{"down", guest.XferDown, "download"}, {"up", guest.XferUp, "upload"}} {
 		start := time.Now()
 		r := vm.RequireResult(b, guest.XferCheck(x.label), xferTimeout+30*time.Second)
-		c := cpuSeconds(b, pid)
+		c, u := cpuSeconds(b, pid)
+		v, iv := contextSwitches(pid)
 		srv.CheckXfer(b, r, x.dir, size)
 		mbps, _ := strconv.ParseFloat(r.Fields["mbps"], 64)
 		rows = append(rows, Row{Backend: be.Name, Test: x.test, Value: mbps / 1000, Unit: "Gbit/s", Bytes: size,
-			CPUSeconds: c - cpu, CPUSecPerGB: (c - cpu) / (float64(size) / 1e9), Seconds: time.Since(start).Seconds()})
-		cpu = c
+			CPUSeconds: c - cpu, CPUSecPerGB: (c - cpu) / (float64(size) / 1e9), CPUUserShare: share(u-user, c-cpu),
+			Sleeps: v - vol, Preemptions: iv - invol, Seconds: time.Since(start).Seconds()})
+		cpu, user, vol, invol = c, u, v, iv
 	}
 	r := vm.RequireResult(b, guest.CheckRR, rr+60*time.Second)
 	n, _ := strconv.Atoi(r.Fields["n"])
@@ -123,7 +134,8 @@ func measure(b *testing.B, be Backend, size int64, rr time.Duration) []Row {
 	}
 	vm.Finish(b)
 	for _, row := range rows {
-		b.Logf("%s %s: %v %s (cpu %.2f s/GB)", row.Backend, row.Test, row.Value, row.Unit, row.CPUSecPerGB)
+		b.Logf("%s %s: %v %s (cpu %.2f s/GB, %.0f%% user, %d sleeps, %d preemptions)", row.Backend, row.Test, row.Value, row.Unit,
+			row.CPUSecPerGB, 100*row.CPUUserShare, row.Sleeps, row.Preemptions)
 	}
 	return rows
 }
@@ -184,8 +196,9 @@ func startBackend(b *testing.B, be Backend, ns *qemu.NetNS, sock, logPath string
 	return cmd.Process.Pid
 }
 
-// cpuSeconds is the process's utime+stime from /proc/PID/stat.
-func cpuSeconds(b *testing.B, pid int) float64 {
+// cpuSeconds is the process's utime+stime from /proc/PID/stat, and the
+// utime alone.
+func cpuSeconds(b *testing.B, pid int) (total, user float64) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		b.Fatalf("back-end cpu: %v", err)
@@ -194,5 +207,40 @@ func cpuSeconds(b *testing.B, pid int) float64 {
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100
+	return (ut + st) / 100, ut / 100
+}
+
+// contextSwitches sums the voluntary and involuntary context switches of
+// the process's threads (those still running: an exited thread's are lost,
+// and the back-ends keep theirs).
+func contextSwitches(pid int) (vol, invol int64) {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	for _, t := range tasks {
+		raw, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			switch k {
+			case "voluntary_ctxt_switches":
+				vol += n
+			case "nonvoluntary_ctxt_switches":
+				invol += n
+			}
+		}
+	}
+	return vol, invol
+}
+
+// share is part/whole, 0 for an empty whole.
+func share(part, whole float64) float64 {
+	if whole <= 0 {
+		return 0
+	}
+	return part / whole
 }

@@ -43,9 +43,11 @@
 // why and how the rest of the process gets to run). The loop waits in epoll
 // on the TX and RX kick eventfds, a wake eventfd for requests from the
 // control goroutine (loop_requests.go: a forward added at run time, a look
-// at the tables), one timerfd, the vhost-user socket (only to yield to the
-// control plane) and the flows' sockets; each fd's epoll token (hostsock.Token) names its owner, and
-// the loop hands the event to it. The hot path takes no locks, uses no
+// at the tables), the vhost-user socket (only to yield to the control
+// plane) and the flows' sockets; each fd's epoll token (hostsock.Token)
+// names its owner, and the loop hands the event to it. Its timers are the
+// wait's timeout (a timerfd only ticks the rings of a front-end that gave
+// no kick eventfds). The hot path takes no locks, uses no
 // channels and does not allocate. Flows and connections outlive the loops:
 // they survive the control plane's stop/start cycles and re-register their
 // sockets with each new loop's epoll set.

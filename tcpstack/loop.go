@@ -30,7 +30,8 @@ type loop struct {
 
 	ep              *hostsock.Epoll
 	yielder         *hostsock.Yielder // yieldToControl's (loop_wait.go)
-	wakefd, timerfd int
+	wakefd          int
+	timerfd         int // the ring-polling timer, -1 when the front-end kicks
 	txKick, rxKick  int // kick eventfds, -1 when the front-end polls
 	control         int // the front-end's vhost-user socket, -1: none (loop_wait.go)
 	polling         bool
@@ -62,7 +63,7 @@ type loop struct {
 	tcpRXWait bool      // the TCP output is blocked on RX descriptors (counted once per wait)
 	again     bool      // work is left: poll epoll without sleeping
 
-	timerArmed time.Time // deadline the timerfd is set to; zero: disarmed
+	deadline   time.Time // the earliest timer due (armTimer); zero: none
 	lastYield  time.Time // last pass through the scheduler (loop_wait.go)
 
 	// faulted: guest memory faulted under the loop; the rings are not
@@ -159,8 +160,11 @@ func (l *loop) openFDs() error {
 	if l.wakefd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		return fmt.Errorf("wake eventfd: %w", err)
 	}
-	if l.timerfd, err = unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC); err != nil {
-		return fmt.Errorf("timerfd_create: %w", err)
+	if l.stream == nil && (l.txKick < 0 || l.rxKick < 0) {
+		l.polling = true
+		if l.timerfd, err = unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC); err != nil {
+			return fmt.Errorf("timerfd_create: %w", err)
+		}
 	}
 	for _, w := range [...]struct {
 		fd  int
@@ -188,8 +192,7 @@ func (l *loop) openFDs() error {
 	if l.stream != nil {
 		return l.stream.watch(l.ep)
 	}
-	if l.txKick < 0 || l.rxKick < 0 {
-		l.polling = true
+	if l.polling {
 		ts := unix.NsecToTimespec(int64(pollInterval))
 		spec := unix.ItimerSpec{Interval: ts, Value: ts}
 		if err := unix.TimerfdSettime(l.timerfd, 0, &spec, nil); err != nil {
@@ -253,11 +256,11 @@ func (l *loop) run() {
 	// Chains may be waiting from before a restart without a kick pending.
 	l.iterate(true)
 	for !l.quit.Load() && !l.stream.ended() {
-		timeout := -1
+		until := l.deadline
 		if l.again {
-			timeout = 0
+			until = l.now // past: poll without sleeping
 		}
-		n, err := l.wait(timeout)
+		n, err := l.wait(until)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
@@ -284,9 +287,7 @@ func (l *loop) run() {
 			case loopFDTimer:
 				var b [8]byte
 				unix.Read(l.timerfd, b[:])
-				if l.polling {
-					tx = true
-				}
+				tx = true // the ring-polling tick
 				l.onTimer()
 			case loopFDTXKick:
 				l.qp.TX.CountKick()
@@ -313,6 +314,9 @@ func (l *loop) run() {
 		if l.quit.Load() {
 			return
 		}
+		if !l.deadline.IsZero() && !l.now.Before(l.deadline) {
+			l.onTimer()
+		}
 		l.iterate(tx)
 	}
 }
@@ -336,6 +340,9 @@ func (l *loop) iterate(tx bool) {
 		l.serveWants() // after our own TX: the guest's frames here went first
 	}
 	more := l.produceRX()
+	// The connections' epoll masks, as the iteration left them (after the
+	// last output pass: nothing below changes them).
+	l.tcp.SyncEpoll()
 	switch {
 	case l.stream != nil:
 		// A stream's writer waits for EPOLLOUT itself (streamLink.watch).
@@ -361,8 +368,15 @@ func (l *loop) iterate(tx bool) {
 	l.armTimer()
 }
 
-// armTimer sets the timerfd to the earliest deadline of the flows (polling
-// mode keeps its periodic timer).
+// armTimer sets l.deadline to the earliest deadline of the flows, the
+// router advertisements and the flow moves, for the loop's next wait to
+// end at (polling mode has its periodic timer instead).
+//
+// The deadline is the wait's own timeout, not a timerfd: under a QEMU
+// guest the deadline moves in nearly every iteration (each flight arms a
+// tail-loss probe that the guest's ACK cancels), and re-arming a timerfd
+// was one system call in seven of the loop's, for nothing a timeout on
+// the epoll_wait it makes anyway does not do.
 func (l *loop) armTimer() {
 	if l.polling {
 		return
@@ -373,26 +387,17 @@ func (l *loop) armTimer() {
 			d = t
 		}
 	}
-	if d.Equal(l.timerArmed) {
-		return
+	// A timer runs at most once a millisecond: one that stays due (a
+	// deadline the owner cannot act on yet) must not spin the loop.
+	if soonest := l.now.Add(time.Millisecond); !d.IsZero() && d.Before(soonest) {
+		d = soonest
 	}
-	l.timerArmed = d
-	var spec unix.ItimerSpec
-	if !d.IsZero() {
-		rel := time.Until(d)
-		if rel < time.Millisecond {
-			rel = time.Millisecond
-		}
-		spec.Value = unix.NsecToTimespec(int64(rel))
-	}
-	if err := unix.TimerfdSettime(l.timerfd, 0, &spec, nil); err != nil {
-		l.log.Error("arm timer", "err", err)
-	}
+	l.deadline = d
 }
 
 // onTimer runs expired timeouts.
 func (l *loop) onTimer() {
-	l.timerArmed = time.Time{}
+	l.deadline = time.Time{}
 	l.flows.Expire(l.now)
 	l.tcp.Timers(l.now)
 	l.expireFetches()

@@ -58,13 +58,15 @@ const (
 	yieldEvery = 9 * time.Millisecond
 )
 
-// wait fills l.events: at once when timeout is 0, otherwise sleeping until
-// something is ready, after polling for l.pollFor when that is not zero.
-func (l *loop) wait(timeout int) (int, error) {
-	if timeout == 0 {
+// wait fills l.events: with what is ready now when until has passed,
+// otherwise sleeping until something is ready or until comes (zero: no
+// limit), after polling for l.pollFor when that is not zero. It returns 0
+// events when until came first.
+func (l *loop) wait(until time.Time) (int, error) {
+	start := time.Now()
+	if !until.IsZero() && !start.Before(until) {
 		return l.ep.WaitHeld(l.events[:], 0)
 	}
-	start := time.Now()
 	if l.yieldIfDue(start) {
 		// What ran meanwhile (a metrics scrape, say) is not part of the
 		// gap the poll adapts to.
@@ -80,11 +82,25 @@ func (l *loop) wait(timeout int) (int, error) {
 		l.st.PollMisses.Add(1)
 		l.pollFor = 0
 	}
-	n, err := l.sleep(start, timeout)
+	n, err := l.sleep(start, until)
 	if n > 0 {
 		l.pollFor = nextPoll(0, time.Since(start))
 	}
 	return n, err
+}
+
+// waitTimeout is epoll_wait's timeout from now until until: milliseconds,
+// rounded up so that the wait never ends before until; -1 (none) for a
+// zero until.
+func waitTimeout(now, until time.Time) int {
+	if until.IsZero() {
+		return -1
+	}
+	d := until.Sub(now)
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // Bounded busy-polling, where the next event follows soon.
@@ -134,19 +150,26 @@ func (l *loop) poll(start time.Time) (n int, err error, hit bool) {
 	}
 }
 
-// sleep waits for events, with the P held for up to heldWait (see above),
-// then the ordinary way.
-func (l *loop) sleep(start time.Time, timeout int) (int, error) {
+// sleep waits for events until until (zero: no limit), with the P held
+// for up to heldWait (see above), then the ordinary way.
+func (l *loop) sleep(start, until time.Time) (int, error) {
+	held := start.Add(heldWait * time.Millisecond)
+	if !until.IsZero() && until.Before(held) {
+		held = until
+	}
 	// A signal (sysmon's preemption request, about every 10 ms) ends a
 	// held wait early; the next one waits only for the rest of heldWait.
 	// Starting over instead kept an idle loop in held waits for ever.
-	for left := heldWait * time.Millisecond; left > 0; left = heldWait*time.Millisecond - time.Since(start) {
-		n, err := l.ep.WaitHeld(l.events[:], int((left+time.Millisecond-1)/time.Millisecond))
+	for now := start; now.Before(held); now = time.Now() {
+		n, err := l.ep.WaitHeld(l.events[:], waitTimeout(now, held))
 		if n != 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
 			return n, err
 		}
 	}
-	return l.ep.Wait(l.events[:], timeout)
+	if held.Equal(until) {
+		return 0, nil
+	}
+	return l.ep.Wait(l.events[:], waitTimeout(time.Now(), until))
 }
 
 // yieldIfDue passes through the scheduler when the last pass is yieldEvery

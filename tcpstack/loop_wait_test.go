@@ -135,7 +135,7 @@ func TestLoopWaitPolls(t *testing.T) {
 	// Polling for a second, the timer due in a millisecond is a hit.
 	l.pollFor = time.Second
 	fire(time.Millisecond)
-	if n, err := l.wait(-1); n != 1 || err != nil {
+	if n, err := l.wait(time.Time{}); n != 1 || err != nil {
 		t.Fatalf("wait: %d events, %v", n, err)
 	}
 	if h, m := l.st.PollHits.Load(), l.st.PollMisses.Load(); h != 1 || m != 0 {
@@ -150,7 +150,7 @@ func TestLoopWaitPolls(t *testing.T) {
 	l.pollFor = 100 * time.Microsecond
 	start := time.Now()
 	fire(100 * time.Millisecond)
-	if n, err := l.wait(-1); n != 1 || err != nil {
+	if n, err := l.wait(time.Time{}); n != 1 || err != nil {
 		t.Fatalf("wait: %d events, %v", n, err)
 	}
 	if took := time.Since(start); took < 100*time.Millisecond {
@@ -171,11 +171,88 @@ func TestLoopWaitPolls(t *testing.T) {
 			l.pollFor = time.Second
 		}
 		fire(time.Millisecond)
-		if n, err := l.wait(-1); n != 1 || err != nil {
+		if n, err := l.wait(time.Time{}); n != 1 || err != nil {
 			t.Fatalf("wait: %d events, %v", n, err)
 		}
 		if h, m := l.st.PollHits.Load(), l.st.PollMisses.Load(); h != 1 || m != 1 {
 			t.Fatalf("a wait that did not poll (allowed %v): %d hits, %d misses; want 1 and 1", allowed, h, m)
+		}
+	}
+}
+
+// The loop's timers are its wait's timeout (armTimer): a wait with
+// nothing ready ends at its deadline, not before, with no events, whether
+// it starts with a poll or not, whether the deadline falls within the
+// held wait or after it; a deadline already past makes the wait only
+// look, even with an event due a moment later.
+func TestLoopWaitEndsAtDeadline(t *testing.T) {
+	ep, err := hostsock.NewEpoll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	if err := ep.Add(efd, unix.EPOLLIN, hostsock.NewToken(hostsock.OwnerLoop, 0, loopFDWake)); err != nil {
+		t.Fatal(err)
+	}
+	l := &loop{ep: ep, st: &stats.Queue{}}
+	for _, c := range []struct {
+		name    string
+		pollFor time.Duration
+		after   time.Duration
+	}{
+		{"within the held wait", 0, 30 * time.Millisecond},
+		{"after a poll", pollMax, 20 * time.Millisecond},
+		{"past the held wait", 0, heldWait*time.Millisecond + 40*time.Millisecond},
+	} {
+		l.pollFor = c.pollFor
+		until := time.Now().Add(c.after)
+		n, err := l.wait(until)
+		if n != 0 || err != nil {
+			t.Fatalf("%s: wait with nothing ready: %d events, %v", c.name, n, err)
+		}
+		if now := time.Now(); now.Before(until) {
+			t.Fatalf("%s: the wait ended %v before its deadline", c.name, until.Sub(now))
+		}
+	}
+
+	// A deadline in the past: the wait looks once and returns.
+	wake := func() {
+		var one = [8]byte{1}
+		unix.Write(efd, one[:])
+	}
+	go func() { time.Sleep(200 * time.Millisecond); wake() }()
+	if n, err := l.wait(time.Now().Add(-time.Millisecond)); n != 0 || err != nil {
+		t.Fatalf("past deadline: %d events, %v; want 0 at once", n, err)
+	}
+	// And it reports what is ready.
+	wake()
+	if n, err := l.wait(time.Now().Add(-time.Millisecond)); n != 1 || err != nil {
+		t.Fatalf("past deadline with an event ready: %d events, %v; want 1", n, err)
+	}
+}
+
+// waitTimeout rounds up to whole milliseconds, so a wait never ends early.
+func TestWaitTimeout(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		until time.Time
+		want  int
+	}{
+		{time.Time{}, -1},
+		{now.Add(-time.Second), 0},
+		{now, 0},
+		{now.Add(time.Nanosecond), 1},
+		{now.Add(time.Millisecond), 1},
+		{now.Add(9500 * time.Microsecond), 10},
+		{now.Add(200 * time.Millisecond), 200},
+	} {
+		if got := waitTimeout(now, c.until); got != c.want {
+			t.Errorf("waitTimeout(now, until) with until-now = %v: %d, want %d", c.until.Sub(now), got, c.want)
 		}
 	}
 }

@@ -36,6 +36,8 @@ func (t *Table) Attach(p *hostsock.Epoll) {
 			t.log.Warn("tcp forward: epoll add failed", "err", err)
 		}
 	}
+	// Changes decided after the last loop's final iteration.
+	t.SyncEpoll()
 }
 
 // Detach forgets the poller: the loop calls it when it stops (its epoll set
@@ -61,11 +63,58 @@ func (t *Table) Detach() { t.poll = nil }
 // (Masking lazily, at the first readiness report during a stall, was
 // measured under a QEMU download: data comes during nearly every stall,
 // so it saved no epoll_ctl and doubled the wake-ups.)
+//
+// A registered socket's new mask waits for the end of the iteration
+// (SyncEpoll), and only the last one counts. Under a QEMU guest's
+// download nearly every iteration unmasked EPOLLIN for the guest's ACK,
+// read, found the window full again and masked it: two epoll_ctl calls
+// that left the mask as it was. Nothing is lost while a change waits: no
+// event is taken before the loop's next wait, which comes after SyncEpoll;
+// a read this iteration wants happens anyway (drained is cleared at once,
+// as setEpoll would); and the epoll_ctl that unmasks reports what came
+// meanwhile, as the kernel checks readiness on every modification.
 func (t *Table) updateEpoll(f *conn) {
 	if f.fd < 0 || t.poll == nil {
 		return
 	}
-	t.setEpoll(f, t.epollWant(f))
+	want := t.epollWant(f)
+	if !f.inEpoll {
+		t.setEpoll(f, want)
+		return
+	}
+	if want&unix.EPOLLIN != 0 && f.epollEvents&unix.EPOLLIN == 0 {
+		f.drained = false // this iteration's output reads
+	}
+	if !f.epollDue && want != f.epollEvents {
+		f.epollDue = true
+		t.epollQ = append(t.epollQ, f.ref())
+	}
+}
+
+// SyncEpoll registers the masks the iteration's changes left (see
+// updateEpoll). The loop calls it after its last output pass, before it
+// waits again.
+func (t *Table) SyncEpoll() {
+	if t.poll == nil {
+		return // Attach syncs
+	}
+	for _, r := range t.epollQ {
+		f := &t.flows[r.slot]
+		if f.gen != r.gen || !f.epollDue {
+			continue // released meanwhile, its slot maybe reused
+		}
+		f.epollDue = false
+		if f.fd < 0 || !f.inEpoll {
+			continue // closed or handed over: its registration went with it
+		}
+		// The drained hint stays: a read that emptied the socket this
+		// iteration was the last word, and data after it is reported by
+		// the unmasking epoll_ctl itself.
+		drained := f.drained
+		t.setEpoll(f, t.epollWant(f))
+		f.drained = drained
+	}
+	t.epollQ = t.epollQ[:0]
 }
 
 // readPaused reports whether f reads nothing for now because of a stall

@@ -111,6 +111,7 @@ type conn struct {
 
 	epollEvents uint32 // events currently registered
 	inEpoll     bool
+	epollDue    bool // a new mask waits in epollQ for SyncEpoll (epoll.go)
 
 	// Hints that save system calls; false is always safe (a handed-over
 	// connection starts without them).

@@ -270,6 +270,7 @@ func (h *tcpHarness) sendFin() {
 func (h *tcpHarness) pump(d time.Duration) []tcpSeg {
 	h.t.Helper()
 	var evs [32]unix.EpollEvent
+	h.tab.SyncEpoll() // what the frames injected since the last pass changed
 	n, err := h.poll.Wait(evs[:], int(d/time.Millisecond))
 	if err != nil && !errors.Is(err, unix.EINTR) {
 		h.t.Fatal(err)
@@ -291,9 +292,11 @@ func (h *tcpHarness) pumpPayload(n int, d time.Duration) []byte {
 	return got
 }
 
-// flush runs only the output pass.
+// flush runs only the output pass, and ends the iteration as the loop
+// does (SyncEpoll).
 func (h *tcpHarness) flush() []tcpSeg {
 	h.blocked = h.tab.Flush(h.now, h.w)
+	h.tab.SyncEpoll()
 	return h.parse(h.w.take())
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"vunet/tcpstack/header"
 	"vunet/tcpstack/hostsock"
 	"vunet/tcpstack/internal/guestframe"
@@ -375,4 +377,62 @@ func TestTCPGapKeepsWindowEdge(t *testing.T) {
 			t.Fatalf("an ACK announces a right edge %d bytes past the window read", e-limit)
 		}
 	}
+}
+
+// TestTCPWindowStallKeepsMask: a download held by the guest's window
+// (the QEMU guest's download: each ACK opens a little window, the pass
+// that follows fills it) keeps its socket masked, as invariant 4 wants,
+// without touching the registration: the unmask for the ACK and the mask
+// for the window filled again fall in the same iteration and cancel
+// (SyncEpoll). Without: two epoll_ctl calls per ACK. Every byte arrives,
+// in order, and once the guest's window outgrows the data, the socket is
+// watched again and new data is read on its EPOLLIN.
+func TestTCPWindowStallKeepsMask(t *testing.T) {
+	h := tcpNewHarness(t, Config{MTU: 1500})
+	ln := h.listen()
+	peer := h.establish(ln, tcpMss1400ws7)
+	f := h.flow()
+	data := guestframe.Pattern(256 << 10)
+	go peer.Write(data)
+	h.waitQueued(64 << 10)
+	h.wnd = 4 * 1400 >> 7 // 5504 bytes: four segments per ACK
+	h.sendAck(nil)
+	var got []byte
+	rounds, ctls := 0, h.tab.epollCtls
+	for deadline := time.Now().Add(10 * time.Second); len(got) < len(data)-8<<10; rounds++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("download stuck at %d of %d bytes", len(got), len(data))
+		}
+		// The loop's order: the ACK, the output pass, then the wait.
+		segs := h.flush()
+		if len(tcpPayloadOf(segs)) == 0 {
+			segs = h.pump(20 * time.Millisecond) // the peer is behind
+		}
+		got = append(got, tcpPayloadOf(segs)...)
+		if f.epollEvents&unix.EPOLLIN != 0 && f.inFlight() >= uint32(h.wnd)<<7 {
+			t.Fatalf("round %d: EPOLLIN watched with the guest's window full", rounds)
+		}
+		h.ack = f.seqToGuest
+		h.sendAck(nil)
+	}
+	// A few, where the peer fell behind and the socket emptied.
+	if n := h.tab.epollCtls - ctls; n*4 > uint64(rounds) {
+		t.Fatalf("%d epoll_ctl calls over %d window-bound rounds, want at most one per four rounds (without SyncEpoll: two per round)", n, rounds)
+	}
+	// The window opens wide: the rest comes, and the socket is watched.
+	h.wnd = 0xffff
+	h.sendAck(nil)
+	got = append(got, h.pumpPayload(len(data)-len(got), 5*time.Second)...)
+	if !bytes.Equal(got, data) {
+		t.Fatalf("guest got %d bytes, not the %d sent", len(got), len(data))
+	}
+	if f.epollEvents&unix.EPOLLIN == 0 {
+		t.Fatal("socket drained, window open, and EPOLLIN not watched")
+	}
+	more := []byte("after the stall")
+	peer.Write(more)
+	if late := h.pumpPayload(len(more), 5*time.Second); !bytes.Equal(late, more) {
+		t.Fatalf("new data after the stall: %q", late)
+	}
+	t.Logf("%d rounds, %d epoll_ctl calls", rounds, h.tab.epollCtls-ctls)
 }

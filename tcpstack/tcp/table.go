@@ -120,7 +120,10 @@ type Table struct {
 	// batch's end (consume.go), each once; consumes counts the receives.
 	consumeQ []flowRef
 	consumes uint64
-	seg      segment
+	// epollQ names the connections whose epoll mask changes at the end of
+	// the iteration (SyncEpoll), each once.
+	epollQ []flowRef
+	seg    segment
 	// sackIn is the SACK blocks of the guest ACK being handled
 	// (sack_recovery.go).
 	sackIn sackView
@@ -173,6 +176,7 @@ func New(cfg Config, st *stats.TCP, qs *stats.Queue) *Table {
 		setPeekOff: hostsock.SetPeekOffset,
 		bufs:       make([][]byte, 0, hostsock.MaxIovecs),
 		consumeQ:   make([]flowRef, 0, cfg.MaxFlows),
+		epollQ:     make([]flowRef, 0, cfg.MaxFlows),
 		oooPool:    make([]*oooBuf, 0, oooMaxBuffers),
 		dial:       dialer(cfg.Source),
 		policy:     stats.PolicyGate{Policy: cfg.Policy, Stats: qs, Log: cfg.Logger},

@@ -28,15 +28,15 @@ type loop struct {
 	st  *stats.Queue
 	log *slog.Logger
 
-	ep              *hostsock.Epoll
-	yielder         *hostsock.Yielder // yieldToControl's (loop_wait.go)
-	wakefd          int
-	timerfd         int // the ring-polling timer, -1 when the front-end kicks
-	txKick, rxKick  int // kick eventfds, -1 when the front-end polls
-	control         int // the front-end's vhost-user socket, -1: none (loop_wait.go)
-	polling         bool
-	pollFor         time.Duration // busy-poll before the next sleep (loop_wait.go)
-	events          [128]unix.EpollEvent
+	ep             *hostsock.Epoll
+	yielder        *hostsock.Yielder // yieldToControl's (loop_wait.go)
+	wakefd         int
+	timerfd        int // the ring-polling timer, -1 when the front-end kicks
+	txKick, rxKick int // kick eventfds, -1 when the front-end polls
+	control        int // the front-end's vhost-user socket, -1: none (loop_wait.go)
+	polling        bool
+	pollFor        time.Duration // busy-poll before the next sleep (loop_wait.go)
+	events         [128]unix.EpollEvent
 
 	quit atomic.Bool
 	done chan struct{}
@@ -63,8 +63,9 @@ type loop struct {
 	tcpRXWait bool      // the TCP output is blocked on RX descriptors (counted once per wait)
 	again     bool      // work is left: poll epoll without sleeping
 
-	deadline   time.Time // the earliest timer due (armTimer); zero: none
-	lastYield  time.Time // last pass through the scheduler (loop_wait.go)
+	deadline  time.Time // the earliest timer due (armTimer); zero: none
+	timerRan  time.Time // the last onTimer
+	lastYield time.Time // last pass through the scheduler (loop_wait.go)
 
 	// faulted: guest memory faulted under the loop; the rings are not
 	// touched again (see recoverFault).
@@ -387,9 +388,12 @@ func (l *loop) armTimer() {
 			d = t
 		}
 	}
-	// A timer runs at most once a millisecond: one that stays due (a
-	// deadline the owner cannot act on yet) must not spin the loop.
-	if soonest := l.now.Add(time.Millisecond); !d.IsZero() && d.Before(soonest) {
+	// Timers run at most once a millisecond: one that stays due (a
+	// deadline the owner cannot act on yet) must not spin the loop. The
+	// millisecond counts from the last run, not from now: a loop woken
+	// more often than that would otherwise push a due timer ahead of it
+	// for as long as it stays busy.
+	if soonest := l.timerRan.Add(time.Millisecond); !d.IsZero() && d.Before(soonest) {
 		d = soonest
 	}
 	l.deadline = d
@@ -397,7 +401,7 @@ func (l *loop) armTimer() {
 
 // onTimer runs expired timeouts.
 func (l *loop) onTimer() {
-	l.deadline = time.Time{}
+	l.deadline, l.timerRan = time.Time{}, l.now
 	l.flows.Expire(l.now)
 	l.tcp.Timers(l.now)
 	l.expireFetches()

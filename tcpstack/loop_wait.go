@@ -90,18 +90,23 @@ func (l *loop) wait(until time.Time) (int, error) {
 }
 
 // waitTimeout is epoll_wait's timeout from now until until: milliseconds,
-// rounded up so that the wait never ends before until; -1 (none) for a
-// zero until.
+// rounded up so that the wait never ends before until, and at most
+// maxWait (the kernel takes an int: an idle timeout of weeks would
+// overflow it); -1 (none) for a zero until.
 func waitTimeout(now, until time.Time) int {
 	if until.IsZero() {
 		return -1
 	}
-	d := until.Sub(now)
+	d := min(until.Sub(now), maxWait)
 	if d <= 0 {
 		return 0
 	}
 	return int((d + time.Millisecond - 1) / time.Millisecond)
 }
+
+// maxWait bounds one wait for a deadline; a longer one is waited for in
+// several.
+const maxWait = time.Hour
 
 // Bounded busy-polling, where the next event follows soon.
 //
@@ -160,7 +165,8 @@ func (l *loop) sleep(start, until time.Time) (int, error) {
 	// A signal (sysmon's preemption request, about every 10 ms) ends a
 	// held wait early; the next one waits only for the rest of heldWait.
 	// Starting over instead kept an idle loop in held waits for ever.
-	for now := start; now.Before(held); now = time.Now() {
+	// From now, not start: a poll may have taken some of the wait.
+	for now := time.Now(); now.Before(held); now = time.Now() {
 		n, err := l.ep.WaitHeld(l.events[:], waitTimeout(now, held))
 		if n != 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
 			return n, err

@@ -200,6 +200,9 @@ func TestLoopWaitEndsAtDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := &loop{ep: ep, st: &stats.Queue{}}
+	was := pollAllowed.Load()
+	pollAllowed.Store(true)
+	t.Cleanup(func() { pollAllowed.Store(was) })
 	for _, c := range []struct {
 		name    string
 		pollFor time.Duration
@@ -236,6 +239,42 @@ func TestLoopWaitEndsAtDeadline(t *testing.T) {
 	}
 }
 
+// A loop woken more often than once a millisecond (a guest's kicks, a
+// peer's segments, work left over) still runs a timer when it is due: the
+// millisecond that keeps a timer that stays due from spinning the loop
+// counts from the last run, not from each iteration, which would push
+// the deadline ahead of the loop for as long as it stays busy.
+func TestLoopTimerRunsWhileBusy(t *testing.T) {
+	p := newFlowPair(t, featModern, nil)
+	p.start() // the pair's tables, which armTimer asks, then a loop of our own
+	p.s.StopPair(0)
+	ps := p.s.pairs[0]
+	l := &loop{s: p.s, ps: ps, flows: ps.flows, tcp: ps.tcp}
+	t0 := time.Now()
+	l.now = t0
+	l.nextRA = t0.Add(5 * time.Millisecond)
+	l.armTimer()
+	// Iterations 500 µs apart, as run makes them: the timer runs on the
+	// first wake-up at or after the deadline.
+	ran := 0
+	for i := 1; i <= 40; i++ {
+		l.now = t0.Add(time.Duration(i) * 500 * time.Microsecond)
+		if !l.deadline.IsZero() && !l.now.Before(l.deadline) {
+			l.deadline, l.timerRan = time.Time{}, l.now // onTimer's bookkeeping; the RA stays due
+			ran++
+			if ran == 1 && l.now.Sub(t0) != 5*time.Millisecond {
+				t.Fatalf("timer due at +5ms ran at %v", l.now.Sub(t0))
+			}
+		}
+		l.armTimer()
+	}
+	// Still due (nothing sent it), it runs once a millisecond: at 5, 6,
+	// ... 20 ms, not on each of the 30 wake-ups since.
+	if ran != 16 {
+		t.Fatalf("a timer that stays due ran %d times in 15 ms of wake-ups 500 µs apart, want 16 (once a millisecond)", ran)
+	}
+}
+
 // waitTimeout rounds up to whole milliseconds, so a wait never ends early.
 func TestWaitTimeout(t *testing.T) {
 	now := time.Now()
@@ -250,6 +289,7 @@ func TestWaitTimeout(t *testing.T) {
 		{now.Add(time.Millisecond), 1},
 		{now.Add(9500 * time.Microsecond), 10},
 		{now.Add(200 * time.Millisecond), 200},
+		{now.Add(90 * 24 * time.Hour), int(maxWait / time.Millisecond)},
 	} {
 		if got := waitTimeout(now, c.until); got != c.want {
 			t.Errorf("waitTimeout(now, until) with until-now = %v: %d, want %d", c.until.Sub(now), got, c.want)

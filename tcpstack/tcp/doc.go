@@ -29,7 +29,8 @@
 //	t.FlushSends(now) / t.DropSends()         // end of a TX batch: write the gathered guest data / forget it
 //	t.HandleSocketEvent(now, token, events)   // epoll: hostsock.OwnerTCP and OwnerTCPListener
 //	t.Flush(now, sink) (blocked bool)         // the output pass, last in every iteration
-//	t.Timers(now); t.NextTimer()              // the timerfd
+//	t.SyncEpoll()                             // the iteration's end: the sockets' final epoll masks
+//	t.Timers(now); t.NextTimer()              // the wait's timeout
 //	t.SetDirectory(d)                         // share the connections with the other pairs' tables
 //	t.HandOff(now, fp) / t.Import(now, st, fd) // move a connection to another pair's table
 //	t.ResetConnections() / t.Close()          // the guest left / the Stack closes: RST to host peers

@@ -10,7 +10,7 @@ import "time"
 // nothing: under a QEMU guest downloading, whose ACKs come every few
 // milliseconds and whose window keeps a full flight in flight, the probe
 // armed by each flight fired after the guest had ACKed it, one wake-up in
-// four of the loop's, each a context switch and a timerfd read and re-arm.
+// four of the loop's, each a context switch.
 // So the table remembers which flow set nextTimer, and when that flow's
 // deadline moves later or the flow goes, NextTimer finds the earliest
 // deadline again: a scan of the active flows, done only while they are
@@ -49,8 +49,9 @@ func (t *Table) flowGone(f *conn) {
 }
 
 // NextTimer returns the earliest deadline of any connection; zero means
-// none. The loop arms its timerfd to it after each iteration and calls
-// Timers when it fires. It may be early (see above), never late.
+// none. The loop's next wait ends there at the latest (its timeout), and
+// the loop calls Timers once it has passed. It may be early (see above),
+// never late.
 func (t *Table) NextTimer() time.Time {
 	if t.timerStale && len(t.active) <= timerRescanMax {
 		t.rescanTimers()

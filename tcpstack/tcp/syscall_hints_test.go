@@ -419,15 +419,27 @@ func TestTCPWindowStallKeepsMask(t *testing.T) {
 	if n := h.tab.epollCtls - ctls; n*4 > uint64(rounds) {
 		t.Fatalf("%d epoll_ctl calls over %d window-bound rounds, want at most one per four rounds (without SyncEpoll: two per round)", n, rounds)
 	}
-	// The window opens wide: the rest comes, and the socket is watched.
+	// The window opens wide with the rest in the socket: the ACK's pass
+	// reads it all, coming up short, and the socket is watched again.
+	// The read that emptied it is the last word until EPOLLIN (drained):
+	// the next ACK reads nothing (before, lifting the stall after that
+	// read cleared the hint, for one more peek and its EAGAIN).
+	h.waitQueued(len(data) - len(got))
 	h.wnd = 0xffff
 	h.sendAck(nil)
-	got = append(got, h.pumpPayload(len(data)-len(got), 5*time.Second)...)
+	got = append(got, tcpPayloadOf(h.flush())...)
 	if !bytes.Equal(got, data) {
 		t.Fatalf("guest got %d bytes, not the %d sent", len(got), len(data))
 	}
 	if f.epollEvents&unix.EPOLLIN == 0 {
 		t.Fatal("socket drained, window open, and EPOLLIN not watched")
+	}
+	reads := h.tab.reads
+	h.ack = f.seqToGuest
+	h.sendAck(nil)
+	h.flush()
+	if !f.drained || h.tab.reads != reads {
+		t.Fatalf("after the socket was read empty: drained %v, %d peeks for an ACK; want drained and none", f.drained, h.tab.reads-reads)
 	}
 	more := []byte("after the stall")
 	peer.Write(more)

@@ -223,17 +223,20 @@ func TestLoopWaitEndsAtDeadline(t *testing.T) {
 		}
 	}
 
-	// A deadline in the past: the wait looks once and returns.
-	wake := func() {
+	// A deadline in the past: the wait looks once and returns, before
+	// the event due 200 ms later (a wait that slept would report it).
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(200 * time.Millisecond)
 		var one = [8]byte{1}
 		unix.Write(efd, one[:])
-	}
-	go func() { time.Sleep(200 * time.Millisecond); wake() }()
+	}()
 	if n, err := l.wait(time.Now().Add(-time.Millisecond)); n != 0 || err != nil {
 		t.Fatalf("past deadline: %d events, %v; want 0 at once", n, err)
 	}
+	<-done
 	// And it reports what is ready.
-	wake()
 	if n, err := l.wait(time.Now().Add(-time.Millisecond)); n != 1 || err != nil {
 		t.Fatalf("past deadline with an event ready: %d events, %v; want 1", n, err)
 	}

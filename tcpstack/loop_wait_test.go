@@ -105,23 +105,11 @@ func TestNextPoll(t *testing.T) {
 // ran out is a miss, and the long gap ends the polling: the next wait
 // sleeps at once.
 func TestLoopWaitPolls(t *testing.T) {
-	ep, err := hostsock.NewEpoll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ep.Close()
 	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(tfd)
-	if err := ep.Add(tfd, unix.EPOLLIN, hostsock.NewToken(hostsock.OwnerLoop, 0, loopFDTimer)); err != nil {
-		t.Fatal(err)
-	}
-	l := &loop{ep: ep, st: &stats.Queue{}}
-	was := pollAllowed.Load()
-	pollAllowed.Store(true)
-	t.Cleanup(func() { pollAllowed.Store(was) })
+	l := waitingLoop(t, tfd, loopFDTimer)
 	fire := func(after time.Duration) {
 		t.Helper()
 		var b [8]byte
@@ -186,23 +174,11 @@ func TestLoopWaitPolls(t *testing.T) {
 // held wait or after it; a deadline already past makes the wait only
 // look, even with an event due a moment later.
 func TestLoopWaitEndsAtDeadline(t *testing.T) {
-	ep, err := hostsock.NewEpoll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ep.Close()
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(efd)
-	if err := ep.Add(efd, unix.EPOLLIN, hostsock.NewToken(hostsock.OwnerLoop, 0, loopFDWake)); err != nil {
-		t.Fatal(err)
-	}
-	l := &loop{ep: ep, st: &stats.Queue{}}
-	was := pollAllowed.Load()
-	pollAllowed.Store(true)
-	t.Cleanup(func() { pollAllowed.Store(was) })
+	l := waitingLoop(t, efd, loopFDWake)
 	for _, c := range []struct {
 		name    string
 		pollFor time.Duration
@@ -298,6 +274,26 @@ func TestWaitTimeout(t *testing.T) {
 			t.Errorf("waitTimeout(now, until) with until-now = %v: %d, want %d", c.until.Sub(now), got, c.want)
 		}
 	}
+}
+
+// waitingLoop is a loop with only what wait needs: an epoll set that
+// watches fd (closed with it at the test's end) under the loop's own slot,
+// and polling allowed.
+func waitingLoop(t *testing.T, fd int, slot uint32) *loop {
+	t.Helper()
+	ep, err := hostsock.NewEpoll()
+	if err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close(); unix.Close(fd) })
+	if err := ep.Add(fd, unix.EPOLLIN, hostsock.NewToken(hostsock.OwnerLoop, 0, slot)); err != nil {
+		t.Fatal(err)
+	}
+	was := pollAllowed.Load()
+	pollAllowed.Store(true)
+	t.Cleanup(func() { pollAllowed.Store(was) })
+	return &loop{ep: ep, st: &stats.Queue{}}
 }
 
 // Loops may poll while fewer of them run than the process has CPUs.

@@ -41,6 +41,7 @@ type settings struct {
 	lossy          bool
 	qemu           bool
 	qemuBytes      int64
+	qemuRounds     int
 	verbose        bool
 }
 
@@ -64,6 +65,7 @@ func main() {
 	flag.BoolVar(&s.testpmd, "testpmd", true, "also run TCP through DPDK testpmd as the front-end (skipped with a note when dpdk-testpmd is missing)")
 	flag.BoolVar(&s.qemu, "qemu", true, "also run a QEMU TCG guest through each back-end (skipped with a note when QEMU is missing)")
 	flag.Int64Var(&s.qemuBytes, "qemu-bytes", 300e6, "`bytes` per QEMU download and upload")
+	flag.IntVar(&s.qemuRounds, "qemu-rounds", 3, "QEMU `rounds`, each back-end once per round, interleaved; rows give the median and the spread")
 	flag.BoolVar(&s.verbose, "v", false, "log the rig's own steps")
 	flag.Parse()
 	for _, f := range strings.Split(mtus, ",") {

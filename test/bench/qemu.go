@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -35,16 +36,23 @@ func (r *runner) qemuSection(ctx context.Context, root string) {
 		r.note("QEMU rows skipped: qemu-system-x86_64 not found (apt-get install qemu-system-x86)")
 		return
 	}
-	fmt.Fprintf(os.Stderr, "== QEMU guest (TCG), %d MB each way\n", r.s.qemuBytes/1e6)
+	fmt.Fprintf(os.Stderr, "== QEMU guest (TCG), %d MB each way, %d rounds\n", r.s.qemuBytes/1e6, max(r.s.qemuRounds, 1))
 	type backend struct {
 		Name     string `json:"name"`
 		Template string `json:"template"`
 	}
 	// The rig's metrics and flow-table flags mean nothing here; the
 	// templates are run as they are otherwise.
-	bs := []backend{{"vunet", r.s.vunet}}
-	if r.s.peer != "" {
-		bs = append(bs, backend{r.s.peerName, r.s.peer})
+	// Rounds interleave the back-ends: on a shared machine a VM's CPU
+	// time per GB moves by tens of percent from one run to the next, and
+	// a slow spell then hits both back-ends rather than one.
+	rounds := max(r.s.qemuRounds, 1)
+	var bs []backend
+	for range rounds {
+		bs = append(bs, backend{"vunet", r.s.vunet})
+		if r.s.peer != "" {
+			bs = append(bs, backend{r.s.peerName, r.s.peer})
+		}
 	}
 	spec, _ := json.Marshal(bs)
 	out := filepath.Join(os.TempDir(), fmt.Sprintf("vunet-bench-qemu-%d.json", os.Getpid()))
@@ -73,9 +81,10 @@ func (r *runner) qemuSection(ctx context.Context, root string) {
 		"rr_p50":   "QEMU TCG guest: TCP RR 1B latency p50",
 		"rr_p99":   "QEMU TCG guest: TCP RR 1B latency p99",
 	}
-	for _, q := range rows {
+	for _, g := range groupQEMURows(rows) {
+		q := g.median
 		res := Result{Test: "qemu_" + q.Test, Label: labels[q.Test], Backend: q.Backend, Value: q.Value,
-			Unit: q.Unit, Bytes: q.Bytes, Count: q.Count, Error: q.Error}
+			Unit: q.Unit, Bytes: q.Bytes, Count: q.Count, Error: q.Error, Note: g.note()}
 		switch q.Test {
 		case "download", "upload":
 			res.HigherIsBetter = true
@@ -87,10 +96,88 @@ func (r *runner) qemuSection(ctx context.Context, root string) {
 				res.BackendBusy = ptr(q.CPUSeconds / q.Seconds)
 			}
 		case "rr_p50":
-			res.Note = fmt.Sprintf("%d round trips", q.Count)
+			res.Note = joinNote(fmt.Sprintf("%d round trips", q.Count), res.Note)
 		}
 		r.add(res)
 	}
+}
+
+// qemuGroup is one back-end's rows of one test over the rounds.
+type qemuGroup struct {
+	median qemuRow   // each number the median of the rounds'
+	rounds []qemuRow // in round order, the failed ones left out
+}
+
+// groupQEMURows groups the rows by back-end and test, in their first
+// order. A group whose every round failed keeps the first failure.
+func groupQEMURows(rows []qemuRow) []qemuGroup {
+	var order []string
+	by := map[string][]qemuRow{}
+	failed := map[string]qemuRow{}
+	for _, q := range rows {
+		k := q.Backend + "\x00" + q.Test
+		if _, seen := by[k]; !seen {
+			if _, f := failed[k]; !f {
+				order = append(order, k)
+			}
+		}
+		if q.Error != "" {
+			if _, f := failed[k]; !f {
+				failed[k] = q
+			}
+			continue
+		}
+		by[k] = append(by[k], q)
+	}
+	var gs []qemuGroup
+	for _, k := range order {
+		rs := by[k]
+		if len(rs) == 0 {
+			gs = append(gs, qemuGroup{median: failed[k]})
+			continue
+		}
+		m := rs[0]
+		m.Value = median(rs, func(q qemuRow) float64 { return q.Value })
+		m.CPUSeconds = median(rs, func(q qemuRow) float64 { return q.CPUSeconds })
+		m.CPUSecPerGB = median(rs, func(q qemuRow) float64 { return q.CPUSecPerGB })
+		m.Seconds = median(rs, func(q qemuRow) float64 { return q.Seconds })
+		gs = append(gs, qemuGroup{median: m, rounds: rs})
+	}
+	return gs
+}
+
+// note says what the median was taken of: each round's value, and its
+// CPU per GB where there is one.
+func (g qemuGroup) note() string {
+	if len(g.rounds) < 2 {
+		return ""
+	}
+	vals := make([]string, len(g.rounds))
+	cpus := make([]string, len(g.rounds))
+	for i, q := range g.rounds {
+		vals[i] = num(q.Value)
+		cpus[i] = num(q.CPUSecPerGB)
+	}
+	n := fmt.Sprintf("median of %d rounds: %s", len(g.rounds), strings.Join(vals, ", "))
+	if g.median.Bytes > 0 {
+		n += "; CPU s/GB " + strings.Join(cpus, ", ")
+	}
+	return n
+}
+
+// median is the median of f over rs (the mean of the middle two for an
+// even count).
+func median(rs []qemuRow, f func(qemuRow) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, q := range rs {
+		v[i] = f(q)
+	}
+	sort.Float64s(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 func tailLines(s string, n int) string {

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// The QEMU rounds' rows become one row per back-end and test: each number
+// the median of the rounds that worked, in the order the rows first came,
+// with every round's value and CPU per GB in the note; a test that failed
+// in every round keeps its error.
+func TestGroupQEMURows(t *testing.T) {
+	row := func(be, test string, v, cpu float64, errText string) qemuRow {
+		q := qemuRow{Backend: be, Test: test, Value: v, Unit: "Gbit/s", CPUSecPerGB: cpu, CPUSeconds: cpu * 0.3, Seconds: 10, Error: errText}
+		if test == "download" {
+			q.Bytes = 300e6
+		}
+		return q
+	}
+	rows := []qemuRow{
+		row("vunet", "download", 0.30, 1.2, ""), row("vunet", "rr_p50", 400, 0, ""),
+		row("passt", "download", 0.20, 0.9, ""), row("passt", "rr_p50", 0, 0, "no result"),
+		row("vunet", "download", 0.34, 0.8, ""), row("vunet", "rr_p50", 380, 0, ""),
+		row("passt", "download", 0.33, 1.1, ""), row("passt", "rr_p50", 0, 0, "no result"),
+		row("vunet", "download", 0, 0, "timed out"), row("vunet", "rr_p50", 390, 0, ""),
+		row("passt", "download", 0.31, 1.0, ""), row("passt", "rr_p50", 0, 0, "no result"),
+	}
+	gs := groupQEMURows(rows)
+	want := []struct {
+		be, test string
+		v, cpu   float64
+		n        int
+		err      string
+	}{
+		{"vunet", "download", 0.32, 1.0, 2, ""},
+		{"vunet", "rr_p50", 390, 0, 3, ""},
+		{"passt", "download", 0.31, 1.0, 3, ""},
+		{"passt", "rr_p50", 0, 0, 0, "no result"},
+	}
+	if len(gs) != len(want) {
+		t.Fatalf("%d groups, want %d", len(gs), len(want))
+	}
+	for i, w := range want {
+		g := gs[i]
+		m := g.median
+		if m.Backend != w.be || m.Test != w.test || len(g.rounds) != w.n || m.Error != w.err {
+			t.Fatalf("group %d: %s %s, %d rounds, error %q; want %s %s, %d, %q", i, m.Backend, m.Test, len(g.rounds), m.Error, w.be, w.test, w.n, w.err)
+		}
+		if d := m.Value - w.v; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s %s: median %v, want %v", w.be, w.test, m.Value, w.v)
+		}
+		if d := m.CPUSecPerGB - w.cpu; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s %s: median CPU %v, want %v", w.be, w.test, m.CPUSecPerGB, w.cpu)
+		}
+	}
+	if n := gs[2].note(); !strings.Contains(n, "median of 3 rounds: 0.20, 0.33, 0.31") || !strings.Contains(n, "CPU s/GB 0.90, 1.10, 1.00") {
+		t.Errorf("note %q: want every round's value and CPU per GB", n)
+	}
+	if n := gs[3].note(); n != "" {
+		t.Errorf("a group with no round that worked has the note %q", n)
+	}
+}

@@ -46,15 +46,24 @@ type flowRef struct {
 // ref names f.
 func (f *conn) ref() flowRef { return flowRef{slot: f.slot, gen: f.gen} }
 
+// deref is the connection r names, or nil when its slot was released
+// since (and maybe reused).
+func (t *Table) deref(r flowRef) *conn {
+	if f := &t.flows[r.slot]; f.gen == r.gen {
+		return f
+	}
+	return nil
+}
+
 // consumeAcked consumes from each socket what the guest acknowledged in
 // the batch, and applies the window workaround to it (reopenWindow). A
 // socket that cannot give back what we peeked from it is broken: the
 // connection is reset.
 func (t *Table) consumeAcked(now time.Time) {
 	for _, r := range t.consumeQ {
-		f := &t.flows[r.slot]
-		if f.gen != r.gen || f.consumeDue == 0 {
-			continue // reset or released meanwhile, its slot maybe reused
+		f := t.deref(r)
+		if f == nil || f.consumeDue == 0 {
+			continue // reset or released meanwhile
 		}
 		n := f.consumeDue
 		f.consumeDue = 0

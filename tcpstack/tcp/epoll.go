@@ -78,12 +78,16 @@ func (t *Table) updateEpoll(f *conn) {
 		return
 	}
 	want := t.epollWant(f)
+	if want&unix.EPOLLIN != 0 && f.epollEvents&unix.EPOLLIN == 0 {
+		// Data may have come while EPOLLIN was masked, unreported: this
+		// iteration's output reads instead of trusting an earlier empty
+		// read. (A read after this that empties the socket stands: what
+		// comes after it, the registration reports.)
+		f.drained = false
+	}
 	if !f.inEpoll {
 		t.setEpoll(f, want)
 		return
-	}
-	if want&unix.EPOLLIN != 0 && f.epollEvents&unix.EPOLLIN == 0 {
-		f.drained = false // this iteration's output reads
 	}
 	if !f.epollDue && want != f.epollEvents {
 		f.epollDue = true
@@ -99,20 +103,15 @@ func (t *Table) SyncEpoll() {
 		return // Attach syncs
 	}
 	for _, r := range t.epollQ {
-		f := &t.flows[r.slot]
-		if f.gen != r.gen || !f.epollDue {
-			continue // released meanwhile, its slot maybe reused
+		f := t.deref(r)
+		if f == nil || !f.epollDue {
+			continue
 		}
 		f.epollDue = false
 		if f.fd < 0 || !f.inEpoll {
 			continue // closed or handed over: its registration went with it
 		}
-		// The drained hint stays: a read that emptied the socket this
-		// iteration was the last word, and data after it is reported by
-		// the unmasking epoll_ctl itself.
-		drained := f.drained
 		t.setEpoll(f, t.epollWant(f))
-		f.drained = drained
 	}
 	t.epollQ = t.epollQ[:0]
 }
@@ -169,11 +168,6 @@ func (t *Table) setEpoll(f *conn, ev uint32) {
 	if err != nil {
 		t.log.Debug("tcp epoll update failed", "fd", f.fd, "err", err)
 		return
-	}
-	if ev&unix.EPOLLIN != 0 && f.epollEvents&unix.EPOLLIN == 0 {
-		// Data may have come while EPOLLIN was masked, unreported: the
-		// next pass reads instead of trusting an earlier empty read.
-		f.drained = false
 	}
 	f.inEpoll = true
 	f.epollEvents = ev

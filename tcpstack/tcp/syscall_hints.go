@@ -23,7 +23,7 @@ import (
 //     edge-triggered, and every arrival is an edge, so until EPOLLIN
 //     (HandleSocketEvent) there is nothing to read. A rewind makes the
 //     data in flight readable again and clears it, and so does EPOLLIN
-//     coming back after a mask (setEpoll), as arrivals during the mask
+//     coming back after a mask (updateEpoll), as arrivals during the mask
 //     went unreported.
 //   - sendIdle: the last ACK/window refresh found nothing queued (where
 //     ACKs follow our writes: less than a segment, with four segments of

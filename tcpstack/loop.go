@@ -64,7 +64,7 @@ type loop struct {
 	again     bool      // work is left: poll epoll without sleeping
 
 	deadline  time.Time // the earliest timer due (armTimer); zero: none
-	timerRan  time.Time // the last onTimer
+	timerRan  time.Time // the last run of the timers armTimer set (timerDue)
 	lastYield time.Time // last pass through the scheduler (loop_wait.go)
 
 	// faulted: guest memory faulted under the loop; the rings are not
@@ -315,7 +315,7 @@ func (l *loop) run() {
 		if l.quit.Load() {
 			return
 		}
-		if !l.deadline.IsZero() && !l.now.Before(l.deadline) {
+		if l.timerDue() {
 			l.onTimer()
 		}
 		l.iterate(tx)
@@ -399,9 +399,18 @@ func (l *loop) armTimer() {
 	l.deadline = d
 }
 
+// timerDue reports whether the deadline armTimer set has come, and if so
+// takes it: the timers run now, and armTimer's floor counts from here.
+func (l *loop) timerDue() bool {
+	if l.deadline.IsZero() || l.now.Before(l.deadline) {
+		return false
+	}
+	l.deadline, l.timerRan = time.Time{}, l.now
+	return true
+}
+
 // onTimer runs expired timeouts.
 func (l *loop) onTimer() {
-	l.deadline, l.timerRan = time.Time{}, l.now
 	l.flows.Expire(l.now)
 	l.tcp.Timers(l.now)
 	l.expireFetches()

@@ -9,34 +9,10 @@ import (
 	rig "vunet/test/rig/lib"
 )
 
-// clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat
-// (100 on every Linux architecture Go supports).
-const clockTicks = 100
-
 // cpuSeconds is the process's user+system CPU time so far, all threads.
 func cpuSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may contain spaces and parentheses: fields start
-	// after the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
-	}
-	return float64(ut+st) / clockTicks, nil
+	u, sys, err := rig.ProcCPU(pid)
+	return u + sys, err
 }
 
 // statusKiB reads a "kB" line of /proc/<pid>/status, e.g. VmHWM or VmRSS.

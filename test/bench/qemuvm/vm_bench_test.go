@@ -14,6 +14,7 @@ import (
 
 	"vunet/test/guest"
 	"vunet/test/qemu"
+	rig "vunet/test/rig/lib"
 )
 
 func TestMain(m *testing.M) { os.Exit(qemu.RunMain(m)) }
@@ -196,18 +197,14 @@ func startBackend(b *testing.B, be Backend, ns *qemu.NetNS, sock, logPath string
 	return cmd.Process.Pid
 }
 
-// cpuSeconds is the process's utime+stime from /proc/PID/stat, and the
-// utime alone.
+// cpuSeconds is the process's user+system CPU time so far, and the user
+// part alone.
 func cpuSeconds(b *testing.B, pid int) (total, user float64) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	u, sys, err := rig.ProcCPU(pid)
 	if err != nil {
 		b.Fatalf("back-end cpu: %v", err)
 	}
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100, ut / 100
+	return u + sys, u
 }
 
 // contextSwitches sums the voluntary and involuntary context switches of
@@ -216,22 +213,11 @@ func cpuSeconds(b *testing.B, pid int) (total, user float64) {
 func contextSwitches(pid int) (vol, invol int64) {
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
 	for _, t := range tasks {
-		raw, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(raw), "\n") {
-			k, v, ok := strings.Cut(line, ":")
-			if !ok {
-				continue
-			}
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			switch k {
-			case "voluntary_ctxt_switches":
-				vol += n
-			case "nonvoluntary_ctxt_switches":
-				invol += n
-			}
+		v, err1 := rig.ProcField(t, "voluntary_ctxt_switches")
+		iv, err2 := rig.ProcField(t, "nonvoluntary_ctxt_switches")
+		if err1 == nil && err2 == nil { // a thread that exited meanwhile counts for neither
+			vol += v
+			invol += iv
 		}
 	}
 	return vol, invol

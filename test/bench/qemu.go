@@ -111,29 +111,24 @@ type qemuGroup struct {
 // groupQEMURows groups the rows by back-end and test, in their first
 // order. A group whose every round failed keeps the first failure.
 func groupQEMURows(rows []qemuRow) []qemuGroup {
-	var order []string
-	by := map[string][]qemuRow{}
-	failed := map[string]qemuRow{}
-	for _, q := range rows {
-		k := q.Backend + "\x00" + q.Test
-		if _, seen := by[k]; !seen {
-			if _, f := failed[k]; !f {
-				order = append(order, k)
-			}
-		}
-		if q.Error != "" {
-			if _, f := failed[k]; !f {
-				failed[k] = q
-			}
-			continue
-		}
-		by[k] = append(by[k], q)
-	}
+	type key struct{ backend, test string }
+	at := map[key]int{}
 	var gs []qemuGroup
-	for _, k := range order {
-		rs := by[k]
+	for _, q := range rows {
+		k := key{q.Backend, q.Test}
+		i, seen := at[k]
+		if !seen {
+			i = len(gs)
+			at[k] = i
+			gs = append(gs, qemuGroup{median: q}) // the first failure, if no round works
+		}
+		if q.Error == "" {
+			gs[i].rounds = append(gs[i].rounds, q)
+		}
+	}
+	for i := range gs {
+		rs := gs[i].rounds
 		if len(rs) == 0 {
-			gs = append(gs, qemuGroup{median: failed[k]})
 			continue
 		}
 		m := rs[0]
@@ -141,7 +136,7 @@ func groupQEMURows(rows []qemuRow) []qemuGroup {
 		m.CPUSeconds = median(rs, func(q qemuRow) float64 { return q.CPUSeconds })
 		m.CPUSecPerGB = median(rs, func(q qemuRow) float64 { return q.CPUSecPerGB })
 		m.Seconds = median(rs, func(q qemuRow) float64 { return q.Seconds })
-		gs = append(gs, qemuGroup{median: m, rounds: rs})
+		gs[i].median = m
 	}
 	return gs
 }

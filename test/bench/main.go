@@ -31,6 +31,7 @@ type settings struct {
 	idle           int
 	mtus           []int
 	udpRate        string
+	udpGSO         bool
 	micro          bool
 	microBenchtime string
 	vunet, peer    string
@@ -54,6 +55,7 @@ func main() {
 	flag.IntVar(&s.idle, "idle-conns", 10000, "idle TCP connections opened through the back-end for the RSS test (0: skip)")
 	flag.StringVar(&mtus, "mtus", "1500,65520", "guest `MTUs` for the TCP throughput tests (UDP runs at the first, latency and idle tests at the last)")
 	flag.StringVar(&s.udpRate, "udp-rate", "10G", "iperf3 -b target `rate` for UDP (high enough to saturate)")
+	flag.BoolVar(&s.udpGSO, "udp-gso", true, "with the UDP rows, also run UDP with segmentation offload both ways (sends of 44 datagrams with UDP_SEGMENT, receives with UDP_GRO)")
 	flag.BoolVar(&s.micro, "micro", true, "run the Go micro-benchmarks of the hot paths too")
 	flag.StringVar(&s.microBenchtime, "micro-benchtime", "200ms", "go test -benchtime for the micro-benchmarks")
 	flag.StringVar(&s.vunet, "vunet", defaultVunet, "vunet's command `template` ({socket} {metrics} {vunet})")
@@ -159,6 +161,7 @@ type runner struct {
 	s      settings
 	rep    Report
 	logger *slog.Logger
+	udpgso string // the UDP GSO rows' tool (udpgso.go); "" without them
 }
 
 func (r *runner) note(format string, args ...any) {
@@ -229,6 +232,16 @@ func run(ctx context.Context, s settings) error {
 			return err
 		}
 		fmt.Fprintln(os.Stderr, "vunet binary:", bin)
+	}
+	if s.udpGSO && s.throughput && s.rigRounds {
+		dir, err := udpGSODir()
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if r.udpgso, err = buildUDPGSO(root, dir); err != nil {
+			return err
+		}
 	}
 	if err := rig.Sweep(); err != nil {
 		r.note("sweep of stale rigs: %v", err)

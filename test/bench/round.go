@@ -112,6 +112,7 @@ func (r *runner) throughputRows(ctx context.Context, ts []*target, mtu int, firs
 					reverse: dir.reverse, udp: true, udpRate: r.s.udpRate})
 			}
 		}
+		r.udpGSORows(ctx, ts, mtu)
 	}
 	return nil
 }

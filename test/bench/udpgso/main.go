@@ -69,10 +69,11 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		err = serve(*listen)
-	case "send":
-		err = client(*to, *secs, *dlen, *segs, false)
-	case "recv":
-		err = client(*to, *secs, *dlen, *segs, true)
+	case "send", "recv":
+		var res result
+		if res, err = client(*to, *secs, *dlen, *segs, os.Args[1] == "recv"); err == nil {
+			err = json.NewEncoder(os.Stdout).Encode(res)
+		}
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -212,6 +213,11 @@ func serve(listen string) error {
 	if err != nil {
 		return err
 	}
+	return serveOn(c)
+}
+
+// serveOn serves on c until it fails (closed).
+func serveOn(c *net.UDPConn) error {
 	if err := prepare(c); err != nil {
 		return err
 	}
@@ -245,33 +251,32 @@ func serve(listen string) error {
 }
 
 // client runs one test against the server at to: it sends (recv false)
-// or has the server send to it, and prints the result.
-func client(to string, secs float64, dlen, segs int, recv bool) error {
+// or has the server send to it.
+func client(to string, secs float64, dlen, segs int, recv bool) (res result, err error) {
 	addr, err := net.ResolveUDPAddr("udp", to)
 	if err != nil {
-		return err
+		return res, err
 	}
 	c, err := net.DialUDP("udp", nil, addr)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer c.Close()
 	if err := prepare(c); err != nil {
-		return err
+		return res, err
 	}
 	ms := int64(secs * 1000)
-	var res result
 	r := newReceiver(c)
 	if recv {
 		start := time.Now()
 		if _, err := c.Write(control(opBlast, ms, int64(dlen), int64(segs))); err != nil {
-			return err
+			return res, err
 		}
 		c.SetReadDeadline(start.Add(time.Duration(ms)*time.Millisecond + 5*time.Second))
 		for {
 			ctl, _, err := r.next()
 			if err != nil {
-				return fmt.Errorf("waiting for the server's end: %w (%d datagrams received)", err, r.datagrams)
+				return res, fmt.Errorf("waiting for the server's end: %w (%d datagrams received)", err, r.datagrams)
 			}
 			if op, a, _, _, ok := parseControl(ctl); ok && op == opDone {
 				res.Sent, res.Seconds = a, float64(ms)/1000
@@ -281,19 +286,19 @@ func client(to string, secs float64, dlen, segs int, recv bool) error {
 		res.Received, res.Bytes = r.datagrams, r.size
 	} else {
 		if _, err := c.Write(control(opReset, 0, 0, 0)); err != nil {
-			return err
+			return res, err
 		}
 		time.Sleep(ctlPause)
 		start := time.Now()
 		sent, err := blast(c, nil, dlen, segs, start.Add(time.Duration(ms)*time.Millisecond))
 		if err != nil {
-			return err
+			return res, err
 		}
 		res.Sent, res.Seconds = sent, time.Since(start).Seconds()
 		time.Sleep(ctlPause)
 		for try := 0; ; try++ {
 			if try == 50 {
-				return errors.New("no count from the server")
+				return res, errors.New("no count from the server")
 			}
 			c.Write(control(opEnd, 0, 0, 0))
 			c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
@@ -307,5 +312,5 @@ func client(to string, secs float64, dlen, segs int, recv bool) error {
 			}
 		}
 	}
-	return json.NewEncoder(os.Stdout).Encode(res)
+	return res, nil
 }

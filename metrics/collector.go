@@ -220,6 +220,7 @@ func collectProto(ch chan<- prometheus.Metric, p *stats.Proto, q string) {
 	for d := stats.FlowDir(0); d < stats.NumFlowDirs; d++ {
 		counter(ch, descUDPDatagrams, p.UDPDatagrams[d].Load(), q, d.String())
 		counter(ch, descUDPBytes, p.UDPBytes[d].Load(), q, d.String())
+		sparseCounter(ch, descUDPUSOFrames, p.UDPUSOFrames[d].Load(), q, d.String())
 		for r := stats.DropReason(0); r < stats.NumDropReasons; r++ {
 			sparseCounter(ch, descUDPDrops, p.UDPDrops[d][r].Load(), q, d.String(), r.String())
 		}

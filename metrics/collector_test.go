@@ -96,6 +96,7 @@ func TestCollectorReadsCounters(t *testing.T) {
 	tcp1.Stalled.Store(2)
 	st.Proto.UDPDatagrams[stats.FromGuest].Add(6)
 	st.Proto.UDPBytes[stats.ToGuest].Add(600)
+	st.Proto.UDPUSOFrames[stats.ToGuest].Add(4)
 	st.Proto.UDPDrops[stats.ToGuest][stats.DropNoFit].Add(2)
 	st.Proto.ICMPEchoRequests.Add(4)
 	st.Proto.ICMPEchoReplies.Add(3)
@@ -146,6 +147,7 @@ func TestCollectorReadsCounters(t *testing.T) {
 		`vunet_tcp_accept_refusals_total{queue="1",reason="guest_unknown"}`:         "1",
 		`vunet_tcp_stalled_connections{queue="1"}`:                                  "2",
 		`vunet_udp_datagrams_total{direction="from_guest",queue="1"}`:               "6",
+		`vunet_udp_uso_frames_total{direction="to_guest",queue="1"}`:                "4",
 		`vunet_udp_payload_bytes_total{direction="to_guest",queue="1"}`:             "600",
 		`vunet_udp_drops_total{direction="to_guest",queue="1",reason="no_fit"}`:     "2",
 		`vunet_icmp_echo_requests_total{queue="1"}`:                                 "4",

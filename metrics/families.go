@@ -99,6 +99,7 @@ var (
 
 	// UDP, ICMP and the link services.
 	descUDPDatagrams = counterFam("udp_datagrams_total", "UDP datagrams translated (to_guest: delivered to the guest, from_guest: sent from a host socket).", queueDir...)
+	descUDPUSOFrames = counterFam("udp_uso_frames_total", "Frames that carried several UDP datagrams (USO: to_guest, runs the host socket's UDP_GRO coalesced, with VIRTIO_NET_F_GUEST_USO4/6; from_guest, the guest's own, with VIRTIO_NET_F_HOST_USO); a series appears at the first.", queueDir...)
 	descUDPBytes     = counterFam("udp_payload_bytes_total", "UDP payload bytes translated.", queueDir...)
 	descUDPDrops     = counterFam("udp_drops_total", "UDP datagrams dropped, by reason (also in vunet_queue_drops_total); a reason's series appears at its first drop.", queueDirReason...)
 	descEchoReq      = counterFam("icmp_echo_requests_total", "Guest ICMP/ICMPv6 echo requests sent out of a ping socket.", "queue")

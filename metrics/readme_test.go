@@ -68,6 +68,7 @@ func everySeries() Sources {
 		st[0].RX.Drops[r].Add(1)
 		st[0].Proto.UDPDrops[stats.ToGuest][r].Add(1)
 	}
+	st[0].Proto.UDPUSOFrames[stats.ToGuest].Add(1)
 	st[0].PolicyDrops[addrpolicy.TCP][addrpolicy.DstLoopback].Add(1)
 	st[0].Flows.MovedIn[stats.FlowUDP].Add(1)
 	st[0].FlowFetches.Add(1)

@@ -144,6 +144,8 @@ func newLoop(s *Stack, qp virtqueue.QueuePair, ps *pairState, sl *streamLink) (*
 		return nil, err
 	}
 	l.flows.SetGuestCsum(l.guestCsum)
+	l.flows.SetGuestUSO(virtqueue.HasFeature(qp.Features, virtqueue.FeatureNetGuestUSO4),
+		virtqueue.HasFeature(qp.Features, virtqueue.FeatureNetGuestUSO6))
 	l.flows.Attach(l.ep, time.Now())
 	l.attachTCP()
 	ps.loop = l

@@ -85,7 +85,9 @@ func TestFeatureNegotiation(t *testing.T) {
 		1<<virtqueue.FeatureRingIndirectDesc | 1<<virtqueue.FeatureNetMTU | 1<<30 |
 		1<<26 | // VHOST_F_LOG_ALL: migration
 		// checksum and TSO offloads, both directions
-		1<<0 | 1<<1 | 1<<7 | 1<<8 | 1<<11 | 1<<12)
+		1<<0 | 1<<1 | 1<<7 | 1<<8 | 1<<11 | 1<<12 |
+		// USO: GUEST_USO4, GUEST_USO6, HOST_USO
+		1<<54 | 1<<55 | 1<<56)
 	if DefaultFeatures != want {
 		t.Fatalf("DefaultFeatures = %#x, want %#x", DefaultFeatures, want)
 	}

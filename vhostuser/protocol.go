@@ -173,13 +173,16 @@ const DefaultFeatures uint64 = 1<<virtqueue.FeatureVersion1 | 1<<virtqueue.Featu
 	1<<virtqueue.FeatureRingEventIdx | 1<<virtqueue.FeatureRingIndirectDesc |
 	1<<virtqueue.FeatureNetMTU | FeatureProtocolFeatures | FeatureLogAll | OffloadFeatures
 
-// OffloadFeatures are the checksum and TSO offloads. They pass through QEMU
-// to the guest: with them a guest hands over (and takes) 64 KiB TCP segments
-// with partial checksums, and since vunet writes payloads to host sockets
-// and reads them back, neither side ever computes a checksum in software.
+// OffloadFeatures are the checksum, TSO and USO offloads. They pass through
+// QEMU to the guest: with them a guest hands over (and takes) 64 KiB TCP
+// segments, and runs of UDP datagrams as one frame, with partial checksums,
+// and since vunet writes payloads to host sockets and reads them back,
+// neither side ever computes a checksum in software. The USO bits are
+// unknown to QEMU before 8.2, which then offers them to no guest.
 const OffloadFeatures uint64 = 1<<virtqueue.FeatureNetCsum | 1<<virtqueue.FeatureNetGuestCsum |
 	1<<virtqueue.FeatureNetHostTSO4 | 1<<virtqueue.FeatureNetHostTSO6 |
-	1<<virtqueue.FeatureNetGuestTSO4 | 1<<virtqueue.FeatureNetGuestTSO6
+	1<<virtqueue.FeatureNetGuestTSO4 | 1<<virtqueue.FeatureNetGuestTSO6 |
+	1<<virtqueue.FeatureNetHostUSO | 1<<virtqueue.FeatureNetGuestUSO4 | 1<<virtqueue.FeatureNetGuestUSO6
 
 // Protocol feature bits (SET_PROTOCOL_FEATURES).
 const (

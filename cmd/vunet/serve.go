@@ -450,6 +450,8 @@ func featureNames(f uint64) string {
 		virtqueue.FeatureNetGuestECN: "guest_ecn", virtqueue.FeatureNetGuestUFO: "guest_ufo",
 		virtqueue.FeatureNetHostTSO4: "host_tso4", virtqueue.FeatureNetHostTSO6: "host_tso6",
 		virtqueue.FeatureNetHostECN: "host_ecn", virtqueue.FeatureNetHostUFO: "host_ufo",
+		virtqueue.FeatureNetGuestUSO4: "guest_uso4", virtqueue.FeatureNetGuestUSO6: "guest_uso6",
+		virtqueue.FeatureNetHostUSO:  "host_uso",
 		virtqueue.FeatureNetMrgRxbuf: "mrg_rxbuf", virtqueue.FeatureNetStatus: "status",
 		virtqueue.FeatureNetMQ: "mq", virtqueue.FeatureRingIndirectDesc: "indirect_desc",
 		virtqueue.FeatureRingEventIdx: "event_idx", virtqueue.FeatureVersion1: "version_1",

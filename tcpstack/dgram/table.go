@@ -75,6 +75,7 @@ type Table struct {
 	policy    stats.PolicyGate
 	dir       Directory        // the flows of the other queue pairs (directory.go); nil: alone
 	guestCsum bool             // the guest takes partial checksums (VIRTIO_NET_F_GUEST_CSUM)
+	guestUSO  [2]bool          // the guest takes USO frames over IPv4 [0] and IPv6 [1] (VIRTIO_NET_F_GUEST_USO4/6)
 	vh        virtqueue.NetHdr // of the frame being committed
 	io        hostsock.IO
 	rx        udpRecv // the batch receive of UDP flows (udp_recv.go)
@@ -131,6 +132,23 @@ func New(cfg Config, st *stats.Queue) *Table {
 // SetGuestCsum records whether the guest takes partial checksums
 // (VIRTIO_NET_F_GUEST_CSUM): its datagrams then leave the UDP checksum to it.
 func (ft *Table) SetGuestCsum(on bool) { ft.guestCsum = on }
+
+// SetGuestUSO records whether the guest takes UDP segmentation offload
+// frames over IPv4 and IPv6 (VIRTIO_NET_F_GUEST_USO4/6): what UDP_GRO
+// coalesced on a flow's socket then reaches it as one frame instead of a
+// frame per datagram. USO frames carry partial checksums, so without
+// SetGuestCsum(true) (which the spec makes a prerequisite, but a front-end
+// may not honour) they are never built.
+func (ft *Table) SetGuestUSO(v4, v6 bool) { ft.guestUSO = [2]bool{v4, v6} }
+
+// usoTo reports whether frames to the guest over IPv6 (v6) or IPv4 may be
+// USO frames.
+func (ft *Table) usoTo(v6 bool) bool {
+	if v6 {
+		return ft.guestCsum && ft.guestUSO[1]
+	}
+	return ft.guestCsum && ft.guestUSO[0]
+}
 
 // publishCapacity says how many flows of each kind the table holds: the
 // guest's share for either kind, and for UDP also the share of forwarded

@@ -69,6 +69,9 @@ func (ft *Table) UDP(now time.Time, p *header.Packet, frame [][]byte, skip int, 
 			st.UDPDrop(stats.FromGuest, stats.DropMalformed)
 			return
 		}
+		if seg < n {
+			st.Proto.UDPUSOFrames[stats.FromGuest].Add(1)
+		}
 	}
 	ft.queueSend(i, frame, off, n, seg)
 }
@@ -149,6 +152,22 @@ func (ft *Table) commitDatagram(w guestring.Sink, hdr []byte, key *flowKey, pay 
 	w.Commit(n, &ft.vh)
 	ft.st.Proto.UDPDatagrams[stats.ToGuest].Add(1)
 	ft.st.Proto.UDPBytes[stats.ToGuest].Add(uint64(n))
+}
+
+// commitRun commits n bytes of datagrams of seg bytes each (the last maybe
+// shorter), already in pay, as one USO frame (usoTo): the headers are
+// those of one datagram of them all, as Linux builds a UDP GSO packet (IP
+// and UDP lengths of the whole, the UDP checksum field the pseudo-header
+// sum over that length), which the guest adjusts for each datagram it cuts.
+func (ft *Table) commitRun(w guestring.Sink, hdr []byte, key *flowKey, pay [][]byte, n, seg int) {
+	ft.buildUDPHeaders(hdr, key, pay, n)
+	ft.vh.GSOType = virtqueue.GSOUDPL4
+	ft.vh.GSOSize = uint16(seg)
+	ft.vh.HdrLen = uint16(len(hdr))
+	w.Commit(n, &ft.vh)
+	ft.st.Proto.UDPDatagrams[stats.ToGuest].Add(uint64((n + seg - 1) / seg))
+	ft.st.Proto.UDPBytes[stats.ToGuest].Add(uint64(n))
+	ft.st.Proto.UDPUSOFrames[stats.ToGuest].Add(1)
 }
 
 // iovLen is the total length of bufs.

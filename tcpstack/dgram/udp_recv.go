@@ -79,10 +79,31 @@ type udpRecv struct {
 }
 
 // pendingDatagram is a datagram at off in overflow region reg, n bytes
-// long; n < 0: one to drop.
+// long; n < 0: one to drop. With seg > 0 it is a run of datagrams of seg
+// bytes (the last maybe shorter) for one USO frame (usoRun), which split
+// turns back into single datagrams when the guest cannot take the frame.
 type pendingDatagram struct {
 	reg    uint8
+	split  bool
 	off, n int32
+	seg    int32
+}
+
+// maxGuestUSOSegments bounds the datagrams of one USO frame to the guest:
+// a Linux guest refuses a GSO frame of more than UDP_MAX_SEGMENTS (64
+// before 6.9) segments (virtio_net_hdr_to_skb).
+const maxGuestUSOSegments = 64
+
+// usoRun is how many bytes of datagrams of seg bytes one USO frame to the
+// guest carries over IPv6 (v6) or IPv4: at most maxGuestUSOSegments of
+// them, within an IP packet's length; 0 when not even two fit.
+func usoRun(seg int, v6 bool) int {
+	_, maxPay := udpFrameSizes(v6)
+	k := min(maxGuestUSOSegments, maxPay/seg)
+	if k < 2 {
+		return 0
+	}
+	return k * seg
 }
 
 // region is overflow region j.
@@ -187,9 +208,17 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 	}
 	ft.touch(i)
 	f.hint = nextHint(b, m, want, udpHintFloor(f.key.v6))
+	uso := ft.usoTo(f.key.v6)
 	for j := range m {
 		n, mflags := b.Received(j)
-		if seg := b.Segment(j); n > rx.plen[j] || mflags&unix.MSG_TRUNC != 0 || (seg > 0 && seg < n) {
+		seg := b.Segment(j)
+		if uso && seg > 0 && seg < n && n <= rx.plen[j] && mflags&unix.MSG_TRUNC == 0 && n <= usoRun(seg, f.key.v6) {
+			// A coalesced run that fits its reservation goes as it lies.
+			rx.coalesced++
+			ft.commitRun(w, rx.hdr[j], &f.key, rx.iov[rx.iovAt[j]:rx.iovAt[j+1]], n, seg)
+			continue
+		}
+		if n > rx.plen[j] || mflags&unix.MSG_TRUNC != 0 || (seg > 0 && seg < n) {
 			if ft.spill(w, i, j, m) {
 				return flowBlocked, m
 			}
@@ -249,7 +278,7 @@ func (ft *Table) spill(w guestring.Sink, i int32, j, m int) (blocked bool) {
 	for x := j; x < m; x++ {
 		n, mflags := rx.batch.Received(x)
 		if mflags&unix.MSG_TRUNC != 0 {
-			rx.pend(x, 0, -1)
+			rx.pend(x, 0, -1, 0)
 			continue
 		}
 		reg := rx.region(x)
@@ -258,12 +287,21 @@ func (ft *Table) spill(w guestring.Sink, i int32, j, m int) (blocked bool) {
 		header.CopyFromIovecs(reg[:g], rx.iov[rx.iovAt[x]:rx.iovAt[x+1]], 0)
 		seg := rx.batch.Segment(x)
 		if seg <= 0 || seg >= n {
-			rx.pend(x, 0, n)
+			rx.pend(x, 0, n, 0)
 			continue
 		}
 		rx.coalesced++
-		for off := 0; off < n; off += seg {
-			rx.pend(x, off, min(seg, n-off))
+		// A guest that takes USO frames gets the run as few frames (the
+		// kernel coalesced it, the guest's cuts it up again as late as it
+		// can); any other, a frame per datagram.
+		step, each := seg, 0
+		if v6 := ft.flows[i].key.v6; ft.usoTo(v6) {
+			if run := usoRun(seg, v6); run > 0 {
+				step, each = run, seg
+			}
+		}
+		for off := 0; off < n; off += step {
+			rx.pend(x, off, min(step, n-off), each)
 		}
 	}
 	w.Abort()
@@ -275,14 +313,15 @@ func (ft *Table) spill(w guestring.Sink, i int32, j, m int) (blocked bool) {
 }
 
 // pend adds a pending datagram of n bytes at off in region x (n < 0: one
-// to drop); past the list's room (more than a receive hands over) it is
-// lost, and counted as a drop by the caller.
-func (rx *udpRecv) pend(x, off, n int) {
+// to drop), or with seg > 0 a run of them for a USO frame; past the list's
+// room (more than a receive hands over) it is lost, and counted as a drop
+// by the caller.
+func (rx *udpRecv) pend(x, off, n, seg int) {
 	if rx.pEnd == len(rx.pending) {
 		rx.lost++
 		return
 	}
-	rx.pending[rx.pEnd] = pendingDatagram{reg: uint8(x), off: int32(off), n: int32(n)}
+	rx.pending[rx.pEnd] = pendingDatagram{reg: uint8(x), off: int32(off), n: int32(n), seg: int32(seg)}
 	rx.pEnd++
 }
 
@@ -301,39 +340,77 @@ func (ft *Table) deliverPending(w guestring.Sink) (blocked bool) {
 	}
 	hl, _ := udpFrameSizes(f.key.v6)
 	for ; rx.pNext < rx.pEnd; rx.pNext++ {
-		d := rx.pending[rx.pNext]
-		n := int(d.n)
-		if n < 0 {
-			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
-			continue
-		}
-		hdr, pay, s := w.Reserve(hl, n)
-		switch s {
-		case guestring.OK:
-		case guestring.NoFit, guestring.Broken:
-			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
-			continue
-		default:
+		if ft.deliverOne(w, &rx.pending[rx.pNext], hl, &f.key) {
 			return true
 		}
-		if iovLen(pay) < n {
+	}
+	return false
+}
+
+// deliverOne copies pending datagram d into guest buffers, or a USO run
+// into one frame, and reports whether the guest's buffers ran out first.
+// A run that no guest buffer can ever hold goes datagram by datagram: d
+// then shrinks by each one delivered, so that a refill resumes behind it.
+func (ft *Table) deliverOne(w guestring.Sink, d *pendingDatagram, hl int, key *flowKey) (blocked bool) {
+	if d.n < 0 {
+		ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+		return false
+	}
+	for {
+		n, seg := int(d.n), int(d.seg)
+		run := seg > 0 && n > seg && !d.split
+		if seg > 0 && !run {
+			n = min(n, seg)
+		}
+		hdr, pay, s := w.Reserve(hl, n)
+		if s == guestring.OK && iovLen(pay) < n {
 			w.Abort()
 			if w.MoreLater() {
 				return true
 			}
-			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
-			continue
+			s = guestring.NoFit
 		}
-		header.WriteIovecs(pay, 0, rx.region(int(d.reg))[d.off:int(d.off)+n])
-		ft.commitDatagram(w, hdr, &f.key, pay, n)
+		switch s {
+		case guestring.OK:
+			header.WriteIovecs(pay, 0, ft.rx.region(int(d.reg))[d.off:int(d.off)+n])
+			if run {
+				ft.commitRun(w, hdr, key, pay, n, seg)
+			} else {
+				ft.commitDatagram(w, hdr, key, pay, n)
+			}
+		case guestring.NoFit, guestring.Broken:
+			if run && s == guestring.NoFit {
+				d.split = true // the guest cannot take the run whole
+				continue
+			}
+			for range max(d.datagrams(n), 1) {
+				ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+			}
+		default:
+			return true
+		}
+		d.off, d.n = d.off+int32(n), d.n-int32(n)
+		if d.n <= 0 {
+			return false
+		}
 	}
-	return false
+}
+
+// datagrams is how many datagrams n bytes of d hold.
+func (d *pendingDatagram) datagrams(n int) int {
+	if d.seg <= 0 {
+		return 1
+	}
+	return (n + int(d.seg) - 1) / int(d.seg)
 }
 
 // dropPending drops the pending datagrams, counted.
 func (ft *Table) dropPending() {
 	rx := &ft.rx
 	for ; rx.pNext < rx.pEnd; rx.pNext++ {
-		ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+		d := &rx.pending[rx.pNext]
+		for range max(d.datagrams(int(d.n)), 1) {
+			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+		}
 	}
 }

@@ -31,6 +31,7 @@ type ringSink struct {
 	out     []ringRes
 	frames  [][]byte // payloads committed, in order
 	hdrs    [][]byte
+	vhs     []virtqueue.NetHdr // the virtio-net header of each frame
 }
 
 type ringRes struct {
@@ -64,7 +65,8 @@ func (s *ringSink) Reserve(hdrLen, maxPayload int) ([]byte, [][]byte, guestring.
 	return r.hdr, r.pay, guestring.OK
 }
 
-func (s *ringSink) Commit(n int, _ *virtqueue.NetHdr) {
+func (s *ringSink) Commit(n int, vh *virtqueue.NetHdr) {
+	s.vhs = append(s.vhs, *vh)
 	r := s.out[0]
 	s.out = s.out[1:]
 	p := make([]byte, n)

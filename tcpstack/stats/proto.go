@@ -25,6 +25,10 @@ type Proto struct {
 	// UDPDatagrams and UDPBytes (payload) count datagrams translated, by
 	// direction.
 	UDPDatagrams, UDPBytes [NumFlowDirs]atomic.Uint64
+	// UDPUSOFrames counts frames of several datagrams (USO, GSO_UDP_L4):
+	// to the guest, runs UDP_GRO had coalesced (VIRTIO_NET_F_GUEST_USO4/6);
+	// from it, its own (VIRTIO_NET_F_HOST_USO).
+	UDPUSOFrames [NumFlowDirs]atomic.Uint64
 	// UDPDrops counts UDP datagrams dropped, by direction and reason (they
 	// are counted in Dir.Drops as well).
 	UDPDrops [NumFlowDirs][NumDropReasons]atomic.Uint64

@@ -69,12 +69,13 @@ const (
 // arrives byte for byte, and the offload shows in the frame counts.
 //
 //   - USO: vunet offers HOST_USO, so the guest's TAP hands each write over
-//     as one GSO_UDP_L4 frame (TUN_F_USO4/6) and vunet sends it with one
-//     UDP_SEGMENT sendmsg; and GUEST_USO4/6, so what vunet's UDP_GRO socket
+//     as one GSO_UDP_L4 frame (TUN_F_USO4/6), which vunet sends on in
+//     UDP_SEGMENT sends; and GUEST_USO4/6, so what vunet's UDP_GRO socket
 //     receives coalesced from a host peer's UDP_SEGMENT write reaches the
 //     guest as GSO_UDP_L4 frames of at most 64 datagrams (the guest's
 //     socket, without UDP_GRO, still reads them one by one). Each
-//     direction moves at most one frame per usoFrameRatio datagrams, and
+//     direction moves at most one frame per usoFrameRatio datagrams, the
+//     host peer (UDP_GRO on) reads at most one receive per as many, and
 //     every frame vunet hands the guest has the header Linux's
 //     udp_send_skb gives a GSO packet (checkUDPFrame), IPv4 and IPv6.
 //   - noUSO: the same with the three bits masked, one frame per datagram
@@ -205,7 +206,13 @@ func (u *usoRig) load(t *testing.T, toHost bool, network string, l usoLoad) {
 		}
 	}
 	peerAddr := &net.UDPAddr{IP: u.peer[network].AsSlice(), Port: peer.LocalAddr().(*net.UDPAddr).Port}
-	p := usoPath{tx: guest, rx: peer, dst: peerAddr}
+	// The host peer takes what the host kernel coalesced (UDP_GRO): a
+	// UDP_SEGMENT send on the loopback reaches it as one receive, so the
+	// receives count vunet's sends.
+	if err := setSockopt(peer, unix.SOL_UDP, unix.UDP_GRO, 1); err != nil {
+		t.Fatal(err)
+	}
+	p := usoPath{tx: guest.(*net.UDPConn), rx: peer.(*net.UDPConn), dst: peerAddr}
 	if !toHost {
 		// The guest opens the flow, as a client would; the peer answers
 		// where the datagram came from (vunet's socket for the flow).
@@ -218,7 +225,7 @@ func (u *usoRig) load(t *testing.T, toHost bool, network string, l usoLoad) {
 		if err != nil {
 			t.Fatalf("host peer waiting for the guest's first datagram: %v", err)
 		}
-		p = usoPath{tx: peer, rx: guest, dst: from, from: peerAddr}
+		p = usoPath{tx: peer.(*net.UDPConn), rx: guest.(*net.UDPConn), dst: from, from: peerAddr}
 		u.obs.watch(uint16(guest.LocalAddr().(*net.UDPAddr).Port), u.maxSegs)
 	}
 
@@ -248,10 +255,15 @@ func (u *usoRig) load(t *testing.T, toHost bool, network string, l usoLoad) {
 		t.Errorf("%d frames %s for %d datagrams without USO, want ≥ %d: one frame per datagram", frames, what, n, n)
 	}
 	if toHost {
+		t.Logf("the host peer read them in %d receives (UDP_GRO on)", res.reads)
+		if u.uso && res.reads > n/usoFrameRatio {
+			t.Errorf("the host peer (UDP_GRO on) needed %d receives for %d datagrams, want ≤ %d: the guest's USO frames did not leave vunet as UDP_SEGMENT sends",
+				res.reads, n, n/usoFrameRatio)
+		}
 		return
 	}
 	o := u.obs.result()
-	t.Logf("%d of the frames to the guest's port were GSO_UDP_L4 (up to %d datagrams each)", o.gso, o.segsMax)
+	t.Logf("%d of the frames to the guest's port were GSO_UDP_L4; the largest well-formed one carried %d datagrams", o.gso, o.segsMax)
 	for _, f := range o.faults {
 		t.Errorf("frame to the guest: %s", f)
 	}
@@ -264,23 +276,25 @@ func (u *usoRig) load(t *testing.T, toHost bool, network string, l usoLoad) {
 }
 
 // usoPath is one direction of a load: the sender's socket, the
-// receiver's, where the sender sends and (if set) the source the receiver
-// must see.
+// receiver's (with UDP_GRO or without), where the sender sends and (if
+// set) the source the receiver must see.
 type usoPath struct {
-	tx, rx net.PacketConn
+	tx, rx *net.UDPConn
 	dst    net.Addr
 	from   *net.UDPAddr
 }
 
-// usoResult counts what the receiver got.
+// usoResult counts what the receiver got: datagrams, in how many
+// receives, and those that came twice or wrong.
 type usoResult struct {
-	got, dup, bad int
+	got, reads, dup, bad int
 }
 
 // sendUSO sends load l over p in UDP_SEGMENT writes, each after the last
 // one's datagrams arrived (or usoSilence passed), and checks every
 // datagram received: its size, its sequence number, its bytes, its
-// source. Faults are reported (the first few), and counted.
+// source. A receive the kernel coalesced (UDP_GRO) is cut at the segment
+// size it reports. Faults are reported (the first few), and counted.
 func sendUSO(t *testing.T, p usoPath, l usoLoad) usoResult {
 	t.Helper()
 	if err := setSockopt(p.tx, unix.SOL_UDP, unix.UDP_SEGMENT, l.size); err != nil {
@@ -298,7 +312,30 @@ func sendUSO(t *testing.T, p usoPath, l usoLoad) usoResult {
 	}
 	out := make([]byte, l.perSend*l.size)
 	in := make([]byte, 65536)
+	oob := make([]byte, unix.CmsgSpace(4))
 	want := make([]byte, l.size)
+	check := func(d []byte) {
+		if len(d) != l.size {
+			fault("datagram of %d bytes, want %d (datagrams merged or cut)", len(d), l.size)
+			return
+		}
+		seq := binary.BigEndian.Uint32(d)
+		if seq >= uint32(n) {
+			fault("datagram with sequence number %d, sent %d", seq, n)
+			return
+		}
+		usoDatagram(want, seq)
+		switch {
+		case !bytes.Equal(d, want):
+			fault("datagram %d: bytes differ from what was sent", seq)
+		case seen[seq]:
+			res.dup++
+			fault("datagram %d arrived twice", seq)
+		default:
+			seen[seq] = true
+			res.got++
+		}
+	}
 	for w := 0; w < l.sends; w++ {
 		for i := 0; i < l.perSend; i++ {
 			usoDatagram(out[i*l.size:(i+1)*l.size], uint32(w*l.perSend+i))
@@ -313,41 +350,47 @@ func sendUSO(t *testing.T, p usoPath, l usoLoad) usoResult {
 		}
 		for res.got < (w+1)*l.perSend {
 			p.rx.SetReadDeadline(time.Now().Add(usoSilence))
-			k, from, err := p.rx.ReadFrom(in)
+			k, oobn, _, from, err := p.rx.ReadMsgUDP(in, oob)
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				break // counted as missing at the end
 			}
 			if err != nil {
 				t.Fatalf("receive after write %d: %v", w, err)
 			}
-			if fa := from.(*net.UDPAddr); p.from != nil && (!fa.IP.Equal(p.from.IP) || fa.Port != p.from.Port) {
+			res.reads++
+			if p.from != nil && (!from.IP.Equal(p.from.IP) || from.Port != p.from.Port) {
 				fault("datagram from %v, want %v", from, p.from)
 				continue
 			}
-			if k != l.size {
-				fault("datagram of %d bytes, want %d (datagrams merged or cut)", k, l.size)
+			seg, err := groSegment(oob[:oobn])
+			if err != nil {
+				fault("receive after write %d: %v", w, err)
 				continue
 			}
-			seq := binary.BigEndian.Uint32(in)
-			if seq >= uint32(n) {
-				fault("datagram with sequence number %d, sent %d", seq, n)
-				continue
+			if seg == 0 {
+				seg = k // one datagram
 			}
-			usoDatagram(want, seq)
-			if !bytes.Equal(in[:k], want) {
-				fault("datagram %d: bytes differ from what was sent", seq)
-				continue
+			for off := 0; off < k; off += seg {
+				check(in[off:min(off+seg, k)])
 			}
-			if seen[seq] {
-				res.dup++
-				fault("datagram %d arrived twice", seq)
-				continue
-			}
-			seen[seq] = true
-			res.got++
 		}
 	}
 	return res
+}
+
+// groSegment returns the segment size of a coalesced receive (the
+// UDP_GRO control message), 0 if the receive is one datagram.
+func groSegment(oob []byte) (int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0, fmt.Errorf("control messages: %w", err)
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_UDP && m.Header.Type == unix.UDP_GRO && len(m.Data) >= 4 {
+			return int(binary.NativeEndian.Uint32(m.Data)), nil
+		}
+	}
+	return 0, nil
 }
 
 // usoDatagram fills b with datagram seq: its sequence number, then bytes
@@ -385,7 +428,8 @@ type usoObserver struct {
 }
 
 // usoObserved is what an observer saw: frames to the port, the
-// GSO_UDP_L4 ones and the most datagrams one carried, header faults.
+// GSO_UDP_L4 ones, the most datagrams a frame that passed checkUDPFrame
+// carried, and the first header faults.
 type usoObserved struct {
 	frames, gso, segsMax int
 	faults               []string
@@ -412,15 +456,15 @@ func (o *usoObserver) observe(_ int, h frontend.NetHdr, f []byte) {
 		return
 	}
 	o.res.frames++
+	if h.GSOType == frontend.GSOUDPL4 {
+		o.res.gso++
+	}
 	segs, err := checkUDPFrame(h, f, o.maxSegs)
 	if err != nil {
 		if len(o.res.faults) < 5 {
 			o.res.faults = append(o.res.faults, err.Error())
 		}
 		return
-	}
-	if h.GSOType == frontend.GSOUDPL4 {
-		o.res.gso++
 	}
 	o.res.segsMax = max(o.res.segsMax, segs)
 }

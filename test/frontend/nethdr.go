@@ -24,6 +24,7 @@ const (
 	GSOTCPv4         = 1
 	GSOUDP           = 3
 	GSOTCPv6         = 4
+	GSOUDPL4         = 5 // VIRTIO_NET_HDR_GSO_UDP_L4 (USO): datagrams of GSOSize each
 	GSOECN           = 0x80
 )
 

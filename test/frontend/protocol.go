@@ -102,6 +102,12 @@ const (
 	FeatVersion1         = 32
 	FeatAccessPlatform   = 33
 	FeatRingPacked       = 34
+	// UDP segmentation offload (virtio 1.2): the device may hand the
+	// driver GSO_UDP_L4 frames over IPv4 or IPv6 (GUEST_USO4/6), and
+	// accepts them from it (HOST_USO).
+	FeatGuestUSO4 = 54
+	FeatGuestUSO6 = 55
+	FeatHostUSO   = 56
 )
 
 // Bit returns 1<<n as a feature mask.

@@ -76,6 +76,9 @@ type bridgeConfig struct {
 	// observe, if set, sees every frame the back-end sent, on the thread
 	// that writes it to the TAP, before it is written.
 	observe func(pair int, frame []byte)
+	// observeHdr, if set, sees the same with the frame's virtio-net
+	// header, before the rig changes it.
+	observeHdr func(pair int, hdr frontend.NetHdr, frame []byte)
 	// inlineRX: the device serves the RX rings itself (serveRX) right
 	// after filling them, and the RX loops keep their interrupts off.
 	inlineRX bool
@@ -481,6 +484,11 @@ func (w *rxWriter) write(heads []uint16, lens []uint32) {
 		frameLen += int(l)
 	}
 	first := rx.Buf(heads[0])[:lens[0]]
+	if b.observeHdr != nil && len(first) > b.hdrLen {
+		if h, err := frontend.DecodeNetHdr(first, b.hdrLen); err == nil {
+			b.observeHdr(w.pair, h, first[b.hdrLen:])
+		}
+	}
 	if trustDataValid(first, b.hdrLen, frameLen) {
 		b.stats.RXDataValid.Add(1)
 	}

@@ -63,9 +63,11 @@
 // # Offloads
 //
 // The TAP gets exactly the offloads the back-end accepts on its TX queue
-// (CSUM, HOST_TSO4/6, HOST_ECN, HOST_UFO → TUN_F_*), see tunOffloads; the
-// GUEST_* offloads need no TAP setting because a TAP write accepts any
-// virtio-net header.
+// (CSUM, HOST_TSO4/6, HOST_ECN, HOST_UFO, HOST_USO → TUN_F_*, USO4 and USO6
+// together), see tunOffloads; the GUEST_* offloads (GUEST_USO4/6 included)
+// need no TAP setting because a TAP write accepts any virtio-net header.
+// The rig-alone device copies headers as they are, so a GSO_UDP_L4 frame one
+// TAP hands over is written whole to the other.
 //
 // rig may import anything (it is test code); vunet's packages must not
 // import it.

@@ -80,7 +80,7 @@ func (r *Rig) startLoopback() error {
 		if i == 0 {
 			// The guest's side only: each direction is damaged once,
 			// as between a guest and a back-end.
-			c.impair, c.seed, c.observe = o.Impair, 1, o.RXObserve
+			c.impair, c.seed, c.observe, c.observeHdr = o.Impair, 1, o.RXObserve, o.RXObserveHdr
 		}
 		br, err := newBridge(c)
 		if err != nil {

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"vunet/test/frontend"
 )
 
 // Options configures one rig. The zero value is a vunet back-end, 256-entry
@@ -85,6 +87,11 @@ type Options struct {
 	// (Ethernet frame, virtio-net header stripped) with its queue pair,
 	// on the thread that writes it to the TAP, before the TAP gets it.
 	RXObserve func(pair int, frame []byte)
+	// RXObserveHdr, if set, sees the same frames with their virtio-net
+	// header as the back-end wrote it (before the rig turns DATA_VALID
+	// into NEEDS_CSUM for the TAP, trustDataValid). frame is what the
+	// first RX buffer holds: all of it with the default BufSize.
+	RXObserveHdr func(pair int, hdr frontend.NetHdr, frame []byte)
 
 	// DHCP configures the guest with busybox udhcpc from the back-end's DHCP
 	// server; otherwise the guest gets GuestAddr via GuestGateway.

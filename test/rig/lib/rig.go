@@ -275,7 +275,7 @@ func (r *Rig) startBridge() error {
 	}
 	r.br, err = newBridge(bridgeConfig{tap: r.tap, hdrLen: hdrLen, mrg: r.fe.Has(frontend.FeatMrgRxbuf),
 		tx: tx, rx: rx, slowRX: o.SlowRX, rotate: o.TXRotate, eager: o.TXRotateEager,
-		impair: o.Impair, seed: 1, observe: o.RXObserve, stats: &r.stats, log: o.Log})
+		impair: o.Impair, seed: 1, observe: o.RXObserve, observeHdr: o.RXObserveHdr, stats: &r.stats, log: o.Log})
 	if err != nil {
 		return err
 	}

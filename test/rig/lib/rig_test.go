@@ -251,13 +251,20 @@ func TestTUNOffloads(t *testing.T) {
 		want int
 	}{
 		{"none", 0, 0},
-		{"guest offloads only: the TAP reader (our TX) gets nothing", b(frontend.FeatGuestCSUM) | b(frontend.FeatGuestTSO4) | b(frontend.FeatGuestTSO6) | b(frontend.FeatGuestUFO), 0},
+		{"guest offloads only: the TAP reader (our TX) gets nothing", b(frontend.FeatGuestCSUM) | b(frontend.FeatGuestTSO4) | b(frontend.FeatGuestTSO6) | b(frontend.FeatGuestUFO) |
+			b(frontend.FeatGuestUSO4) | b(frontend.FeatGuestUSO6), 0},
 		{"TSO without CSUM is not allowed", b(frontend.FeatHostTSO4), 0},
 		{"csum", b(frontend.FeatCSUM), unix.TUN_F_CSUM},
 		{"tso4+6+ecn", b(frontend.FeatCSUM) | b(frontend.FeatHostTSO4) | b(frontend.FeatHostTSO6) | b(frontend.FeatHostECN),
 			unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN},
 		{"ecn needs tso", b(frontend.FeatCSUM) | b(frontend.FeatHostECN), unix.TUN_F_CSUM},
 		{"ufo", b(frontend.FeatCSUM) | b(frontend.FeatHostUFO), unix.TUN_F_CSUM | unix.TUN_F_UFO},
+		{"USO without CSUM is not allowed", b(frontend.FeatHostUSO), 0},
+		{"uso: both families, the kernel takes them only together", b(frontend.FeatCSUM) | b(frontend.FeatHostUSO),
+			unix.TUN_F_CSUM | unix.TUN_F_USO4 | unix.TUN_F_USO6},
+		{"guest USO gives the TAP nothing", b(frontend.FeatCSUM) | b(frontend.FeatGuestUSO4) | b(frontend.FeatGuestUSO6), unix.TUN_F_CSUM},
+		{"everything the rig accepts", offloadFeatureMask, unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN |
+			unix.TUN_F_UFO | unix.TUN_F_USO4 | unix.TUN_F_USO6},
 	} {
 		if got := tunOffloads(c.feat); got != c.want {
 			t.Errorf("%s: tunOffloads(%#x) = %#x, want %#x", c.name, c.feat, got, c.want)

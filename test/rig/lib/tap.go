@@ -56,14 +56,20 @@ func openTAP(ns string, hdrLen int, offloads int) (int, error) {
 // is the rig's device-facing side: what it reads from the TAP is the guest's
 // transmission, put on the TX queue for the back-end. So the relevant
 // virtio bits are the ones saying what the *device* accepts on TX: CSUM
-// (partial checksums), HOST_TSO4/6, HOST_ECN, HOST_UFO. (QEMU's TAP
+// (partial checksums), HOST_TSO4/6, HOST_ECN, HOST_UFO, HOST_USO. (QEMU's TAP
 // back-end maps the GUEST_* bits instead, because there the TAP reader feeds
 // the guest's RX queue; in the rig the roles are reversed.) The GUEST_* bits
 // need no TAP setting: a TAP write accepts any virtio-net header, so RX
 // frames with partial checksums or GSO go into the namespace as they are.
 //
-// The kernel refuses TSO/UFO without TUN_F_CSUM, and virtio likewise makes
-// HOST_TSO*/UFO depend on CSUM, so nothing is enabled without it.
+// The kernel refuses TSO/UFO/USO without TUN_F_CSUM, and virtio likewise
+// makes HOST_TSO*/UFO/USO depend on CSUM, so nothing is enabled without it.
+//
+// HOST_USO is one bit for both families, and the kernel (tun_set_offload,
+// Linux ≥ 6.2) takes TUN_F_USO4 and TUN_F_USO6 only together: they become
+// one device feature, NETIF_F_GSO_UDP_L4. With it, a guest socket's
+// UDP_SEGMENT send reaches the TAP reader as one GSO_UDP_L4 frame instead
+// of a frame per datagram.
 func tunOffloads(features uint64) int {
 	has := func(bit int) bool { return features&frontend.Bit(bit) != 0 }
 	if !has(frontend.FeatCSUM) {
@@ -82,6 +88,9 @@ func tunOffloads(features uint64) int {
 	if has(frontend.FeatHostUFO) {
 		off |= unix.TUN_F_UFO
 	}
+	if has(frontend.FeatHostUSO) {
+		off |= unix.TUN_F_USO4 | unix.TUN_F_USO6
+	}
 	return off
 }
 
@@ -91,4 +100,6 @@ var offloadFeatureMask = frontend.Bit(frontend.FeatCSUM) | frontend.Bit(frontend
 	frontend.Bit(frontend.FeatGuestTSO4) | frontend.Bit(frontend.FeatGuestTSO6) |
 	frontend.Bit(frontend.FeatGuestECN) | frontend.Bit(frontend.FeatGuestUFO) |
 	frontend.Bit(frontend.FeatHostTSO4) | frontend.Bit(frontend.FeatHostTSO6) |
-	frontend.Bit(frontend.FeatHostECN) | frontend.Bit(frontend.FeatHostUFO)
+	frontend.Bit(frontend.FeatHostECN) | frontend.Bit(frontend.FeatHostUFO) |
+	frontend.Bit(frontend.FeatGuestUSO4) | frontend.Bit(frontend.FeatGuestUSO6) |
+	frontend.Bit(frontend.FeatHostUSO)

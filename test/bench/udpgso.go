@@ -12,8 +12,9 @@ import (
 	"time"
 )
 
-// The UDP GSO rows: the same 1472-byte datagrams as the iperf3 UDP rows,
-// but sent the way a QUIC stack sends them, udpGSOSegs to a UDP_SEGMENT
+// The UDP GSO rows: the same 1472-byte datagrams at the same rate
+// (-udp-rate) as the iperf3 UDP rows, but sent the way a QUIC stack sends
+// them, udpGSOSegs to a UDP_SEGMENT
 // send, and received with UDP_GRO (test/bench/udpgso). A back-end that
 // takes and gives USO frames moves such a run as one frame; one that does
 // not, as udpGSOSegs frames, which the kernel on the far side may or may
@@ -82,7 +83,7 @@ func (r *runner) measureUDPGSO(ctx context.Context, t *target, label, dir string
 		}
 	}
 	out, err := t.guestCommand(ctx, r.udpgso, mode, "-to", net.JoinHostPort(t.serverIP, strconv.Itoa(udpGSOPort)),
-		"-t", strconv.Itoa(r.s.seconds), "-len", strconv.Itoa(udpLen), "-segs", strconv.Itoa(udpGSOSegs)).Output()
+		"-t", strconv.Itoa(r.s.seconds), "-len", strconv.Itoa(udpLen), "-segs", strconv.Itoa(udpGSOSegs), "-b", r.s.udpRate).Output()
 	var cpu float64
 	if pid > 0 {
 		cpu1, cerr := cpuSeconds(pid)

@@ -5,8 +5,8 @@
 // neither, so its UDP rows cannot show what USO does on the path.
 //
 //	udpgso serve -listen IP:PORT        # host side; sessions one at a time
-//	udpgso send -to IP:PORT -t 3        # guest→host: send for 3 s, print JSON
-//	udpgso recv -to IP:PORT -t 3        # host→guest: the server sends for 3 s
+//	udpgso send -to IP:PORT -t 3 [-b 10G]  # guest→host: send for 3 s, print JSON
+//	udpgso recv -to IP:PORT -t 3 [-b 10G]  # host→guest: the server sends for 3 s
 //
 // Data datagrams are -len bytes (1472: an MTU 1500 link), -segs of them a
 // send. Control messages are ctlLen-byte datagrams starting with magic,
@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -64,14 +65,19 @@ func main() {
 	secs := fs.Float64("t", 3, "`seconds` of sending")
 	dlen := fs.Int("len", 1472, "datagram payload `bytes`")
 	segs := fs.Int("segs", 44, "datagrams per send (UDP_SEGMENT)")
+	rate := fs.String("b", "", "send at this `rate` in bits/s, K/M/G suffixes as iperf3's -b (default: unpaced)")
 	fs.Parse(os.Args[2:])
-	var err error
+	bps, err := parseRate(*rate)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "udpgso:", err)
+		os.Exit(2)
+	}
 	switch os.Args[1] {
 	case "serve":
 		err = serve(*listen)
 	case "send", "recv":
 		var res result
-		if res, err = client(*to, *secs, *dlen, *segs, os.Args[1] == "recv"); err == nil {
+		if res, err = client(*to, *secs, *dlen, *segs, bps, os.Args[1] == "recv"); err == nil {
 			err = json.NewEncoder(os.Stdout).Encode(res)
 		}
 	default:
@@ -83,24 +89,78 @@ func main() {
 	}
 }
 
-// control is a control message of op with up to three numbers.
-func control(op byte, a, b, c int64) []byte {
-	m := make([]byte, ctlLen)
-	copy(m, magic)
-	m[len(magic)] = op
-	for i, v := range []int64{a, b, c} {
-		binary.BigEndian.PutUint64(m[len(magic)+1+8*i:], uint64(v))
+// ctl is a control message: an operation and its numbers.
+type ctl struct {
+	op byte
+	n  [4]int64
+}
+
+// encode is m on the wire.
+func (m ctl) encode() []byte {
+	b := make([]byte, ctlLen)
+	copy(b, magic)
+	b[len(magic)] = m.op
+	for i, v := range m.n {
+		binary.BigEndian.PutUint64(b[len(magic)+1+8*i:], uint64(v))
 	}
-	return m
+	return b
 }
 
 // parseControl reads a control message; ok is false for data.
-func parseControl(m []byte) (op byte, a, b, c int64, ok bool) {
-	if len(m) != ctlLen || string(m[:len(magic)]) != magic {
-		return 0, 0, 0, 0, false
+func parseControl(b []byte) (m ctl, ok bool) {
+	if len(b) != ctlLen || string(b[:len(magic)]) != magic {
+		return m, false
 	}
-	n := func(i int) int64 { return int64(binary.BigEndian.Uint64(m[len(magic)+1+8*i:])) }
-	return m[len(magic)], n(0), n(1), n(2), true
+	m.op = b[len(magic)]
+	for i := range m.n {
+		m.n[i] = int64(binary.BigEndian.Uint64(b[len(magic)+1+8*i:]))
+	}
+	return m, true
+}
+
+// pacer spaces sends to a rate in bits per second (0: as fast as the
+// kernel takes them), as iperf3's -b does: sends go out back to back
+// while behind the schedule, and sleep when more than a millisecond ahead.
+type pacer struct {
+	start time.Time
+	bps   float64
+	bits  float64
+}
+
+func (p *pacer) wait(sentBytes int) {
+	if p.bps <= 0 {
+		return
+	}
+	p.bits += float64(sentBytes) * 8
+	due := p.start.Add(time.Duration(p.bits / p.bps * float64(time.Second)))
+	if ahead := time.Until(due); ahead > time.Millisecond {
+		time.Sleep(ahead)
+	}
+}
+
+// parseRate reads an iperf3-style rate: bits per second with an optional
+// K, M or G (powers of 1000); "" or "0" is unpaced.
+func parseRate(s string) (float64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := 1.0
+	switch s[len(s)-1] {
+	case 'k', 'K':
+		mult = 1e3
+	case 'm', 'M':
+		mult = 1e6
+	case 'g', 'G':
+		mult = 1e9
+	}
+	if mult > 1 {
+		s = s[:len(s)-1]
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad rate %q", s)
+	}
+	return v * mult, nil
 }
 
 // setInt sets an integer socket option on c.
@@ -131,8 +191,8 @@ func prepare(c *net.UDPConn) error {
 	return nil
 }
 
-// receiver counts data datagrams received on c and hands control messages
-// to ctl.
+// receiver counts the data datagrams received on c; next returns the
+// control messages among them.
 type receiver struct {
 	c               *net.UDPConn
 	buf, oob        []byte
@@ -143,13 +203,14 @@ func newReceiver(c *net.UDPConn) *receiver {
 	return &receiver{c: c, buf: make([]byte, 1<<16), oob: make([]byte, unix.CmsgSpace(4))}
 }
 
-// next receives once: a control message (ok) from, or data counted.
-func (r *receiver) next() (ctl []byte, from *net.UDPAddr, err error) {
+// next receives once: a control message and its sender, or nil when it
+// was data (counted).
+func (r *receiver) next() (msg []byte, from *net.UDPAddr, err error) {
 	n, oobn, _, from, err := r.c.ReadMsgUDP(r.buf, r.oob)
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, _, _, _, ok := parseControl(r.buf[:n]); ok {
+	if _, ok := parseControl(r.buf[:n]); ok {
 		return r.buf[:n], from, nil
 	}
 	seg := 0
@@ -170,16 +231,18 @@ func (r *receiver) next() (ctl []byte, from *net.UDPAddr, err error) {
 }
 
 // blast sends runs of segs datagrams of dlen bytes to c's peer (to, when
-// c is not connected) until the deadline and returns the datagrams the
-// kernel took. A send refused for a full queue (ENOBUFS, EAGAIN) is a
-// run lost on the sender's side, as iperf3 counts it.
-func blast(c *net.UDPConn, to *net.UDPAddr, dlen, segs int, until time.Time) (int64, error) {
+// c is not connected) at bps bits per second (0: unpaced) until the
+// deadline and returns the datagrams the kernel took. A send refused for
+// a full queue (ENOBUFS, EAGAIN) is a run lost on the sender's side, as
+// iperf3 counts it.
+func blast(c *net.UDPConn, to *net.UDPAddr, dlen, segs int, bps float64, until time.Time) (int64, error) {
 	if err := setInt(c, unix.SOL_UDP, unix.UDP_SEGMENT, dlen); err != nil {
 		return 0, fmt.Errorf("UDP_SEGMENT: %w", err)
 	}
 	defer setInt(c, unix.SOL_UDP, unix.UDP_SEGMENT, 0)
 	run := make([]byte, dlen*segs)
 	var sent int64
+	p := pacer{start: time.Now(), bps: bps}
 	for i := 0; ; i++ {
 		if i%16 == 0 && time.Now().After(until) {
 			return sent, nil
@@ -193,6 +256,7 @@ func blast(c *net.UDPConn, to *net.UDPAddr, dlen, segs int, until time.Time) (in
 		} else {
 			_, err = c.Write(run)
 		}
+		p.wait(len(run))
 		switch {
 		case err == nil:
 			sent += int64(segs)
@@ -223,27 +287,28 @@ func serveOn(c *net.UDPConn) error {
 	}
 	r := newReceiver(c)
 	for {
-		ctl, from, err := r.next()
+		b, from, err := r.next()
 		if err != nil {
 			return err
 		}
-		op, a, b, d, ok := parseControl(ctl)
+		m, ok := parseControl(b)
 		if !ok {
 			continue
 		}
-		switch op {
+		switch m.op {
 		case opReset:
 			r.datagrams, r.size = 0, 0
 		case opEnd:
-			c.WriteToUDP(control(opCount, r.datagrams, r.size, 0), from)
+			c.WriteToUDP(ctl{op: opCount, n: [4]int64{r.datagrams, r.size}}.encode(), from)
 		case opBlast:
-			sent, err := blast(c, from, int(b), int(d), time.Now().Add(time.Duration(a)*time.Millisecond))
+			// n: milliseconds, datagram length, datagrams a send, bits/s.
+			sent, err := blast(c, from, int(m.n[1]), int(m.n[2]), float64(m.n[3]), time.Now().Add(time.Duration(m.n[0])*time.Millisecond))
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "udpgso: blast:", err)
 			}
 			time.Sleep(ctlPause)
 			for range 10 {
-				c.WriteToUDP(control(opDone, sent, 0, 0), from)
+				c.WriteToUDP(ctl{op: opDone, n: [4]int64{sent}}.encode(), from)
 				time.Sleep(20 * time.Millisecond)
 			}
 		}
@@ -252,7 +317,7 @@ func serveOn(c *net.UDPConn) error {
 
 // client runs one test against the server at to: it sends (recv false)
 // or has the server send to it.
-func client(to string, secs float64, dlen, segs int, recv bool) (res result, err error) {
+func client(to string, secs float64, dlen, segs int, bps float64, recv bool) (res result, err error) {
 	addr, err := net.ResolveUDPAddr("udp", to)
 	if err != nil {
 		return res, err
@@ -269,28 +334,28 @@ func client(to string, secs float64, dlen, segs int, recv bool) (res result, err
 	r := newReceiver(c)
 	if recv {
 		start := time.Now()
-		if _, err := c.Write(control(opBlast, ms, int64(dlen), int64(segs))); err != nil {
+		if _, err := c.Write(ctl{op: opBlast, n: [4]int64{ms, int64(dlen), int64(segs), int64(bps)}}.encode()); err != nil {
 			return res, err
 		}
 		c.SetReadDeadline(start.Add(time.Duration(ms)*time.Millisecond + 5*time.Second))
 		for {
-			ctl, _, err := r.next()
+			b, _, err := r.next()
 			if err != nil {
 				return res, fmt.Errorf("waiting for the server's end: %w (%d datagrams received)", err, r.datagrams)
 			}
-			if op, a, _, _, ok := parseControl(ctl); ok && op == opDone {
-				res.Sent, res.Seconds = a, float64(ms)/1000
+			if m, ok := parseControl(b); ok && m.op == opDone {
+				res.Sent, res.Seconds = m.n[0], float64(ms)/1000
 				break
 			}
 		}
 		res.Received, res.Bytes = r.datagrams, r.size
 	} else {
-		if _, err := c.Write(control(opReset, 0, 0, 0)); err != nil {
+		if _, err := c.Write(ctl{op: opReset}.encode()); err != nil {
 			return res, err
 		}
 		time.Sleep(ctlPause)
 		start := time.Now()
-		sent, err := blast(c, nil, dlen, segs, start.Add(time.Duration(ms)*time.Millisecond))
+		sent, err := blast(c, nil, dlen, segs, bps, start.Add(time.Duration(ms)*time.Millisecond))
 		if err != nil {
 			return res, err
 		}
@@ -300,14 +365,14 @@ func client(to string, secs float64, dlen, segs int, recv bool) (res result, err
 			if try == 50 {
 				return res, errors.New("no count from the server")
 			}
-			c.Write(control(opEnd, 0, 0, 0))
+			c.Write(ctl{op: opEnd}.encode())
 			c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-			ctl, _, err := r.next()
+			b, _, err := r.next()
 			if err != nil {
 				continue
 			}
-			if op, a, b, _, ok := parseControl(ctl); ok && op == opCount {
-				res.Received, res.Bytes = a, b
+			if m, ok := parseControl(b); ok && m.op == opCount {
+				res.Received, res.Bytes = m.n[0], m.n[1]
 				break
 			}
 		}

@@ -18,7 +18,7 @@ func TestLoopback(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	go serveOn(c)
 	for _, recv := range []bool{false, true} {
-		res, err := client(c.LocalAddr().String(), 0.3, 1472, 44, recv)
+		res, err := client(c.LocalAddr().String(), 0.3, 1472, 44, 0, recv)
 		if err != nil {
 			t.Fatalf("recv=%v: %v", recv, err)
 		}
@@ -35,15 +35,45 @@ func TestLoopback(t *testing.T) {
 // TestControlRoundTrip: a control message reads back as written, and data
 // of any other length or content is not taken for one.
 func TestControlRoundTrip(t *testing.T) {
-	m := control(opCount, 1, 1<<40, -3)
-	op, a, b, c, ok := parseControl(m)
-	if !ok || op != opCount || a != 1 || b != 1<<40 || c != -3 {
-		t.Fatalf("parseControl = %c %d %d %d %v", op, a, b, c, ok)
+	in := ctl{op: opCount, n: [4]int64{1, 1 << 40, -3, 7}}
+	m := in.encode()
+	if out, ok := parseControl(m); !ok || out != in {
+		t.Fatalf("parseControl = %+v %v, want %+v", out, ok, in)
 	}
-	if _, _, _, _, ok := parseControl(make([]byte, ctlLen)); ok {
+	if _, ok := parseControl(make([]byte, ctlLen)); ok {
 		t.Fatal("zeros parsed as a control message")
 	}
-	if _, _, _, _, ok := parseControl(append(m, 0)); ok {
+	if _, ok := parseControl(append(m, 0)); ok {
 		t.Fatal("a longer datagram parsed as a control message")
 	}
+}
+
+// TestPacedRate: with a rate, the sender keeps to it (a paced run sends
+// no more than the rate allows, give or take the first send), and
+// parseRate reads iperf3's suffixes.
+func TestPacedRate(t *testing.T) {
+	for in, want := range map[string]float64{"": 0, "0": 0, "10G": 10e9, "500M": 500e6, "64k": 64e3, "1234": 1234} {
+		if got, err := parseRate(in); err != nil || got != want {
+			t.Fatalf("parseRate(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := parseRate("fast"); err == nil {
+		t.Fatal(`parseRate("fast") accepted`)
+	}
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go serveOn(c)
+	const bps = 200e6
+	res, err := client(c.LocalAddr().String(), 0.5, 1472, 44, bps, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := float64(res.Sent*1472) * 8
+	if max := bps*res.Seconds + 44*1472*8; sent > max {
+		t.Fatalf("sent %.0f bits in %.2f s at %.0f bit/s: more than %.0f", sent, res.Seconds, bps, max)
+	}
+	t.Logf("%+v: %.0f Mbit/s", res, sent/res.Seconds/1e6)
 }

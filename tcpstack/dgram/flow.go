@@ -64,6 +64,10 @@ type flow struct {
 	// hint is what a batch of received datagrams reserves for each
 	// (udp_recv.go nextHint; 0: nothing received yet).
 	hint int
+	// groSeg is the segment size of the last run UDP_GRO coalesced on the
+	// socket, while the flow's receives keep coming coalesced (0: the last
+	// batch had none): with USO, the next receive reserves for a whole run.
+	groSeg int
 	// gsoLimit: guest datagrams go out in UDP_SEGMENT sends only when
 	// smaller than it (0: any size); the kernel refused one of this size
 	// (udp_send.go).

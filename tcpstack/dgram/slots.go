@@ -103,7 +103,7 @@ func (ft *Table) place(key *flowKey, fd int, c flowClass) (int32, bool) {
 	i := ft.free[len(ft.free)-1]
 	ft.free = ft.free[:len(ft.free)-1]
 	f := &ft.flows[i]
-	f.key, f.fd, f.inUse, f.lastUsed, f.class, f.dns, f.fwd, f.hint, f.gsoLimit = *key, fd, true, ft.now, c, false, -1, 0, 0
+	f.key, f.fd, f.inUse, f.lastUsed, f.class, f.dns, f.fwd, f.hint, f.groSeg, f.gsoLimit = *key, fd, true, ft.now, c, false, -1, 0, 0, 0
 	f.gen++
 	// Counted before the registration, so that release undoes exactly
 	// this when it fails.

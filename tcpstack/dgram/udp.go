@@ -63,7 +63,7 @@ func (ft *Table) UDP(now time.Time, p *header.Packet, frame [][]byte, skip int, 
 	seg := n
 	if vh.GSOKind() == virtqueue.GSOUDPL4 && vh.GSOSize > 0 {
 		seg = int(vh.GSOSize)
-		if n/seg > maxUSOSegments {
+		if (n+seg-1)/seg > maxUSOSegments {
 			// A tiny segment size would turn one frame into thousands of
 			// datagrams; no real driver does that.
 			st.UDPDrop(stats.FromGuest, stats.DropMalformed)
@@ -161,6 +161,10 @@ func (ft *Table) commitDatagram(w guestring.Sink, hdr []byte, key *flowKey, pay 
 // sum over that length), which the guest adjusts for each datagram it cuts.
 func (ft *Table) commitRun(w guestring.Sink, hdr []byte, key *flowKey, pay [][]byte, n, seg int) {
 	ft.buildUDPHeaders(hdr, key, pay, n)
+	if !key.v6 {
+		// The guest numbers the datagrams it cuts from the frame's ID on.
+		ft.ipID += uint16((n+seg-1)/seg - 1)
+	}
 	ft.vh.GSOType = virtqueue.GSOUDPL4
 	ft.vh.GSOSize = uint16(seg)
 	ft.vh.HdrLen = uint16(len(hdr))

@@ -74,8 +74,10 @@ type udpRecv struct {
 	// that hands over more than maxGROSegments at once), to be counted
 	// as drops.
 	lost int
-	// coalesced counts the receives UDP_GRO had coalesced.
-	coalesced uint64
+	// coalesced counts the receives UDP_GRO had coalesced, inPlace those
+	// of them that went to the guest as USO frames where they were
+	// received.
+	coalesced, inPlace uint64
 }
 
 // pendingDatagram is a datagram at off in overflow region reg, n bytes
@@ -83,10 +85,14 @@ type udpRecv struct {
 // bytes (the last maybe shorter) for one USO frame (usoRun), which split
 // turns back into single datagrams when the guest cannot take the frame.
 type pendingDatagram struct {
-	reg    uint8
+	reg uint8
+	// split: the run goes datagram by datagram.
 	split  bool
 	off, n int32
 	seg    int32
+	// got is what the last reservation that fell short of the whole run
+	// held (0: none did yet).
+	got int32
 }
 
 // maxGuestUSOSegments bounds the datagrams of one USO frame to the guest:
@@ -96,8 +102,12 @@ const maxGuestUSOSegments = 64
 
 // usoRun is how many bytes of datagrams of seg bytes one USO frame to the
 // guest carries over IPv6 (v6) or IPv4: at most maxGuestUSOSegments of
-// them, within an IP packet's length; 0 when not even two fit.
+// them, within an IP packet's length; 0 when not even two fit (or seg is
+// not a size).
 func usoRun(seg int, v6 bool) int {
+	if seg <= 0 {
+		return 0
+	}
 	_, maxPay := udpFrameSizes(v6)
 	k := min(maxGuestUSOSegments, maxPay/seg)
 	if k < 2 {
@@ -160,9 +170,17 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 	f := &ft.flows[i]
 	rx := &ft.rx
 	hl, maxPay := udpFrameSizes(f.key.v6)
+	uso := ft.usoTo(f.key.v6)
 	want := maxPay // a buffer each, whatever it holds
 	if w.Merging() {
 		want = min(cmp.Or(f.hint, udpHintFloor(f.key.v6)), maxPay)
+		if run := usoRun(f.groSeg, f.key.v6); uso && run > 0 {
+			// Runs keep coming coalesced: receive the next into a
+			// reservation of a whole USO frame, which it then leaves
+			// in place, and alone, so that a short one gives back the
+			// buffers it did not need rather than wasting them.
+			want, max = run, 1
+		}
 	}
 	b := &rx.batch
 	b.Reset()
@@ -208,13 +226,14 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 	}
 	ft.touch(i)
 	f.hint = nextHint(b, m, want, udpHintFloor(f.key.v6))
-	uso := ft.usoTo(f.key.v6)
+	f.groSeg = lastRun(b, m)
 	for j := range m {
 		n, mflags := b.Received(j)
 		seg := b.Segment(j)
 		if uso && seg > 0 && seg < n && n <= rx.plen[j] && mflags&unix.MSG_TRUNC == 0 && n <= usoRun(seg, f.key.v6) {
 			// A coalesced run that fits its reservation goes as it lies.
 			rx.coalesced++
+			rx.inPlace++
 			ft.commitRun(w, rx.hdr[j], &f.key, rx.iov[rx.iovAt[j]:rx.iovAt[j+1]], n, seg)
 			continue
 		}
@@ -235,6 +254,17 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 		w.Abort()
 	}
 	return flowBudgetUsed, m
+}
+
+// lastRun is the segment size of the last of the m datagrams of b that
+// UDP_GRO coalesced, 0 when none was.
+func lastRun(b *hostsock.Batch, m int) int {
+	for j := m - 1; j >= 0; j-- {
+		if n, _ := b.Received(j); b.Segment(j) > 0 && b.Segment(j) < n {
+			return b.Segment(j)
+		}
+	}
+	return 0
 }
 
 // nextHint is what the next batch of a flow reserves per datagram with
@@ -363,9 +393,21 @@ func (ft *Table) deliverOne(w guestring.Sink, d *pendingDatagram, hl int, key *f
 			n = min(n, seg)
 		}
 		hdr, pay, s := w.Reserve(hl, n)
-		if s == guestring.OK && iovLen(pay) < n {
+		if got := iovLen(pay); s == guestring.OK && got < n {
 			w.Abort()
-			if w.MoreLater() {
+			switch {
+			case run && d.got > 0 && got <= int(d.got):
+				// No more buffers than at the last try: a ring that
+				// holds fewer than the run would keep it, and the
+				// flows behind it, waiting for ever. (A try that came
+				// before any refill cuts the run up early: it costs
+				// frames, nothing else.)
+				d.split = true
+				continue
+			case w.MoreLater():
+				if run {
+					d.got = int32(got)
+				}
 				return true
 			}
 			s = guestring.NoFit

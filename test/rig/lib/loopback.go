@@ -21,7 +21,7 @@ var (
 // loopbackFeatures are the virtio features the rig-alone rings stand for:
 // what the rig negotiates with vunet (VERSION_1 header, every offload the
 // TAP carries), without MRG_RXBUF, as every RX buffer holds a whole frame.
-var loopbackFeatures = frontend.Bit(frontend.FeatVersion1) | offloadFeatureMask
+func loopbackFeatures() uint64 { return frontend.Bit(frontend.FeatVersion1) | supportedOffloads() }
 
 // startLoopback builds the rig-alone data path: one memory, four rings, the
 // copying device, two TAPs and their bridges, static addresses.
@@ -53,7 +53,7 @@ func (r *Rig) startLoopback() error {
 	inline := !o.Impair.On()
 	var brs [2]*bridge
 	const hdrLen = 12 // virtio 1.x header
-	offloads := tunOffloads(loopbackFeatures)
+	offloads := tunOffloads(loopbackFeatures())
 	for i, ns := range []string{r.guestNS, r.hostNS} {
 		tx, err := pairs[i][1].Fixed(o.BufSize, false)
 		if err != nil {

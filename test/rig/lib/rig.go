@@ -226,7 +226,7 @@ func (r *Rig) connect(ctx context.Context) error {
 	r.fe = fe
 	mask := r.opts.FeatureMask
 	if mask == 0 {
-		mask = frontend.DefaultFeatureMask | offloadFeatureMask
+		mask = frontend.DefaultFeatureMask | supportedOffloads()
 	}
 	// Rings, headers and buffers of both directions in one memfd.
 	mem := uint64(r.opts.QueuePairs)*uint64(r.opts.RXRingSize+r.opts.TXRingSize)*uint64(r.opts.BufSize) + 4<<20
@@ -345,7 +345,7 @@ func (r *Rig) MTU() int { return r.mtu }
 func (r *Rig) Features() uint64 {
 	switch {
 	case r.opts.Loopback:
-		return loopbackFeatures
+		return loopbackFeatures()
 	case r.fe == nil:
 		return 0
 	}

@@ -2,6 +2,8 @@ package rig
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -95,11 +97,58 @@ func tunOffloads(features uint64) int {
 }
 
 // offloadFeatureMask is what the rig's front-end accepts of the offloads
-// offered: all of them, since the TAP handles each (see tunOffloads).
+// offered: all of them, since the TAP handles each (see tunOffloads), but
+// USO only where this kernel's TAP does (supportedOffloads).
 var offloadFeatureMask = frontend.Bit(frontend.FeatCSUM) | frontend.Bit(frontend.FeatGuestCSUM) |
 	frontend.Bit(frontend.FeatGuestTSO4) | frontend.Bit(frontend.FeatGuestTSO6) |
 	frontend.Bit(frontend.FeatGuestECN) | frontend.Bit(frontend.FeatGuestUFO) |
 	frontend.Bit(frontend.FeatHostTSO4) | frontend.Bit(frontend.FeatHostTSO6) |
 	frontend.Bit(frontend.FeatHostECN) | frontend.Bit(frontend.FeatHostUFO) |
-	frontend.Bit(frontend.FeatGuestUSO4) | frontend.Bit(frontend.FeatGuestUSO6) |
+	usoFeatureMask
+
+// usoFeatureMask is the USO bits: GUEST_USO4/6 and HOST_USO.
+var usoFeatureMask = frontend.Bit(frontend.FeatGuestUSO4) | frontend.Bit(frontend.FeatGuestUSO6) |
 	frontend.Bit(frontend.FeatHostUSO)
+
+// supportedOffloads is offloadFeatureMask less USO on a kernel whose TAP
+// does not take it (TapUSO): before Linux 6.2 TUNSETOFFLOAD refuses the
+// USO bits, and a TAP write refuses a GSO_UDP_L4 frame, so a rig that
+// negotiated USO could not even open its TAP.
+func supportedOffloads() uint64 {
+	if TapUSO() {
+		return offloadFeatureMask
+	}
+	return offloadFeatureMask &^ usoFeatureMask
+}
+
+// TapUSO reports whether this kernel's TAP takes UDP segmentation offload
+// (TUN_F_USO4|TUN_F_USO6, Linux 6.2 on), tried once on a TAP of a
+// namespace of its own.
+var TapUSO = sync.OnceValue(func() bool {
+	ok := make(chan bool, 1)
+	go func() {
+		// The thread enters a namespace of its own and is never given
+		// back to the scheduler: it ends with the goroutine.
+		runtime.LockOSThread()
+		if unix.Unshare(unix.CLONE_NEWNET) != nil {
+			ok <- false
+			return
+		}
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ok <- false
+			return
+		}
+		defer unix.Close(fd)
+		ifr, err := unix.NewIfreq("")
+		if err == nil {
+			ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+			err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+		}
+		if err == nil {
+			err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM|unix.TUN_F_USO4|unix.TUN_F_USO6)
+		}
+		ok <- err == nil
+	}()
+	return <-ok
+})

@@ -177,8 +177,10 @@ const DefaultFeatures uint64 = 1<<virtqueue.FeatureVersion1 | 1<<virtqueue.Featu
 // QEMU to the guest: with them a guest hands over (and takes) 64 KiB TCP
 // segments, and runs of UDP datagrams as one frame, with partial checksums,
 // and since vunet writes payloads to host sockets and reads them back,
-// neither side ever computes a checksum in software. The USO bits are
-// unknown to QEMU before 8.2, which then offers them to no guest.
+// neither side ever computes a checksum in software. QEMU's virtio-net
+// clears the USO bits for any netdev but tap (peer_has_uso: the vhost-user
+// netdev reports no USO), so a QEMU guest takes TSO only; other front-ends
+// (DPDK's virtio-user, the rig) see them.
 const OffloadFeatures uint64 = 1<<virtqueue.FeatureNetCsum | 1<<virtqueue.FeatureNetGuestCsum |
 	1<<virtqueue.FeatureNetHostTSO4 | 1<<virtqueue.FeatureNetHostTSO6 |
 	1<<virtqueue.FeatureNetGuestTSO4 | 1<<virtqueue.FeatureNetGuestTSO6 |

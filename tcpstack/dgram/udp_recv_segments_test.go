@@ -1,10 +1,8 @@
 package dgram
 
 import (
+	"slices"
 	"testing"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"vunet/tcpstack/stats"
 )
@@ -18,16 +16,7 @@ import (
 func TestUDPReceiveSegmentedSends(t *testing.T) {
 	ft, i, c := flowTo(t)
 	w := &ringSink{bufSize: 1536, mrg: true, free: 1 << 20}
-	raw, err := c.c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	oob := make([]byte, unix.CmsgSpace(2))
-	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
-	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
-	h.SetLen(unix.CmsgLen(2))
 	const seg, perSend, sends = 400, 128, 16
-	*(*uint16)(unsafe.Pointer(&oob[unix.CmsgLen(0)])) = seg
 	var sizes []int
 	// The flow's first datagram is received alone; a single one first.
 	if _, err := c.Write(datagram(0, 10)); err != nil {
@@ -36,17 +25,11 @@ func TestUDPReceiveSegmentedSends(t *testing.T) {
 	sizes = append(sizes, 10)
 	flushFlow(t, ft, i, w)
 	for range sends {
-		var buf []byte
-		for range perSend {
-			buf = append(buf, datagram(len(sizes), seg)...)
-			sizes = append(sizes, seg)
+		seq := len(sizes)
+		if err := trySendSegmented(c, &seq, seg, slices.Repeat([]int{seg}, perSend)...); err != nil {
+			t.Skip("this kernel refuses 128 segments a send (UDP_MAX_SEGMENTS is 64 before Linux 6.9):", err)
 		}
-		var serr error
-		if err := raw.Control(func(fd uintptr) {
-			_, serr = unix.SendmsgN(int(fd), buf, oob, &unix.SockaddrInet4{Port: c.to.Port, Addr: [4]byte{127, 0, 0, 1}}, 0)
-		}); err != nil || serr != nil {
-			t.Skip("this kernel refuses 128 segments a send (UDP_MAX_SEGMENTS is 64 before Linux 6.9):", err, serr)
-		}
+		sizes = append(sizes, slices.Repeat([]int{seg}, perSend)...)
 	}
 	flushFlow(t, ft, i, w)
 	drops := ft.st.Proto.UDPDrops[stats.ToGuest][stats.DropNoFit].Load()

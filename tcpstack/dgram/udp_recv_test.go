@@ -165,6 +165,47 @@ func flushFlow(t *testing.T, ft *Table, i int32, w guestring.Sink) {
 	}
 }
 
+// sendSegmented sends the datagrams of lens (numbered from *seq) from c as
+// one UDP_SEGMENT send of segment size seg, which the flow's UDP_GRO
+// socket receives whole.
+func sendSegmented(t testing.TB, c *peer, seq *int, seg int, lens ...int) []int {
+	t.Helper()
+	if err := trySendSegmented(c, seq, seg, lens...); err != nil {
+		t.Fatal(err)
+	}
+	return lens
+}
+
+// trySendSegmented is sendSegmented that returns the send's error.
+func trySendSegmented(c *peer, seq *int, seg int, lens ...int) error {
+	raw, err := c.c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	oob := make([]byte, unix.CmsgSpace(2))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(oob[unix.CmsgLen(0):], uint16(seg))
+	var buf []byte
+	for _, n := range lens {
+		buf = append(buf, datagram(*seq, n)...)
+		*seq++
+	}
+	var to unix.Sockaddr = &unix.SockaddrInet4{Port: c.to.Port, Addr: [4]byte{127, 0, 0, 1}}
+	if c.to.IP.To4() == nil {
+		to = &unix.SockaddrInet6{Port: c.to.Port, Addr: [16]byte(c.to.IP.To16())}
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) { _, serr = unix.SendmsgN(int(fd), buf, oob, to, 0) }); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("UDP_SEGMENT send of %d datagrams of %d bytes: %w", len(lens), seg, serr)
+	}
+	return nil
+}
+
 // checkFrames checks that the guest got exactly datagrams 0..len(sizes)-1
 // in order, byte for byte, each with a valid UDP header and checksum.
 func checkFrames(t *testing.T, ft *Table, w *ringSink, sizes []int) {
@@ -410,28 +451,10 @@ func TestUDPReceiveSplitsCoalesced(t *testing.T) {
 			ft, i, c := flowTo(t)
 			w := &tc.sink
 			w.free = 1 << 20
-			raw, err := c.c.SyscallConn()
-			if err != nil {
-				t.Fatal(err)
-			}
-			oob := make([]byte, unix.CmsgSpace(2))
-			h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
-			h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
-			h.SetLen(unix.CmsgLen(2))
 			var sizes []int
 			segmented := func(seg int, lens ...int) {
-				var buf []byte
-				for _, n := range lens {
-					buf = append(buf, datagram(len(sizes), n)...)
-					sizes = append(sizes, n)
-				}
-				*(*uint16)(unsafe.Pointer(&oob[unix.CmsgLen(0)])) = uint16(seg)
-				var serr error
-				if err := raw.Control(func(fd uintptr) {
-					_, serr = unix.SendmsgN(int(fd), buf, oob, &unix.SockaddrInet4{Port: c.to.Port, Addr: [4]byte{127, 0, 0, 1}}, 0)
-				}); err != nil || serr != nil {
-					t.Fatal(err, serr)
-				}
+				seq := len(sizes)
+				sizes = append(sizes, sendSegmented(t, c, &seq, seg, lens...)...)
 			}
 			single := func(n int) {
 				if _, err := c.Write(datagram(len(sizes), n)); err != nil {

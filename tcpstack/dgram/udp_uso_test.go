@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -16,38 +15,6 @@ import (
 	"vunet/tcpstack/stats"
 	"vunet/virtqueue"
 )
-
-// sendSegmented sends the datagrams of lens (numbered from *seq) from c as
-// one UDP_SEGMENT send of segment size seg, which the flow's UDP_GRO
-// socket receives whole.
-func sendSegmented(t testing.TB, c *peer, seq *int, seg int, lens ...int) []int {
-	t.Helper()
-	raw, err := c.c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	oob := make([]byte, unix.CmsgSpace(2))
-	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
-	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
-	h.SetLen(unix.CmsgLen(2))
-	binary.NativeEndian.PutUint16(oob[unix.CmsgLen(0):], uint16(seg))
-	var buf []byte
-	for _, n := range lens {
-		buf = append(buf, datagram(*seq, n)...)
-		*seq++
-	}
-	var to unix.Sockaddr = &unix.SockaddrInet4{Port: c.to.Port, Addr: [4]byte{127, 0, 0, 1}}
-	if c.to.IP.To4() == nil {
-		to = &unix.SockaddrInet6{Port: c.to.Port, Addr: [16]byte(c.to.IP.To16())}
-	}
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		_, serr = unix.SendmsgN(int(fd), buf, oob, to, 0)
-	}); err != nil || serr != nil {
-		t.Fatal(err, serr)
-	}
-	return lens
-}
 
 // cutFrames undoes USO the way the guest's kernel does (__udp_gso_segment):
 // each frame of w becomes its datagrams, every one checked for the headers

@@ -67,22 +67,13 @@ func runIperf(ctx context.Context, t *target, s iperfSpec) (iperfResult, error) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(s.seconds)*time.Second+15*time.Second)
 	defer cancel()
-	pid := t.cpuPID()
-	var cpu0 float64
-	if pid > 0 {
-		var err error
-		if cpu0, err = cpuSeconds(pid); err != nil {
-			return res, fmt.Errorf("back-end cpu: %w", err)
-		}
+	var out []byte
+	var runErr error
+	cpu, err := cpuDuring(t.cpuPID(), func() { out, runErr = t.guestCommand(ctx, args...).Output() })
+	if err != nil {
+		return res, err
 	}
-	out, runErr := t.guestCommand(ctx, args...).Output()
-	if pid > 0 {
-		cpu1, err := cpuSeconds(pid)
-		if err != nil {
-			return res, fmt.Errorf("back-end cpu (back-end gone?): %w", err)
-		}
-		res.cpu = cpu1 - cpu0
-	}
+	res.cpu = cpu
 	var o iperfOut
 	if err := json.Unmarshal(out, &o); err != nil {
 		if runErr != nil {
@@ -125,6 +116,25 @@ func runIperf(ctx context.Context, t *target, s iperfSpec) (iperfResult, error) 
 	res.gbits = r.BitsPerSecond / 1e9
 	res.sentGbits = o.End.SumSent.BitsPerSecond / 1e9
 	return res, nil
+}
+
+// cpuDuring runs fn and returns the CPU seconds process pid spent
+// meanwhile (0 for pid 0: the kernel rows).
+func cpuDuring(pid int, fn func()) (float64, error) {
+	if pid <= 0 {
+		fn()
+		return 0, nil
+	}
+	cpu0, err := cpuSeconds(pid)
+	if err != nil {
+		return 0, fmt.Errorf("back-end cpu: %w", err)
+	}
+	fn()
+	cpu1, err := cpuSeconds(pid)
+	if err != nil {
+		return 0, fmt.Errorf("back-end cpu (back-end gone?): %w", err)
+	}
+	return cpu1 - cpu0, nil
 }
 
 // firstLine is the first line of iperf3's complaint, from stdout or, for a

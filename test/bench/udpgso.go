@@ -73,25 +73,15 @@ func (r *runner) measureUDPGSO(ctx context.Context, t *target, label, dir string
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(r.s.seconds)*time.Second+20*time.Second)
 	defer cancel()
-	pid := t.cpuPID()
-	var cpu0 float64
-	if pid > 0 {
-		var err error
-		if cpu0, err = cpuSeconds(pid); err != nil {
-			row.Error = fmt.Sprintf("back-end cpu: %v", err)
-			return row
-		}
-	}
-	out, err := t.guestCommand(ctx, r.udpgso, mode, "-to", net.JoinHostPort(t.serverIP, strconv.Itoa(udpGSOPort)),
-		"-t", strconv.Itoa(r.s.seconds), "-len", strconv.Itoa(udpLen), "-segs", strconv.Itoa(udpGSOSegs), "-b", r.s.udpRate).Output()
-	var cpu float64
-	if pid > 0 {
-		cpu1, cerr := cpuSeconds(pid)
-		if cerr != nil {
-			row.Error = fmt.Sprintf("back-end cpu (back-end gone?): %v", cerr)
-			return row
-		}
-		cpu = cpu1 - cpu0
+	var out []byte
+	var err error
+	cpu, cerr := cpuDuring(t.cpuPID(), func() {
+		out, err = t.guestCommand(ctx, r.udpgso, mode, "-to", net.JoinHostPort(t.serverIP, strconv.Itoa(udpGSOPort)),
+			"-t", strconv.Itoa(r.s.seconds), "-len", strconv.Itoa(udpLen), "-segs", strconv.Itoa(udpGSOSegs), "-b", r.s.udpRate).Output()
+	})
+	if cerr != nil {
+		row.Error = cerr.Error()
+		return row
 	}
 	if err != nil {
 		row.Error = fmt.Sprintf("udpgso %s: %v: %s", mode, err, firstLine(out, err))
@@ -108,7 +98,7 @@ func (r *runner) measureUDPGSO(ctx context.Context, t *target, label, dir string
 	row.Value, row.Bytes = float64(res.Bytes)*8/res.Seconds/1e9, res.Bytes
 	loss := 100 * float64(res.Sent-res.Received) / float64(res.Sent)
 	row.LossPercent = ptr(loss)
-	if pid > 0 && res.Bytes > 0 {
+	if t.cpuPID() > 0 && res.Bytes > 0 {
 		row.CPUSecPerGB = ptr(cpu / (float64(res.Bytes) / 1e9))
 		row.BackendBusy = ptr(cpu / res.Seconds)
 	}

@@ -57,8 +57,10 @@ func TestPacedRate(t *testing.T) {
 			t.Fatalf("parseRate(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	if _, err := parseRate("fast"); err == nil {
-		t.Fatal(`parseRate("fast") accepted`)
+	for _, bad := range []string{"fast", "-1G", "NaN", "Inf", "+InfG"} {
+		if _, err := parseRate(bad); err == nil {
+			t.Fatalf("parseRate(%q) accepted", bad)
+		}
 	}
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {

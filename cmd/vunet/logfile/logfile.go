@@ -33,8 +33,15 @@ const keepQuarters = 3
 // regular file (a pipe, a terminal, /dev/null) is written to without a
 // cap.
 type File struct {
-	mu     sync.Mutex
-	f      *os.File
+	mu sync.Mutex
+	f  *os.File
+	// rw is a second description of the same file, not in append mode,
+	// for the cut's positioned writes: f stays in append mode throughout,
+	// so that a write through a duplicate of it (the daemon's standard
+	// error) never lands past the end of a file the cut just shortened.
+	// nil: it could not be opened, and the cut leaves f's append mode for
+	// its moves (as passt does).
+	rw     *os.File
 	max    int64
 	size   int64 // bytes in the file, as far as our writes tell
 	capped bool
@@ -69,7 +76,24 @@ func Open(path string, max int64, marker func(removed int64) []byte) (*File, err
 		return nil, err
 	}
 	lf := &File{f: f, max: max, size: st.Size(), capped: st.Mode().IsRegular(), marker: marker}
+	if lf.capped {
+		lf.rw = sameFile(path, st)
+	}
 	return lf, nil
+}
+
+// sameFile opens path again for reading and writing, without append mode,
+// if it is still the file st describes; nil if not.
+func sameFile(path string, st os.FileInfo) *os.File {
+	rw, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil
+	}
+	if st2, err := rw.Stat(); err != nil || !os.SameFile(st, st2) {
+		rw.Close()
+		return nil
+	}
+	return rw
 }
 
 // Write appends p, first cutting old lines if p would not fit.
@@ -91,7 +115,7 @@ func (l *File) Write(p []byte) (int, error) {
 		if err := l.cut(int64(len(p))); err != nil {
 			return 0, err
 		}
-		if room := l.max - l.size; int64(len(p)) > room {
+		if room := max(l.max-l.size, 0); int64(len(p)) > room {
 			p = p[:room] // one record larger than the cap
 		}
 	}
@@ -106,17 +130,22 @@ func (l *File) Write(p []byte) (int, error) {
 // cut removes the oldest lines so that the rest, the marker and need bytes
 // fit in keepQuarters/4 of the cap, and writes the marker first.
 func (l *File) cut(need int64) error {
-	fd := int(l.f.Fd())
-	// pwrite ignores the offset on an append-mode file: leave append
-	// mode for the move, as passt does.
-	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		return fmt.Errorf("log cut: %w", err)
+	var fd int
+	if l.rw != nil {
+		fd = int(l.rw.Fd())
+	} else {
+		// pwrite ignores the offset on an append-mode file: leave
+		// append mode for the move.
+		fd = int(l.f.Fd())
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+		if err != nil {
+			return fmt.Errorf("log cut: %w", err)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags&^unix.O_APPEND); err != nil {
+			return fmt.Errorf("log cut: %w", err)
+		}
+		defer unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags)
 	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags&^unix.O_APPEND); err != nil {
-		return fmt.Errorf("log cut: %w", err)
-	}
-	defer unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags)
 
 	keep := l.max*keepQuarters/4 - need
 	// The marker's length depends on the number it prints: size it with
@@ -138,7 +167,10 @@ func (l *File) cut(need int64) error {
 	// is always before the source, so a forward copy is safe.
 	dst := int64(len(m))
 	for src := from; src < l.size; {
-		n, err := unix.Pread(fd, l.buf, src)
+		// Up to the size the cut started from: an uncapped writer may
+		// be appending meanwhile, and what it adds now goes with the
+		// truncation rather than pushing the kept lines past the cap.
+		n, err := unix.Pread(fd, l.buf[:min(int64(len(l.buf)), l.size-src)], src)
 		if err != nil {
 			return fmt.Errorf("log cut: %w", err)
 		}
@@ -203,5 +235,8 @@ func (l *File) File() *os.File { return l.f }
 func (l *File) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.rw != nil {
+		l.rw.Close()
+	}
 	return l.f.Close()
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func marker(removed int64) []byte { return fmt.Appendf(nil, "CUT %d\n", removed) }
@@ -165,5 +167,53 @@ func TestPipeIsNotCapped(t *testing.T) {
 func TestOpenRejectsTinyCap(t *testing.T) {
 	if _, err := Open(filepath.Join(t.TempDir(), "log"), MinMax-1, nil); err == nil {
 		t.Fatal("a cap below MinMax was accepted")
+	}
+}
+
+// TestUncappedWriterLeavesNoHole: the daemon's standard error is a
+// duplicate of the log's descriptor (a Go panic lands there, uncapped).
+// A write through it while a cut is under way must still go to the end
+// of the file: had the shared descriptor left append mode for the cut,
+// one landing after the cut's truncation would go to the old end and
+// leave a run of NUL bytes in the log.
+func TestUncappedWriterLeavesNoHole(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	f, err := Open(path, 4096, marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	stderr, err := unix.Dup(int(f.File().Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(stderr)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			unix.Write(stderr, []byte("stderr line\n"))
+		}
+	}()
+	line := []byte(strings.Repeat("y", 60) + "\n")
+	for range 20000 {
+		if _, err := f.Write(line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		t.Fatalf("NUL byte at %d of %d: a write landed past the end of the cut file", i, len(b))
 	}
 }

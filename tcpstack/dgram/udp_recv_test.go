@@ -106,12 +106,20 @@ func flowTo(t *testing.T) (*Table, int32, *peer) {
 	ft := newTestTable(4)
 	t.Cleanup(ft.Close)
 	key := v4Key(40000, uint16(srv.LocalAddr().(*net.UDPAddr).Port))
-	fd := udpSocketTo(t, srv.LocalAddr().(*net.UDPAddr))
-	// Room for a round of the largest datagrams (root may exceed rmem_max).
+	i, sa := adoptTestFlow(t, ft, &key, udpSocketTo(t, srv.LocalAddr().(*net.UDPAddr)))
+	return ft, i, &peer{srv, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*unix.SockaddrInet4).Port}}
+}
+
+// adoptTestFlow makes fd, a socket connected to a test server, ft's flow
+// for key, with room in its receive buffer for a round of the largest
+// datagrams (root may exceed rmem_max), and returns the flow and the
+// socket's own address (where the server sends to).
+func adoptTestFlow(t *testing.T, ft *Table, key *flowKey, fd int) (int32, unix.Sockaddr) {
+	t.Helper()
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
 	}
-	i, ok := ft.adopt(&key, fd)
+	i, ok := ft.adopt(key, fd)
 	if !ok {
 		t.Fatal("adopt")
 	}
@@ -119,7 +127,7 @@ func flowTo(t *testing.T) (*Table, int32, *peer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ft, i, &peer{srv, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*unix.SockaddrInet4).Port}}
+	return i, sa
 }
 
 // peer is the host end of a test flow.

@@ -389,17 +389,7 @@ func flowTo6(t *testing.T) (*Table, int32, *peer) {
 		unix.Close(fd)
 		t.Fatal(err)
 	}
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
-	}
-	i, ok := ft.adopt(&key, fd)
-	if !ok {
-		t.Fatal("adopt")
-	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, sa := adoptTestFlow(t, ft, &key, fd)
 	return ft, i, &peer{srv, &net.UDPAddr{IP: net.IPv6loopback, Port: sa.(*unix.SockaddrInet6).Port}}
 }
 

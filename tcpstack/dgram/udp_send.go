@@ -85,8 +85,20 @@ func (ft *Table) FlushSends() {
 		from = to
 	}
 	retried := false
+	// refused: the kernel refused UDP_SEGMENT messages of run's size on
+	// this flow, maybe earlier in this very flush.
+	refused := func(run hostsock.Run) bool { return run.Seg > 0 && f.gsoLimit != 0 && run.Seg >= f.gsoLimit }
 	for o := 0; o < k; {
-		r, err := tx.batch.SendRuns(tx.fd, tx.runs[o:k])
+		if refused(tx.runs[o]) {
+			ft.sendEach(tx.runs[o].From, tx.runs[o].To)
+			o++
+			continue
+		}
+		end := o + 1
+		for end < k && !refused(tx.runs[end]) {
+			end++
+		}
+		r, err := tx.batch.SendRuns(tx.fd, tx.runs[o:end])
 		if err == nil && r <= 0 {
 			err = unix.EIO // cannot happen; never loop on it
 		}

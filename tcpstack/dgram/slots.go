@@ -117,6 +117,12 @@ func (ft *Table) place(key *flowKey, fd int, c flowClass) (int32, bool) {
 	ft.st.Flows.Live[key.kind.proto()].Add(1)
 	if key.kind == flowUDP {
 		_ = hostsock.EnableGRO(fd) // readUDP splits what the kernel coalesced
+		// The default buffer (rmem_default, 208 KiB) holds three 64 KiB
+		// runs: a sender's burst longer than one loop wake-up would be
+		// lost in it. The kernel clamps the ask to net.core.rmem_max
+		// (no privilege needed below it); memory is taken only by what
+		// waits.
+		_ = hostsock.SetInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, udpRcvBuf)
 	}
 	if ft.ep != nil {
 		if err := ft.ep.Add(fd, unix.EPOLLIN|unix.EPOLLET, ft.token(i)); err != nil {

@@ -25,6 +25,10 @@ const (
 	// maxUSOSegments bounds the datagrams one USO frame may carry (Linux
 	// sends at most 64 per GSO skb, UDP_MAX_SEGMENTS).
 	maxUSOSegments = 128
+	// udpRcvBuf is the SO_RCVBUF a UDP flow's socket asks for, as QUIC
+	// stacks ask for theirs (quic-go: 7 MiB); the kernel grants at most
+	// net.core.rmem_max.
+	udpRcvBuf = 4 << 20
 )
 
 // UDP sends a guest UDP datagram (p, parsed from the frame at offset skip

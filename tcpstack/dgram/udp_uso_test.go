@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -474,5 +477,35 @@ func BenchmarkUDPRecvUSO(b *testing.B) {
 			}
 			b.ReportMetric(float64(w.uso-uso0)/float64(b.N), "uso/op")
 		})
+	}
+}
+
+// TestUDPFlowReceiveBuffer: a UDP flow's socket holds what rmem_max allows
+// up to udpRcvBuf, not the 208 KiB default, which a sender's burst of a
+// few 64 KiB runs overflows between two wake-ups.
+func TestUDPFlowReceiveBuffer(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/core/rmem_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rmemMax, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := loopbackUDP(t)
+	ft := newTestTable(4)
+	t.Cleanup(ft.Close)
+	key := v4Key(40000, uint16(srv.LocalAddr().(*net.UDPAddr).Port))
+	fd := udpSocketTo(t, srv.LocalAddr().(*net.UDPAddr))
+	if _, ok := ft.adopt(&key, fd); !ok {
+		t.Fatal("adopt")
+	}
+	got, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kernel doubles what it grants (bookkeeping overhead).
+	if want := 2 * min(udpRcvBuf, rmemMax); got != want {
+		t.Fatalf("SO_RCVBUF %d, want %d (rmem_max %d)", got, want, rmemMax)
 	}
 }

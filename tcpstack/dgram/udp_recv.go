@@ -90,9 +90,6 @@ type pendingDatagram struct {
 	split  bool
 	off, n int32
 	seg    int32
-	// got is what the last reservation that fell short of the whole run
-	// held (0: none did yet).
-	got int32
 }
 
 // maxGuestUSOSegments bounds the datagrams of one USO frame to the guest:
@@ -172,8 +169,10 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 	hl, maxPay := udpFrameSizes(f.key.v6)
 	uso := ft.usoTo(f.key.v6)
 	want := maxPay // a buffer each, whatever it holds
+	hinted := want // what the flow's hint asks (nextHint learns from it)
 	if w.Merging() {
 		want = min(cmp.Or(f.hint, udpHintFloor(f.key.v6)), maxPay)
+		hinted = want
 		if run := usoRun(f.groSeg, f.key.v6); uso && run > 0 {
 			// Runs keep coming coalesced: receive the next into a
 			// reservation of a whole USO frame, which it then leaves
@@ -225,7 +224,7 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 		return flowDrained, 0
 	}
 	ft.touch(i)
-	f.hint = nextHint(b, m, want, udpHintFloor(f.key.v6))
+	f.hint = nextHint(b, m, hinted, udpHintFloor(f.key.v6))
 	f.groSeg = lastRun(b, m)
 	for j := range m {
 		n, mflags := b.Received(j)
@@ -393,23 +392,14 @@ func (ft *Table) deliverOne(w guestring.Sink, d *pendingDatagram, hl int, key *f
 			n = min(n, seg)
 		}
 		hdr, pay, s := w.Reserve(hl, n)
-		if got := iovLen(pay); s == guestring.OK && got < n {
+		if s == guestring.OK && iovLen(pay) < n {
 			w.Abort()
-			switch {
-			case run && d.got > 0 && got <= int(d.got):
-				// No more buffers than at the last try: a ring that
-				// holds fewer than the run would keep it, and the
-				// flows behind it, waiting for ever. (A try that came
-				// before any refill cuts the run up early: it costs
-				// frames, nothing else.)
-				d.split = true
-				continue
-			case w.MoreLater():
-				if run {
-					d.got = int32(got)
-				}
+			if w.MoreLater() {
 				return true
 			}
+			// That is all the guest's ring can ever give: a run goes
+			// datagram by datagram rather than wait for ever, with the
+			// flows behind it.
 			s = guestring.NoFit
 		}
 		switch s {

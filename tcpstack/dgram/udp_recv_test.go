@@ -26,6 +26,10 @@ type ringSink struct {
 	bufSize int
 	mrg     bool
 	free    int
+	// size is the ring's entries (0: unbounded): a reservation that
+	// starved holding that many can never grow (MoreLater false).
+	size    int
+	whole   bool
 	starved bool
 	wasted  int // buffers a short commit gave back empty (reservations followed)
 	out     []ringRes
@@ -51,9 +55,11 @@ func (s *ringSink) Reserve(hdrLen, maxPayload int) ([]byte, [][]byte, guestring.
 	r := ringRes{hdr: make([]byte, hdrLen), bufs: 1}
 	first := min(maxPayload, s.bufSize-hdrLen)
 	r.pay = append(r.pay, make([]byte, first))
+	s.whole = false
 	for left := maxPayload - first; s.mrg && left > 0; r.bufs++ {
 		if r.bufs == s.free {
 			s.starved = true
+			s.whole = s.size > 0 && r.bufs >= s.size
 			break
 		}
 		n := min(left, s.bufSize)
@@ -95,7 +101,7 @@ func (s *ringSink) Abort() {
 	s.out = s.out[:0]
 }
 func (s *ringSink) Enabled() bool   { return true }
-func (s *ringSink) MoreLater() bool { return s.mrg && s.starved }
+func (s *ringSink) MoreLater() bool { return s.mrg && s.starved && !s.whole }
 func (s *ringSink) Merging() bool   { return s.mrg }
 
 // flowTo is a table with one UDP flow whose socket is connected to a fresh

@@ -256,14 +256,14 @@ func TestUDPReceiveUSOInPlace(t *testing.T) {
 }
 
 // TestUDPReceiveUSOSmallRing: a run needs more merged buffers than the
-// guest's ring holds (32 of 1536 bytes for 40 datagrams of 1472): it goes
-// datagram by datagram once a refill brought no more room, rather than
-// wait for ever with the flow's other datagrams behind it.
+// guest's ring holds (32 of 1536 bytes for 40 datagrams of 1472): once a
+// reservation held the whole ring, it goes datagram by datagram rather
+// than wait for ever with the flow's other datagrams behind it.
 func TestUDPReceiveUSOSmallRing(t *testing.T) {
 	ft, i, c := flowTo(t)
 	ft.SetGuestCsum(true)
 	ft.SetGuestUSO(true, true)
-	w := &ringSink{bufSize: 1536, mrg: true}
+	w := &ringSink{bufSize: 1536, mrg: true, size: 32}
 	var sizes []int
 	seq := 0
 	sizes = append(sizes, sendSegmented(t, c, &seq, 1472, slices.Repeat([]int{1472}, 40)...)...)
@@ -507,5 +507,59 @@ func TestUDPFlowReceiveBuffer(t *testing.T) {
 	// The kernel doubles what it grants (bookkeeping overhead).
 	if want := 2 * min(udpRcvBuf, rmemMax); got != want {
 		t.Fatalf("SO_RCVBUF %d, want %d (rmem_max %d)", got, want, rmemMax)
+	}
+}
+
+// TestUDPReceiveUSOHintStays: a single datagram larger than a USO run,
+// received into a run-sized reservation, does not teach the flow's hint
+// the run's size: the small datagrams after it are not each given 64 KiB
+// of the guest's buffers, which would come back empty.
+func TestUDPReceiveUSOHintStays(t *testing.T) {
+	ft, i, c := flowTo(t)
+	ft.SetGuestCsum(true)
+	ft.SetGuestUSO(true, true)
+	w := &ringSink{bufSize: 1536, mrg: true, free: 1 << 20}
+	seq := 0
+	var sizes []int
+	for range 3 {
+		sizes = append(sizes, sendSegmented(t, c, &seq, 1400, slices.Repeat([]int{1400}, 44)...)...)
+		flushFlow(t, ft, i, w)
+	}
+	send := func(n int) {
+		if _, err := c.Write(datagram(seq, n)); err != nil {
+			t.Fatal(err)
+		}
+		seq++
+		sizes = append(sizes, n)
+	}
+	send(65000)
+	flushFlow(t, ft, i, w)
+	for range 16 {
+		send(100)
+	}
+	flushFlow(t, ft, i, w)
+	checkCut(t, ft, w, sizes)
+	if w.wasted != 0 {
+		t.Fatalf("%d guest buffers came back empty (hint %d)", w.wasted, ft.flows[i].hint)
+	}
+}
+
+// TestUDPReceiveUSONoEarlySplit: a run that waits for guest buffers is
+// not cut up by a loop wake-up that brought no refill (another socket's
+// event, a timer): the refill after it takes the run whole.
+func TestUDPReceiveUSONoEarlySplit(t *testing.T) {
+	ft, i, c := flowTo(t)
+	ft.SetGuestCsum(true)
+	ft.SetGuestUSO(true, true)
+	w := &ringSink{bufSize: 1536, mrg: true, free: 20, size: 256}
+	seq := 0
+	sizes := sendSegmented(t, c, &seq, 1472, slices.Repeat([]int{1472}, 40)...)
+	flushFlow(t, ft, i, w) // 20 buffers for a run of 40 datagrams: waits
+	flushFlow(t, ft, i, w) // a wake-up without a refill
+	w.free += 200
+	w.starved = false
+	flushFlow(t, ft, i, w)
+	if uso := checkCut(t, ft, w, sizes); uso != 1 || len(w.frames) != 1 {
+		t.Fatalf("%d frames, %d of them USO: want the run as one", len(w.frames), uso)
 	}
 }

@@ -93,6 +93,9 @@ type Writer struct {
 	broken  bool
 	starved bool // a reservation found the ring empty: want a refill kick
 	limited bool // a reservation hit our own capacity: come back soon
+	// wholeRing: the last reservation that ran out of chains held as many
+	// as the ring has entries, so no refill can ever make it longer.
+	wholeRing bool
 
 	// capture, when set, sees every committed frame (Config.Capture);
 	// capIov is its preallocated scatter list.
@@ -175,6 +178,7 @@ func (r *Writer) reserve(hdrLen, maxPayload int) (rv *rxReservation, niov, plen 
 		// chains, so the reservation array starts empty again.
 		r.Publish()
 	}
+	r.wholeRing = false
 	minFirst := r.vhLen + hdrLen + min(maxPayload, 1)
 	// The first chain carries the virtio-net header and the frame headers.
 	for {
@@ -219,6 +223,9 @@ func (r *Writer) reserve(hdrLen, maxPayload int) (rv *rxReservation, niov, plen 
 			if s := r.chainAt(i); s != OK {
 				if s == NoDesc {
 					r.starved = true // partial frame now, more when the guest refills
+					// Unless the frame already holds every entry of
+					// the ring (a chain takes one at least).
+					r.wholeRing = i-first >= int(r.q.Size())
 				} else if s == Limited {
 					r.limited = true
 				}
@@ -294,9 +301,9 @@ func (r *Writer) Reserve(hdrLen, maxPayload int) (hdr []byte, payload [][]byte, 
 func (r *Writer) Enabled() bool { return r.enable }
 
 // MoreLater implements Sink: a short reservation can grow after a wait when
-// frames may span buffers and the guest's ring ran dry, or when our own
-// capacity was the limit.
-func (r *Writer) MoreLater() bool { return r.mrg && r.starved || r.limited }
+// frames may span buffers and the guest's ring ran dry (unless it held the
+// whole ring), or when our own capacity was the limit.
+func (r *Writer) MoreLater() bool { return r.mrg && r.starved && !r.wholeRing || r.limited }
 
 // Merging implements Sink.
 func (r *Writer) Merging() bool { return r.mrg }

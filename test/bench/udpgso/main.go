@@ -158,7 +158,7 @@ func parseRate(s string) (float64, error) {
 		s = s[:len(s)-1]
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(v >= 0) || math.IsInf(v, 0) {
+	if err != nil || !(v >= 0) || math.IsInf(v*mult, 0) {
 		return 0, fmt.Errorf("bad rate %q", s)
 	}
 	return v * mult, nil

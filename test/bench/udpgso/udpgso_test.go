@@ -57,7 +57,7 @@ func TestPacedRate(t *testing.T) {
 			t.Fatalf("parseRate(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"fast", "-1G", "NaN", "Inf", "+InfG"} {
+	for _, bad := range []string{"fast", "-1G", "NaN", "Inf", "+InfG", "1e308G"} {
 		if _, err := parseRate(bad); err == nil {
 			t.Fatalf("parseRate(%q) accepted", bad)
 		}

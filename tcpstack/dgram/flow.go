@@ -76,6 +76,10 @@ type flow struct {
 	prev, next int32
 }
 
+// gsoRefused reports whether the kernel refused UDP_SEGMENT sends of seg
+// bytes a datagram on the flow (gsoLimit).
+func (f *flow) gsoRefused(seg int) bool { return f.gsoLimit != 0 && seg >= f.gsoLimit }
+
 // flowBudget bounds the datagrams one flow delivers per turn, so one busy
 // socket cannot starve the others.
 const flowBudget = 32

@@ -144,10 +144,15 @@ func (ft *Table) SetGuestUSO(v4, v6 bool) { ft.guestUSO = [2]bool{v4, v6} }
 // usoTo reports whether frames to the guest over IPv6 (v6) or IPv4 may be
 // USO frames.
 func (ft *Table) usoTo(v6 bool) bool {
-	if v6 {
-		return ft.guestCsum && ft.guestUSO[1]
+	return ft.guestCsum && ft.guestUSO[b2i(v6)]
+}
+
+// b2i is 1 for true, 0 for false: an index by address family.
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
-	return ft.guestCsum && ft.guestUSO[0]
+	return 0
 }
 
 // publishCapacity says how many flows of each kind the table holds: the

@@ -152,30 +152,33 @@ func (ft *Table) discardAll(fd int) flowRead {
 // commitDatagram builds the headers of a datagram of n payload bytes
 // (received into pay) from key's remote end to the guest and commits it.
 func (ft *Table) commitDatagram(w guestring.Sink, hdr []byte, key *flowKey, pay [][]byte, n int) {
-	ft.buildUDPHeaders(hdr, key, pay, n)
-	w.Commit(n, &ft.vh)
-	ft.st.Proto.UDPDatagrams[stats.ToGuest].Add(1)
-	ft.st.Proto.UDPBytes[stats.ToGuest].Add(uint64(n))
+	ft.commitRun(w, hdr, key, pay, n, 0)
 }
 
 // commitRun commits n bytes of datagrams of seg bytes each (the last maybe
-// shorter), already in pay, as one USO frame (usoTo): the headers are
-// those of one datagram of them all, as Linux builds a UDP GSO packet (IP
-// and UDP lengths of the whole, the UDP checksum field the pseudo-header
-// sum over that length), which the guest adjusts for each datagram it cuts.
+// shorter), already in pay: as one USO frame (usoTo) when they are
+// several, else as the one datagram they are (seg 0 or at least n). A USO
+// frame's headers are those of one datagram of them all, as Linux builds a
+// UDP GSO packet (IP and UDP lengths of the whole, the UDP checksum field
+// the pseudo-header sum over that length), which the guest adjusts for
+// each datagram it cuts.
 func (ft *Table) commitRun(w guestring.Sink, hdr []byte, key *flowKey, pay [][]byte, n, seg int) {
 	ft.buildUDPHeaders(hdr, key, pay, n)
-	if !key.v6 {
-		// The guest numbers the datagrams it cuts from the frame's ID on.
-		ft.ipID += uint16((n+seg-1)/seg - 1)
+	datagrams := 1
+	if seg > 0 && seg < n {
+		datagrams = (n + seg - 1) / seg
+		if !key.v6 {
+			// The guest numbers the datagrams it cuts from the frame's ID on.
+			ft.ipID += uint16(datagrams - 1)
+		}
+		ft.vh.GSOType = virtqueue.GSOUDPL4
+		ft.vh.GSOSize = uint16(seg)
+		ft.vh.HdrLen = uint16(len(hdr))
+		ft.st.Proto.UDPUSOFrames[stats.ToGuest].Add(1)
 	}
-	ft.vh.GSOType = virtqueue.GSOUDPL4
-	ft.vh.GSOSize = uint16(seg)
-	ft.vh.HdrLen = uint16(len(hdr))
 	w.Commit(n, &ft.vh)
-	ft.st.Proto.UDPDatagrams[stats.ToGuest].Add(uint64((n + seg - 1) / seg))
+	ft.st.Proto.UDPDatagrams[stats.ToGuest].Add(uint64(datagrams))
 	ft.st.Proto.UDPBytes[stats.ToGuest].Add(uint64(n))
-	ft.st.Proto.UDPUSOFrames[stats.ToGuest].Add(1)
 }
 
 // iovLen is the total length of bufs.

@@ -405,11 +405,7 @@ func (ft *Table) deliverOne(w guestring.Sink, d *pendingDatagram, hl int, key *f
 		switch s {
 		case guestring.OK:
 			header.WriteIovecs(pay, 0, ft.rx.region(int(d.reg))[d.off:int(d.off)+n])
-			if run {
-				ft.commitRun(w, hdr, key, pay, n, seg)
-			} else {
-				ft.commitDatagram(w, hdr, key, pay, n)
-			}
+			ft.commitRun(w, hdr, key, pay, n, seg)
 		case guestring.NoFit, guestring.Broken:
 			if run && s == guestring.NoFit {
 				d.split = true // the guest cannot take the run whole

@@ -78,16 +78,16 @@ func (ft *Table) FlushSends() {
 	k := 0
 	for from := 0; from < n; k++ {
 		to, seg := tx.run(from, maxPay)
-		if to-from < 2 || (f.gsoLimit != 0 && seg >= f.gsoLimit) {
+		if to-from < 2 || f.gsoRefused(seg) {
 			to, seg = from+1, 0
 		}
 		tx.runs[k] = hostsock.Run{From: from, To: to, Seg: seg}
 		from = to
 	}
 	retried := false
-	// refused: the kernel refused UDP_SEGMENT messages of run's size on
-	// this flow, maybe earlier in this very flush.
-	refused := func(run hostsock.Run) bool { return run.Seg > 0 && f.gsoLimit != 0 && run.Seg >= f.gsoLimit }
+	// A run planned segmented may meet a refusal from earlier in this
+	// very flush: it goes datagram by datagram.
+	refused := func(run hostsock.Run) bool { return run.Seg > 0 && f.gsoRefused(run.Seg) }
 	for o := 0; o < k; {
 		if refused(tx.runs[o]) {
 			ft.sendEach(tx.runs[o].From, tx.runs[o].To)

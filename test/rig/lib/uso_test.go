@@ -44,18 +44,19 @@ const (
 	// usoKernelMaxSegs is UDP_MAX_SEGMENTS: the most datagrams a Linux
 	// sender's UDP_SEGMENT write, and so its TAP's GSO frame, carries.
 	usoKernelMaxSegs = 128
-	// usoFrameRatio: with USO, a direction carries at most one frame
-	// per this many datagrams (it carries 44 or 64 per frame; the rest
-	// is room for ARP, NDP and a split coalesced receive).
-	usoFrameRatio = 8
+	// usoFrameSlack is what a direction may carry with USO beyond the
+	// frames its writes need (usoFramesPerWrite each): ARP, NDP.
+	usoFrameSlack = 8
+	// usoFrameSegs is the most datagrams one frame (or one UDP_SEGMENT
+	// send of vunet's) carries on every path here: vunet cuts at 64.
+	usoFrameSegs = 64
 	// usoSilence is how long a receiver waits for the rest of a write's
 	// datagrams before counting them lost: each write waits for the last
 	// one's datagrams, so nothing waits in a queue on the way.
 	usoSilence = 5 * time.Second
 )
 
-// usoFeatures are the three virtio-net USO feature bits.
-var usoFeatures = usoFeatureMask
+// usoFeatureMask are the three virtio-net USO feature bits.
 
 // The guest's IPv6 configuration for vunet (the flood test's): vunet
 // hands out this address and maps the gateway to the host's ::1.
@@ -74,7 +75,7 @@ const (
 //     receives coalesced from a host peer's UDP_SEGMENT write reaches the
 //     guest as GSO_UDP_L4 frames of at most 64 datagrams (the guest's
 //     socket, without UDP_GRO, still reads them one by one). Each
-//     direction moves at most one frame per usoFrameRatio datagrams, the
+//     direction moves at most one frame per write (two where vunet cuts at 64), the
 //     host peer (UDP_GRO on) reads at most one receive per as many, and
 //     every frame vunet hands the guest has the header Linux's
 //     udp_send_skb gives a GSO packet (checkUDPFrame), IPv4 and IPv6.
@@ -93,15 +94,15 @@ func TestUDPSegmentationOffload(t *testing.T) {
 	}
 	t.Run("USO", func(t *testing.T) {
 		u := startUSORig(t, 0)
-		if f := u.r.Features(); f&usoFeatures != usoFeatures {
+		if f := u.r.Features(); f&usoFeatureMask != usoFeatureMask {
 			t.Errorf("negotiated features %#x: vunet did not offer %s; the frame counts below fail for it",
 				f, missingUSO(f))
 		}
 		u.run(t)
 	})
 	t.Run("noUSO", func(t *testing.T) {
-		u := startUSORig(t, (frontend.DefaultFeatureMask|offloadFeatureMask)&^usoFeatures)
-		if f := u.r.Features(); f&usoFeatures != 0 {
+		u := startUSORig(t, (frontend.DefaultFeatureMask|offloadFeatureMask)&^usoFeatureMask)
+		if f := u.r.Features(); f&usoFeatureMask != 0 {
 			t.Fatalf("negotiated features %#x: USO bits despite the mask", f)
 		}
 		u.run(t)
@@ -253,23 +254,28 @@ func (u *usoRig) load(t *testing.T, toHost bool, network string, l usoLoad) {
 	if res.got != n {
 		t.Errorf("%d of %d datagrams arrived (%d duplicates, %d wrong): the writes were paced, none may be lost", res.got, n, res.dup, res.bad)
 	}
+	// With USO a write is one frame, or two where vunet cuts it at 64.
+	maxFrames := l.sends*((l.perSend+usoFrameSegs-1)/usoFrameSegs) + usoFrameSlack
 	switch {
-	case u.uso && frames > uint64(n/usoFrameRatio):
-		t.Errorf("%d frames %s for %d datagrams in %d writes, want ≤ %d: the datagrams were not carried as USO (GSO_UDP_L4) frames",
-			frames, what, n, l.sends, n/usoFrameRatio)
+	case u.uso && frames > uint64(maxFrames):
+		t.Errorf("%d frames %s for %d datagrams in %d writes, want ≤ %d: the datagrams were not carried as whole USO (GSO_UDP_L4) frames",
+			frames, what, n, l.sends, maxFrames)
 	case !u.uso && frames < uint64(n):
 		t.Errorf("%d frames %s for %d datagrams without USO, want ≥ %d: one frame per datagram", frames, what, n, n)
 	}
 	if toHost {
 		t.Logf("the host peer read them in %d receives (UDP_GRO on)", res.reads)
-		if u.uso && res.reads > n/usoFrameRatio {
-			t.Errorf("the host peer (UDP_GRO on) needed %d receives for %d datagrams, want ≤ %d: the guest's USO frames did not leave vunet as UDP_SEGMENT sends",
-				res.reads, n, n/usoFrameRatio)
+		if u.uso && res.reads > maxFrames {
+			t.Errorf("the host peer (UDP_GRO on) needed %d receives for %d datagrams, want ≤ %d: the guest's USO frames did not leave vunet as whole UDP_SEGMENT sends",
+				res.reads, n, maxFrames)
 		}
 		return
 	}
 	o := u.obs.result()
 	t.Logf("%d of the frames to the guest's port were GSO_UDP_L4; the largest well-formed one carried %d datagrams", o.gso, o.segsMax)
+	if want := min(l.perSend, u.maxSegs); u.uso && o.segsMax < want {
+		t.Errorf("the largest USO frame to the guest carried %d datagrams, want %d: runs were cut smaller than they came", o.segsMax, want)
+	}
 	for _, f := range o.faults {
 		t.Errorf("frame to the guest: %s", f)
 	}
@@ -343,6 +349,7 @@ func sendUSO(t *testing.T, p usoPath, l usoLoad) usoResult {
 		}
 	}
 	for w := 0; w < l.sends; w++ {
+		want := res.got + l.perSend // what this write adds
 		for i := 0; i < l.perSend; i++ {
 			usoDatagram(out[i*l.size:(i+1)*l.size], uint32(w*l.perSend+i))
 		}
@@ -354,11 +361,13 @@ func sendUSO(t *testing.T, p usoPath, l usoLoad) usoResult {
 			}
 			t.Fatalf("write %d (%d datagrams of %d bytes, UDP_SEGMENT): %v", w, l.perSend, l.size, err)
 		}
-		for res.got < (w+1)*l.perSend {
+		silent := false
+		for res.got < want {
 			p.rx.SetReadDeadline(time.Now().Add(usoSilence))
 			k, oobn, _, from, err := p.rx.ReadMsgUDP(in, oob)
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				break // counted as missing at the end
+				silent = true // counted as missing at the end
+				break
 			}
 			if err != nil {
 				t.Fatalf("receive after write %d: %v", w, err)
@@ -379,6 +388,9 @@ func sendUSO(t *testing.T, p usoPath, l usoLoad) usoResult {
 			for off := 0; off < k; off += seg {
 				check(in[off:min(off+seg, k)])
 			}
+		}
+		if silent {
+			break // one silence fails the subtest; more writes would only wait too
 		}
 	}
 	return res

@@ -18,6 +18,7 @@ func TestMoreLaterWholeRing(t *testing.T) {
 		wantLater bool
 	}{
 		{"ring_half_posted", 16, 8, true},
+		{"all_but_one_posted", 8, 7, true},
 		{"whole_ring_posted", 8, 8, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -77,5 +77,10 @@ func TestPacedRate(t *testing.T) {
 	if max := bps*res.Seconds + 44*1472*8; sent > max {
 		t.Fatalf("sent %.0f bits in %.2f s at %.0f bit/s: more than %.0f", sent, res.Seconds, bps, max)
 	}
+	// The loopback takes 200 Mbit/s with room to spare: a pacer that
+	// overslept (or sent nothing) falls far short.
+	if min := bps * res.Seconds / 2; sent < min {
+		t.Fatalf("sent %.0f bits in %.2f s at %.0f bit/s: less than %.0f", sent, res.Seconds, bps, min)
+	}
 	t.Logf("%+v: %.0f Mbit/s", res, sent/res.Seconds/1e6)
 }

@@ -124,20 +124,6 @@ func procIDs(pid int) (uid, gid uint32, err error) {
 	return uint32(u), uint32(g), nil
 }
 
-// cpuTicks is a process's user and system time in clock ticks.
-func cpuTicks(t testing.TB, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Fields after the command name, which is in parentheses.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + s
-}
-
 // TestRigDescriptorLimit runs vunet out of descriptors (its soft
 // RLIMIT_NOFILE lowered under it with prlimit) while host peers connect to
 // a forwarded port and the guest opens a connection: the forwarded port's
@@ -227,9 +213,16 @@ func TestRigDescriptorLimit(t *testing.T) {
 		t.Logf("guest connection at the limit refused after %v", time.Since(start).Round(time.Millisecond))
 	}
 	// Two seconds at the limit with connections waiting.
-	cpu0 := cpuTicks(t, pid)
+	cpuNow := func() float64 {
+		u, s, err := ProcCPU(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u + s
+	}
+	cpu0 := cpuNow()
 	time.Sleep(2 * time.Second)
-	cpu := cpuTicks(t, pid) - cpu0
+	cpu := cpuNow() - cpu0
 	lift()
 
 	// Descriptors are free again: the waiting connections reach the guest.
@@ -243,7 +236,7 @@ func TestRigDescriptorLimit(t *testing.T) {
 	m := metrics(t, r)
 	wakeups := m.Sum("vunet_queue_loop_wakeups_total") - m0.Sum("vunet_queue_loop_wakeups_total")
 	backoffs := m.Sum("vunet_tcp_accept_backoffs_total") - m0.Sum("vunet_tcp_accept_backoffs_total")
-	t.Logf("at the limit for 2 s: %d clock ticks of CPU; loop wake-ups %v, accept back-offs %v, forwarded connections accepted %v, connect failures %v",
+	t.Logf("at the limit for 2 s: %.2f s of CPU; loop wake-ups %v, accept back-offs %v, forwarded connections accepted %v, connect failures %v",
 		cpu, wakeups, backoffs, m.Sum("vunet_tcp_accepted_total")-m0.Sum("vunet_tcp_accepted_total"),
 		m.Sum("vunet_tcp_connect_failures_total")-m0.Sum("vunet_tcp_connect_failures_total"))
 	// Backing off from 50 ms up to 1 s is a handful of wake-ups in those

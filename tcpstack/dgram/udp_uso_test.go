@@ -80,6 +80,16 @@ func cutFrames(t *testing.T, ft *Table, w *ringSink) (dgrams [][]byte, usoFrames
 	return dgrams, usoFrames
 }
 
+// usoFlowTo is flowTo for a guest that takes USO frames both ways (with
+// GUEST_CSUM, which USO needs).
+func usoFlowTo(t *testing.T) (*Table, int32, *peer) {
+	t.Helper()
+	ft, i, c := flowTo(t)
+	ft.SetGuestCsum(true)
+	ft.SetGuestUSO(true, true)
+	return ft, i, c
+}
+
 // checkCut checks that the guest's cut of w's frames gives datagrams
 // 0..len(sizes)-1 byte for byte, none dropped, and returns how many frames
 // were USO frames.
@@ -190,9 +200,7 @@ func TestUDPReceiveUSOWaitsForBuffers(t *testing.T) {
 		{"small_buffers_split", ringSink{bufSize: 8192, free: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ft, i, c := flowTo(t)
-			ft.SetGuestCsum(true)
-			ft.SetGuestUSO(true, true)
+			ft, i, c := usoFlowTo(t)
 			w := &tc.sink
 			var sizes []int
 			seq := 0
@@ -223,9 +231,7 @@ func TestUDPReceiveUSOWaitsForBuffers(t *testing.T) {
 // gives back the buffers it did not need instead of wasting them, and the
 // flow goes back to batches.
 func TestUDPReceiveUSOInPlace(t *testing.T) {
-	ft, i, c := flowTo(t)
-	ft.SetGuestCsum(true)
-	ft.SetGuestUSO(true, true)
+	ft, i, c := usoFlowTo(t)
 	w := &ringSink{bufSize: 1536, mrg: true, free: 1 << 20}
 	var sizes []int
 	seq := 0
@@ -260,9 +266,7 @@ func TestUDPReceiveUSOInPlace(t *testing.T) {
 // reservation held the whole ring, it goes datagram by datagram rather
 // than wait for ever with the flow's other datagrams behind it.
 func TestUDPReceiveUSOSmallRing(t *testing.T) {
-	ft, i, c := flowTo(t)
-	ft.SetGuestCsum(true)
-	ft.SetGuestUSO(true, true)
+	ft, i, c := usoFlowTo(t)
 	w := &ringSink{bufSize: 1536, mrg: true, size: 32}
 	var sizes []int
 	seq := 0
@@ -281,9 +285,7 @@ func TestUDPReceiveUSOSmallRing(t *testing.T) {
 // guest's ring broke under one.
 func TestUDPReceiveUSODropsCountDatagrams(t *testing.T) {
 	t.Run("pending", func(t *testing.T) {
-		ft, i, c := flowTo(t)
-		ft.SetGuestCsum(true)
-		ft.SetGuestUSO(true, true)
+		ft, i, c := usoFlowTo(t)
 		w := &ringSink{bufSize: 1536, mrg: true, free: 2}
 		seq := 0
 		for range 3 {
@@ -302,9 +304,7 @@ func TestUDPReceiveUSODropsCountDatagrams(t *testing.T) {
 		}
 	})
 	t.Run("broken_ring", func(t *testing.T) {
-		ft, i, c := flowTo(t)
-		ft.SetGuestCsum(true)
-		ft.SetGuestUSO(true, true)
+		ft, i, c := usoFlowTo(t)
 		w := &breakingSink{ringSink{bufSize: 1536, mrg: true, free: 1 << 20}}
 		seq := 0
 		sendSegmented(t, c, &seq, 1000, slices.Repeat([]int{1000}, 30)...)
@@ -513,9 +513,7 @@ func TestUDPFlowReceiveBuffer(t *testing.T) {
 // the run's size: the small datagrams after it are not each given 64 KiB
 // of the guest's buffers, which would come back empty.
 func TestUDPReceiveUSOHintStays(t *testing.T) {
-	ft, i, c := flowTo(t)
-	ft.SetGuestCsum(true)
-	ft.SetGuestUSO(true, true)
+	ft, i, c := usoFlowTo(t)
 	w := &ringSink{bufSize: 1536, mrg: true, free: 1 << 20}
 	seq := 0
 	var sizes []int
@@ -546,9 +544,7 @@ func TestUDPReceiveUSOHintStays(t *testing.T) {
 // not cut up by a loop wake-up that brought no refill (another socket's
 // event, a timer): the refill after it takes the run whole.
 func TestUDPReceiveUSONoEarlySplit(t *testing.T) {
-	ft, i, c := flowTo(t)
-	ft.SetGuestCsum(true)
-	ft.SetGuestUSO(true, true)
+	ft, i, c := usoFlowTo(t)
 	w := &ringSink{bufSize: 1536, mrg: true, free: 20, size: 256}
 	seq := 0
 	sizes := sendSegmented(t, c, &seq, 1472, slices.Repeat([]int{1472}, 40)...)

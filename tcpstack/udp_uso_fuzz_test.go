@@ -60,6 +60,7 @@ func FuzzUDPFromGuestUSO(f *testing.F) {
 		copy(chain[p.hdrLen:], frame)
 		used := p.tx.UsedIdx()
 		drops0 := drops()
+		uso0 := st.Proto.UDPUSOFrames[stats.FromGuest].Load()
 		p.tx.setChainAt(testScratchBase, chain, nil) // the same memory each time
 		l.txBatch()
 		if p.tx.UsedIdx() != used+1 {
@@ -96,6 +97,10 @@ func FuzzUDPFromGuestUSO(f *testing.F) {
 		}
 		if want := int(ulen) - header.UDPMinimumSize; dropped == 0 && len(got) != want {
 			t.Fatalf("the peer got %d bytes of a datagram whose UDP length says %d", len(got), want)
+		}
+		// A frame the guest cut into several datagrams counts as a USO frame.
+		if uso := st.Proto.UDPUSOFrames[stats.FromGuest].Load() - uso0; uso != 0 && uso != 1 || (dropped == 0 && len(sizes) > 1) != (uso == 1) {
+			t.Fatalf("%d USO frames counted for a frame that went out as %d datagrams (%d dropped)", uso, len(sizes), dropped)
 		}
 	})
 }

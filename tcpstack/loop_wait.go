@@ -30,6 +30,10 @@ import (
 //     yieldEvery, so sysmon never preempts it (a signal, then the same
 //     hand-offs). sysmon preempts a goroutine it has seen running for
 //     10 ms, so the loop yields just inside that, every 9 ms;
+//   - makes the system calls of its data path raw too (hostsock/nowait.go,
+//     and the eventfd calls in virtqueue): none of them can sleep, and a
+//     64 KB copy outlasts sysmon's 20 µs, so through the scheduler each
+//     long one lost the P and moved the loop to another thread;
 //   - after heldWait with no event, waits the ordinary way: an idle loop
 //     gives its P back, the runtime (sysmon included) goes to sleep, and
 //     an idle daemon burns nothing.

@@ -89,7 +89,9 @@ func (r *aioRequest) submit(ctx uintptr, s *aioRequest) (int, error) {
 		if s != nil {
 			r.cbp[1] = uintptr(unsafe.Pointer(&s.cb))
 		}
-		n, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, ctx, want, uintptr(unsafe.Pointer(&r.cbp[0])))
+		// A raw call: IOCB_CMD_POLL on an eventfd never sleeps, and a
+		// loop keeps its P through it (tcpstack/hostsock/nowait.go).
+		n, _, e := unix.RawSyscall(unix.SYS_IO_SUBMIT, ctx, want, uintptr(unsafe.Pointer(&r.cbp[0])))
 		switch {
 		case e == unix.EINTR:
 			continue
@@ -114,7 +116,8 @@ func aioReap(ctx uintptr) {
 	var evs [128]ioEvent
 	var zero unix.Timespec
 	for {
-		n, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, ctx, 0, uintptr(len(evs)),
+		// Raw: a zero timeout never sleeps (see io_submit above).
+		n, _, e := unix.RawSyscall6(unix.SYS_IO_GETEVENTS, ctx, 0, uintptr(len(evs)),
 			uintptr(unsafe.Pointer(&evs[0])), uintptr(unsafe.Pointer(&zero)), 0)
 		if e == unix.EINTR {
 			continue

@@ -30,10 +30,11 @@ import (
 //     yieldEvery, so sysmon never preempts it (a signal, then the same
 //     hand-offs). sysmon preempts a goroutine it has seen running for
 //     10 ms, so the loop yields just inside that, every 9 ms;
-//   - makes the system calls of its data path raw too (hostsock/nowait.go,
-//     and the eventfd calls in virtqueue): none of them can sleep, and a
-//     64 KB copy outlasts sysmon's 20 µs, so through the scheduler each
-//     long one lost the P and moved the loop to another thread;
+//   - makes the system calls of its data path raw too (hostsock/raw_syscall.go,
+//     and the eventfd calls in virtqueue): none waits for a peer or for
+//     data, and a long one (a batch of large copies, a page fault on guest
+//     memory) through the scheduler could lose the P and move the loop to
+//     another thread;
 //   - after heldWait with no event, waits the ordinary way: an idle loop
 //     gives its P back, the runtime (sysmon included) goes to sleep, and
 //     an idle daemon burns nothing.
@@ -55,8 +56,9 @@ import (
 // QEMU's requests are answered at once, not 10 ms later, which is what
 // a migration's downtime is made of.
 //
-// A garbage collection that must stop the world stops the loop at once:
-// its preemption signal ends the held wait (EINTR).
+// A garbage collection that must stop the world stops a loop in a held
+// wait at once (its preemption signal ends the wait with EINTR), and one in
+// a raw data-path call when the call returns.
 const (
 	heldWait   = 50 // milliseconds
 	yieldEvery = 9 * time.Millisecond

@@ -90,7 +90,7 @@ func (r *aioRequest) submit(ctx uintptr, s *aioRequest) (int, error) {
 			r.cbp[1] = uintptr(unsafe.Pointer(&s.cb))
 		}
 		// A raw call: IOCB_CMD_POLL on an eventfd never sleeps, and a
-		// loop keeps its P through it (tcpstack/hostsock/nowait.go).
+		// loop keeps its P through it (tcpstack/hostsock/raw_syscall.go).
 		n, _, e := unix.RawSyscall(unix.SYS_IO_SUBMIT, ctx, want, uintptr(unsafe.Pointer(&r.cbp[0])))
 		switch {
 		case e == unix.EINTR:

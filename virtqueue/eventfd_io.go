@@ -98,7 +98,7 @@ var errNotEventfd = errors.New("not an eventfd")
 func preadv2NoWait(fd int, iov *unix.Iovec) (int, error) {
 	// Offset -1: the file position (an eventfd has none to move). Raw:
 	// RWF_NOWAIT never sleeps, and a loop keeps its P through the call
-	// (tcpstack/hostsock/nowait.go).
+	// (tcpstack/hostsock/raw_syscall.go).
 	n, _, e := unix.RawSyscall6(unix.SYS_PREADV2, uintptr(fd), uintptr(unsafe.Pointer(iov)), 1,
 		^uintptr(0), ^uintptr(0), unix.RWF_NOWAIT)
 	if e != 0 {

@@ -173,7 +173,7 @@ func (b *Batch) SendRuns(fd int, runs []Run) (int, error) {
 	}
 	for {
 		b.calls++
-		n, e := nowait6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.out[0])), uintptr(len(runs)),
+		n, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.out[0])), uintptr(len(runs)),
 			unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
 		if e == unix.EINTR {
 			continue
@@ -201,7 +201,7 @@ func (b *Batch) Calls() uint64 { return b.calls }
 func (b *Batch) call(trap uintptr, fd, from, to, flags int) (int, error) {
 	for {
 		b.calls++
-		r, e := nowait6(trap, uintptr(fd), uintptr(unsafe.Pointer(&b.msgs[from])), uintptr(to-from), uintptr(flags), 0, 0)
+		r, _, e := unix.RawSyscall6(trap, uintptr(fd), uintptr(unsafe.Pointer(&b.msgs[from])), uintptr(to-from), uintptr(flags), 0, 0)
 		if e == unix.EINTR {
 			continue
 		}

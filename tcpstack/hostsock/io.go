@@ -107,7 +107,7 @@ func (s *IO) RecvFrom(fd int, bufs [][]byte, from *unix.RawSockaddrAny) (n, msgF
 // call runs sendmsg or recvmsg on s.msg, again after EINTR.
 func (s *IO) call(trap uintptr, fd, flags int) (int, error) {
 	for {
-		r, e := nowait(trap, uintptr(fd), uintptr(unsafe.Pointer(&s.msg)), uintptr(flags))
+		r, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&s.msg)), uintptr(flags))
 		if e == unix.EINTR {
 			continue
 		}
@@ -131,7 +131,7 @@ func (s *IO) call(trap uintptr, fd, flags int) (int, error) {
 func Discard(fd, n int) (int, error) {
 	done, again := 0, 0
 	for done < n {
-		r, e := nowait6(unix.SYS_RECVFROM, uintptr(fd), 0, uintptr(n-done), unix.MSG_TRUNC|unix.MSG_DONTWAIT, 0, 0)
+		r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), 0, uintptr(n-done), unix.MSG_TRUNC|unix.MSG_DONTWAIT, 0, 0)
 		switch {
 		case e == unix.EINTR:
 			continue

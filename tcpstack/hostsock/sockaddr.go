@@ -13,17 +13,17 @@ import (
 // connection rate is a hot path. The raw address lives on the stack for
 // the length of the call. IPv4 addresses connect as AF_INET, as Sockaddr.
 // Every socket it connects is non-blocking, so the call does not sleep
-// (nowait).
+// (raw_syscall.go).
 func connect(fd int, ap netip.AddrPort) error {
 	var err unix.Errno
 	if a := ap.Addr(); a.Is4() {
 		sa := unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: a.As4()}
 		putPort(&sa.Port, ap.Port())
-		_, err = nowait(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unix.SizeofSockaddrInet4)
+		_, _, err = unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unix.SizeofSockaddrInet4)
 	} else {
 		sa := unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: a.As16()}
 		putPort(&sa.Port, ap.Port())
-		_, err = nowait(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unix.SizeofSockaddrInet6)
+		_, _, err = unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unix.SizeofSockaddrInet6)
 	}
 	if err != 0 {
 		return err

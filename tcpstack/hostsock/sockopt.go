@@ -14,7 +14,7 @@ import (
 func GetInt(fd, level, opt int) (int, error) {
 	var v int32
 	l := uint32(4)
-	_, e := nowait6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt),
+	_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt),
 		uintptr(unsafe.Pointer(&v)), uintptr(unsafe.Pointer(&l)), 0)
 	if e != 0 {
 		return 0, e
@@ -25,7 +25,7 @@ func GetInt(fd, level, opt int) (int, error) {
 // SetInt sets an int socket option.
 func SetInt(fd, level, opt, val int) error {
 	v := int32(val)
-	_, e := nowait6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt),
+	_, _, e := unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt),
 		uintptr(unsafe.Pointer(&v)), 4, 0)
 	if e != 0 {
 		return e
@@ -36,7 +36,7 @@ func SetInt(fd, level, opt, val int) error {
 // TCPInfo reads TCP_INFO into info and reports whether it could.
 func TCPInfo(fd int, info *unix.TCPInfo) bool {
 	l := uint32(unsafe.Sizeof(*info))
-	_, e := nowait6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_TCP, unix.TCP_INFO,
+	_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_TCP, unix.TCP_INFO,
 		uintptr(unsafe.Pointer(info)), uintptr(unsafe.Pointer(&l)), 0)
 	return e == 0
 }
@@ -47,7 +47,7 @@ func TCPInfo(fd int, info *unix.TCPInfo) bool {
 func SendMemory(fd int) (sndbuf, queued int, ok bool) {
 	var m [unix.SK_MEMINFO_VARS]uint32
 	l := uint32(unsafe.Sizeof(m))
-	_, e := nowait6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
+	_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
 		uintptr(unsafe.Pointer(&m)), uintptr(unsafe.Pointer(&l)), 0)
 	if e != 0 || l <= unix.SK_MEMINFO_WMEM_QUEUED*4 {
 		return 0, 0, false
@@ -75,7 +75,7 @@ func NextDatagram(fd int) (int, error) { return ioctlInt(fd, unix.SIOCINQ) }
 
 func ioctlInt(fd int, req uint) (int, error) {
 	var v int32
-	_, e := nowait(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(unsafe.Pointer(&v)))
+	_, _, e := unix.RawSyscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(unsafe.Pointer(&v)))
 	if e != 0 {
 		return 0, e
 	}

@@ -84,7 +84,7 @@ var rcvWndEnd = uint32(unsafe.Offsetof(unix.TCPInfo{}.Rcv_wnd) + unsafe.Sizeof(u
 func tcpInfoLen(fd int, info *unix.TCPInfo) (uint32, bool) {
 	*info = unix.TCPInfo{}
 	l := uint32(unsafe.Sizeof(*info))
-	_, e := nowait6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_TCP, unix.TCP_INFO,
+	_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_TCP, unix.TCP_INFO,
 		uintptr(unsafe.Pointer(info)), uintptr(unsafe.Pointer(&l)), 0)
 	return l, e == 0
 }

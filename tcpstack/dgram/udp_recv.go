@@ -143,7 +143,7 @@ func udpFrameSizes(v6 bool) (hdrLen, maxPay int) {
 func (ft *Table) readUDP(w guestring.Sink, i int32) flowRead {
 	f := &ft.flows[i]
 	if !w.Enabled() {
-		ft.dropPending()
+		ft.dropPending(stats.DropRingDisabled)
 		return ft.discardAll(f.fd)
 	}
 	if ft.deliverPending(w) {
@@ -364,7 +364,7 @@ func (ft *Table) deliverPending(w guestring.Sink) (blocked bool) {
 	}
 	f := &ft.flows[rx.pFlow]
 	if !f.inUse || f.gen != rx.pGen || f.key.kind != flowUDP {
-		ft.dropPending() // the flow was closed meanwhile
+		ft.dropPending(stats.DropFlowClosed) // the flow was closed meanwhile
 		return false
 	}
 	hl, _ := udpFrameSizes(f.key.v6)
@@ -432,13 +432,18 @@ func (d *pendingDatagram) datagrams(n int) int {
 	return (n + int(d.seg) - 1) / int(d.seg)
 }
 
-// dropPending drops the pending datagrams, counted.
-func (ft *Table) dropPending() {
+// dropPending drops the pending datagrams, counted as why (a datagram that
+// was truncated, and would have been dropped anyway, as DropNoFit).
+func (ft *Table) dropPending(why stats.DropReason) {
 	rx := &ft.rx
 	for ; rx.pNext < rx.pEnd; rx.pNext++ {
 		d := &rx.pending[rx.pNext]
-		for range max(d.datagrams(int(d.n)), 1) {
+		if d.n < 0 {
 			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+			continue
+		}
+		for range max(d.datagrams(int(d.n)), 1) {
+			ft.st.UDPDrop(stats.ToGuest, why)
 		}
 	}
 }

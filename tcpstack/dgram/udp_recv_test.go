@@ -31,11 +31,13 @@ type ringSink struct {
 	size    int
 	whole   bool
 	starved bool
-	wasted  int // buffers a short commit gave back empty (reservations followed)
-	out     []ringRes
-	frames  [][]byte // payloads committed, in order
-	hdrs    [][]byte
-	vhs     []virtqueue.NetHdr // the virtio-net header of each frame
+	// disabled: the ring is disabled (Enabled false).
+	disabled bool
+	wasted   int // buffers a short commit gave back empty (reservations followed)
+	out      []ringRes
+	frames   [][]byte // payloads committed, in order
+	hdrs     [][]byte
+	vhs      []virtqueue.NetHdr // the virtio-net header of each frame
 }
 
 type ringRes struct {
@@ -103,7 +105,7 @@ func (s *ringSink) Abort() {
 	}
 	s.out = s.out[:0]
 }
-func (s *ringSink) Enabled() bool   { return true }
+func (s *ringSink) Enabled() bool   { return !s.disabled }
 func (s *ringSink) MoreLater() bool { return s.mrg && s.starved && !s.whole }
 func (s *ringSink) Merging() bool   { return s.mrg }
 

@@ -281,10 +281,13 @@ func TestUDPReceiveUSOSmallRing(t *testing.T) {
 }
 
 // TestUDPReceiveUSODropsCountDatagrams: what is dropped of USO runs counts
-// a drop per datagram, whether the flow closed with runs pending or the
-// guest's ring broke under one.
+// a drop per datagram, under the reason it was dropped for: the flow
+// closed with runs pending (flow_closed), the ring was disabled with runs
+// pending (ring_disabled), or the guest's ring broke under one (no_fit).
 func TestUDPReceiveUSODropsCountDatagrams(t *testing.T) {
-	t.Run("pending", func(t *testing.T) {
+	// pending leaves runs of 40 datagrams waiting for guest buffers and
+	// returns how many.
+	pending := func(t *testing.T) (*Table, int32, *ringSink, int) {
 		ft, i, c := usoFlowTo(t)
 		w := &ringSink{bufSize: 1536, mrg: true, free: 2}
 		seq := 0
@@ -298,9 +301,31 @@ func TestUDPReceiveUSODropsCountDatagrams(t *testing.T) {
 		if runs == 0 {
 			t.Fatal("nothing pending")
 		}
-		ft.dropPending()
-		if d := ft.st.Proto.UDPDrops[stats.ToGuest][stats.DropNoFit].Load(); d != uint64(40*runs) || len(w.frames) != 0 {
-			t.Fatalf("%d drops counted, %d frames delivered, for %d pending runs of 40", d, len(w.frames), runs)
+		return ft, i, w, runs
+	}
+	drops := func(ft *Table) (closed, disabled, noFit uint64) {
+		d := &ft.st.Proto.UDPDrops[stats.ToGuest]
+		return d[stats.DropFlowClosed].Load(), d[stats.DropRingDisabled].Load(), d[stats.DropNoFit].Load()
+	}
+	t.Run("flow_closed", func(t *testing.T) {
+		ft, i, w, runs := pending(t)
+		ft.closeFlow(i)
+		w.free = 1 << 20 // buffers now, too late
+		if blocked := ft.deliverPending(w); blocked {
+			t.Fatal("pending datagrams of a closed flow still wait")
+		}
+		if closed, disabled, noFit := drops(ft); closed != uint64(40*runs) || disabled != 0 || noFit != 0 || len(w.frames) != 0 {
+			t.Fatalf("drops flow_closed %d, ring_disabled %d, no_fit %d and %d frames delivered, for %d pending runs of 40 of a closed flow",
+				closed, disabled, noFit, len(w.frames), runs)
+		}
+	})
+	t.Run("ring_disabled", func(t *testing.T) {
+		ft, i, w, runs := pending(t)
+		w.disabled = true
+		flushFlow(t, ft, i, w)
+		if closed, disabled, noFit := drops(ft); disabled != uint64(40*runs) || closed != 0 || noFit != 0 || len(w.frames) != 0 {
+			t.Fatalf("drops ring_disabled %d, flow_closed %d, no_fit %d and %d frames delivered, for %d pending runs of 40 on a disabled ring",
+				disabled, closed, noFit, len(w.frames), runs)
 		}
 	})
 	t.Run("broken_ring", func(t *testing.T) {

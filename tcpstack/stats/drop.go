@@ -53,6 +53,10 @@ const (
 	// and did not hand over in time (that pair stopped, or the frame came
 	// from a reassembled datagram, which cannot wait).
 	DropFlowMoving
+	// DropFlowClosed: datagrams received from a flow's socket that waited
+	// for guest RX buffers while the flow was closed (idle, evicted, or
+	// handed to another queue pair).
+	DropFlowClosed
 
 	// NumDropReasons is the number of drop reasons (array size).
 	NumDropReasons
@@ -76,6 +80,7 @@ var dropReasonNames = [NumDropReasons]string{
 	DropPolicy:            "policy",
 	DropUnanswered:        "unanswered",
 	DropFlowMoving:        "flow_moving",
+	DropFlowClosed:        "flow_closed",
 }
 
 // String returns the metric label value for the reason.

@@ -36,6 +36,7 @@ type loop struct {
 	control        int // the front-end's vhost-user socket, -1: none (loop_wait.go)
 	polling        bool
 	pollFor        time.Duration // busy-poll before the next sleep (loop_wait.go)
+	bulk           bool          // the last iteration moved bulkBytes or more: no busy-poll (loop_wait.go)
 	events         [128]unix.EpollEvent
 
 	quit atomic.Bool
@@ -320,7 +321,9 @@ func (l *loop) run() {
 		if l.timerDue() {
 			l.onTimer()
 		}
+		moved := l.st.TX.Bytes.Load() + l.st.RX.Bytes.Load()
 		l.iterate(tx)
+		l.bulk = l.st.TX.Bytes.Load()+l.st.RX.Bytes.Load()-moved >= bulkBytes
 	}
 }
 

@@ -168,6 +168,40 @@ func TestLoopWaitPolls(t *testing.T) {
 	}
 }
 
+// After an iteration that moved a bulk transfer's worth (l.bulk), the
+// next wait sleeps without polling, however short the last gap was; after
+// a small one it polls again.
+func TestLoopWaitNoPollAfterBulk(t *testing.T) {
+	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := waitingLoop(t, tfd, loopFDTimer)
+	defer pollAllowed.Store(pollAllowed.Load())
+	pollAllowed.Store(true)
+	for _, bulk := range []bool{true, false} {
+		var b [8]byte
+		unix.Read(tfd, b[:])
+		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(time.Millisecond.Nanoseconds())}
+		if err := unix.TimerfdSettime(tfd, 0, &spec, nil); err != nil {
+			t.Fatal(err)
+		}
+		l.bulk, l.pollFor = bulk, time.Second
+		h0, m0 := l.st.PollHits.Load(), l.st.PollMisses.Load()
+		if n, err := l.wait(time.Time{}); n != 1 || err != nil {
+			t.Fatalf("bulk %v: wait: %d events, %v", bulk, n, err)
+		}
+		polled := l.st.PollHits.Load() - h0 + l.st.PollMisses.Load() - m0
+		want := uint64(1) // a hit: the timer fires within the poll
+		if bulk {
+			want = 0
+		}
+		if polled != want {
+			t.Fatalf("after an iteration with bulk %v the wait counted %d polls, want %d", bulk, polled, want)
+		}
+	}
+}
+
 // The loop's timers are its wait's timeout (armTimer): a wait with
 // nothing ready ends at its deadline, not before, with no events, whether
 // it starts with a poll or not, whether the deadline falls within the

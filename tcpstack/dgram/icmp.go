@@ -77,7 +77,7 @@ func (ft *Table) readICMP(w guestring.Sink, i int32) flowRead {
 	}
 	for b := 0; b < flowBudget; b++ {
 		if !w.Enabled() {
-			return ft.discardAll(f.fd)
+			return ft.discardAll(f.fd, false)
 		}
 		hdr, pay, s := w.Reserve(hl, maxPay)
 		switch s {

@@ -151,10 +151,16 @@ func (ft *Table) closeFlow(i int32) {
 
 // release frees flow i's slot; its socket is closed or someone else's now.
 // Its queued datagrams go out first (closeFlow and Forget send them before
-// they close the socket).
+// they close the socket); those it received that wait for guest buffers
+// are dropped, counted as DropFlowClosed.
 func (ft *Table) release(i int32) {
 	ft.flushSendsOf(i)
 	f := &ft.flows[i]
+	if rx := &ft.rx; rx.pNext < rx.pEnd && rx.pFlow == i && rx.pGen == f.gen {
+		// Its datagrams waiting for guest buffers have no flow to go
+		// out as any more.
+		ft.dropPending(stats.DropFlowClosed)
+	}
 	f.fd = -1
 	f.inUse = false
 	ft.lruRemove(i)

@@ -97,7 +97,7 @@ const (
 // frames are not supplied, not queued).
 func (ft *Table) reserveDatagram(w guestring.Sink, fd int, v6 bool) (hdr []byte, pay [][]byte, r datagramReservation) {
 	if !w.Enabled() {
-		return nil, nil, ft.discardAll(fd)
+		return nil, nil, ft.discardAll(fd, true)
 	}
 	hl, maxPay := header.EthernetMinimumSize+header.IPv4MinimumSize+udpHdrLen, maxUDPv4Pay
 	if v6 {
@@ -107,7 +107,7 @@ func (ft *Table) reserveDatagram(w guestring.Sink, fd int, v6 bool) (hdr []byte,
 	switch s {
 	case guestring.OK:
 	case guestring.NoFit, guestring.Broken:
-		return nil, nil, ft.discardOne(fd) // the guest can never take it
+		return nil, nil, ft.discardOne(fd, unfit(s)) // the guest can never take it
 	default:
 		return nil, nil, flowBlocked
 	}
@@ -118,33 +118,76 @@ func (ft *Table) reserveDatagram(w guestring.Sink, fd int, v6 bool) (hdr []byte,
 			if w.MoreLater() {
 				return nil, nil, flowBlocked // wait for the guest to post more buffers
 			}
-			return nil, nil, ft.discardOne(fd)
+			return nil, nil, ft.discardOne(fd, stats.DropNoFit)
 		}
 	}
 	return hdr, pay, datagramReserved
 }
 
 // discardOne receives the next datagram on fd into the discard buffer and
-// counts it as one the guest could not take: retry the next, or drained
+// counts it as one the guest could not take, for why (DropNoFit, or
+// DropQueueBroken for a ring broken under it): retry the next, or drained
 // when there was none.
-func (ft *Table) discardOne(fd int) datagramReservation {
+func (ft *Table) discardOne(fd int, why stats.DropReason) datagramReservation {
 	if _, _, err := ft.io.Recv(fd, ft.discardIO[:], 0); err != nil {
 		return flowDrained
 	}
-	ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+	ft.st.UDPDrop(stats.ToGuest, why)
 	return datagramRetry
+}
+
+// unfit is the drop reason of a datagram the guest's ring refused with s
+// (guestring.NoFit or guestring.Broken).
+func unfit(s guestring.Status) stats.DropReason {
+	if s == guestring.Broken {
+		return stats.DropQueueBroken
+	}
+	return stats.DropNoFit
 }
 
 // discardAll reads and drops what is queued on fd (RX ring disabled), at
 // most flowBudget datagrams a turn like any delivery: a peer that keeps
 // sending faster than we discard must not hold the loop in here, away from
-// its other flows and from the stop it is asked for.
-func (ft *Table) discardAll(fd int) flowRead {
+// its other flows and from the stop it is asked for. UDP datagrams (udp)
+// count in the UDP drops too.
+func (ft *Table) discardAll(fd int, udp bool) flowRead {
+	if udp {
+		return ft.discardUDP(fd)
+	}
 	for range flowBudget {
 		if _, _, err := ft.io.Recv(fd, ft.discardIO[:], 0); err != nil {
 			return flowDrained
 		}
 		ft.st.RX.Drops[stats.DropRingDisabled].Add(1)
+	}
+	return flowBudgetUsed
+}
+
+// discardUDP is discardAll for a UDP socket: batches of receives into the
+// discard buffer, each counted as the datagrams UDP_GRO coalesced into it
+// (a flow's socket has UDP_GRO on; the buffer holds the largest run).
+func (ft *Table) discardUDP(fd int) flowRead {
+	b := &ft.rx.batch
+	for got := 0; got < flowBudget; {
+		b.Reset()
+		for j := 0; j < min(udpRecvBatch, flowBudget-got) && b.Room(); j++ {
+			b.Add(ft.discardIO[:], 0, len(ft.discard), nil)
+		}
+		m, err := b.Recv(fd)
+		if err != nil || m == 0 {
+			return flowDrained
+		}
+		for j := range m {
+			n, _ := b.Received(j)
+			k := 1
+			if seg := b.Segment(j); seg > 0 && seg < n {
+				k = (n + seg - 1) / seg
+			}
+			for range k {
+				ft.st.UDPDrop(stats.ToGuest, stats.DropRingDisabled)
+			}
+		}
+		got += m
 	}
 	return flowBudgetUsed
 }

@@ -144,7 +144,7 @@ func (ft *Table) readUDP(w guestring.Sink, i int32) flowRead {
 	f := &ft.flows[i]
 	if !w.Enabled() {
 		ft.dropPending(stats.DropRingDisabled)
-		return ft.discardAll(f.fd)
+		return ft.discardAll(f.fd, true)
 	}
 	if ft.deliverPending(w) {
 		return flowBlocked
@@ -192,7 +192,7 @@ func (ft *Table) recvBatch(w guestring.Sink, i int32, max int) (flowRead, int) {
 			}
 			if s == guestring.NoFit || s == guestring.Broken {
 				// The guest can never take it: read it into the discard buffer.
-				if ft.discardOne(f.fd) == flowDrained {
+				if ft.discardOne(f.fd, unfit(s)) == flowDrained {
 					return flowDrained, 0
 				}
 				return flowBudgetUsed, 1
@@ -335,7 +335,7 @@ func (ft *Table) spill(w guestring.Sink, i int32, j, m int) (blocked bool) {
 	}
 	w.Abort()
 	for ; rx.lost > 0; rx.lost-- {
-		ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+		ft.st.UDPDrop(stats.ToGuest, stats.DropPendingOverflow)
 	}
 	rx.pFlow, rx.pGen = i, ft.flows[i].gen
 	return ft.deliverPending(w)
@@ -412,7 +412,7 @@ func (ft *Table) deliverOne(w guestring.Sink, d *pendingDatagram, hl int, key *f
 				continue
 			}
 			for range max(d.datagrams(n), 1) {
-				ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
+				ft.st.UDPDrop(stats.ToGuest, unfit(s))
 			}
 		default:
 			return true

@@ -21,8 +21,9 @@ const (
 	// VIRTIO_NET_F_MRG_RXBUF is not negotiated, or larger than any reservation.
 	DropNoFit
 	// DropPendingOverflow: a ring of frames waiting for guest RX buffers
-	// was full: the oldest link-service reply went, or a stateless TCP
-	// reset was not queued.
+	// was full: the oldest link-service reply went, a stateless TCP reset
+	// was not queued, or one receive handed over more UDP datagrams than
+	// the list of those waiting holds.
 	DropPendingOverflow
 	// DropBadRXChain: an RX chain with no device-writable buffer.
 	DropBadRXChain

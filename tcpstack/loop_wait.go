@@ -30,11 +30,12 @@ import (
 //     yieldEvery, so sysmon never preempts it (a signal, then the same
 //     hand-offs). sysmon preempts a goroutine it has seen running for
 //     10 ms, so the loop yields just inside that, every 9 ms;
-//   - makes the system calls of its data path raw too (hostsock/raw_syscall.go,
-//     and the eventfd calls in virtqueue): none waits for a peer or for
-//     data, and a long one (a batch of large copies, a page fault on guest
-//     memory) through the scheduler could lose the P and move the loop to
-//     another thread;
+//   - makes its socket I/O, socket-option and eventfd-signal calls raw
+//     too (hostsock/raw_syscall.go, virtqueue's eventfd I/O; epoll_ctl and
+//     the loop's own eventfds are not, being short): none waits for a
+//     peer or for data, and a long one (a batch of large copies, a page
+//     fault on guest memory) through the scheduler could lose the P and
+//     move the loop to another thread;
 //   - after heldWait with no event, waits the ordinary way: an idle loop
 //     gives its P back, the runtime (sysmon included) goes to sleep, and
 //     an idle daemon burns nothing.

@@ -124,15 +124,14 @@ func (ft *Table) reserveDatagram(w guestring.Sink, fd int, v6 bool) (hdr []byte,
 	return hdr, pay, datagramReserved
 }
 
-// discardOne receives the next datagram on fd into the discard buffer and
-// counts it as one the guest could not take, for why (DropNoFit, or
-// DropQueueBroken for a ring broken under it): retry the next, or drained
-// when there was none.
+// discardOne receives the next datagram on fd (or UDP_GRO run) into the
+// discard buffer and counts each datagram it holds as one the guest could
+// not take, for why (DropNoFit, or DropQueueBroken for a ring broken under
+// it): retry the next, or drained when there was none.
 func (ft *Table) discardOne(fd int, why stats.DropReason) datagramReservation {
-	if _, _, err := ft.io.Recv(fd, ft.discardIO[:], 0); err != nil {
+	if ft.discardUDP(fd, 1, why) == 0 {
 		return flowDrained
 	}
-	ft.st.UDPDrop(stats.ToGuest, why)
 	return datagramRetry
 }
 
@@ -149,47 +148,53 @@ func unfit(s guestring.Status) stats.DropReason {
 // most flowBudget datagrams a turn like any delivery: a peer that keeps
 // sending faster than we discard must not hold the loop in here, away from
 // its other flows and from the stop it is asked for. UDP datagrams (udp)
-// count in the UDP drops too.
+// count in the UDP drops too, each datagram of a coalesced receive; the
+// budget counts receives.
 func (ft *Table) discardAll(fd int, udp bool) flowRead {
-	if udp {
-		return ft.discardUDP(fd)
-	}
-	for range flowBudget {
-		if _, _, err := ft.io.Recv(fd, ft.discardIO[:], 0); err != nil {
-			return flowDrained
-		}
-		ft.st.RX.Drops[stats.DropRingDisabled].Add(1)
-	}
-	return flowBudgetUsed
-}
-
-// discardUDP is discardAll for a UDP socket: batches of receives into the
-// discard buffer, each counted as the datagrams UDP_GRO coalesced into it
-// (a flow's socket has UDP_GRO on; the buffer holds the largest run).
-func (ft *Table) discardUDP(fd int) flowRead {
-	b := &ft.rx.batch
 	for got := 0; got < flowBudget; {
-		b.Reset()
-		for j := 0; j < min(udpRecvBatch, flowBudget-got) && b.Room(); j++ {
-			b.Add(ft.discardIO[:], 0, len(ft.discard), nil)
+		if !udp {
+			if _, _, err := ft.io.Recv(fd, ft.discardIO[:], 0); err != nil {
+				return flowDrained
+			}
+			ft.st.RX.Drops[stats.DropRingDisabled].Add(1)
+			got++
+			continue
 		}
-		m, err := b.Recv(fd)
-		if err != nil || m == 0 {
+		m := ft.discardUDP(fd, min(udpRecvBatch, flowBudget-got), stats.DropRingDisabled)
+		if m == 0 {
 			return flowDrained
-		}
-		for j := range m {
-			n, _ := b.Received(j)
-			k := 1
-			if seg := b.Segment(j); seg > 0 && seg < n {
-				k = (n + seg - 1) / seg
-			}
-			for range k {
-				ft.st.UDPDrop(stats.ToGuest, stats.DropRingDisabled)
-			}
 		}
 		got += m
 	}
 	return flowBudgetUsed
+}
+
+// discardUDP receives up to max datagrams from fd into the discard buffer
+// with one recvmmsg and counts each as a UDP drop for why, a receive that
+// UDP_GRO coalesced (a flow's socket has it on; the buffer holds the
+// largest run) as the datagrams it holds. It returns how many receives it
+// made: 0 when none was queued, or at an error.
+func (ft *Table) discardUDP(fd, max int, why stats.DropReason) int {
+	b := &ft.rx.batch
+	b.Reset()
+	for j := 0; j < max && b.Room(); j++ {
+		b.Add(ft.discardIO[:], 0, len(ft.discard), nil)
+	}
+	m, err := b.Recv(fd)
+	if err != nil {
+		return 0
+	}
+	for j := range m {
+		n, _ := b.Received(j)
+		k := 1
+		if seg := b.Segment(j); seg > 0 && seg < n {
+			k = (n + seg - 1) / seg
+		}
+		for range k {
+			ft.st.UDPDrop(stats.ToGuest, why)
+		}
+	}
+	return m
 }
 
 // commitDatagram builds the headers of a datagram of n payload bytes

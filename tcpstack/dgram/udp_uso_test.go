@@ -334,6 +334,18 @@ func TestUDPReceiveUSODropsCountDatagrams(t *testing.T) {
 				disabled, closed, noFit, len(w.frames))
 		}
 	})
+	t.Run("broken_from_the_start", func(t *testing.T) {
+		// The first reservation fails: the run is received whole into
+		// the discard buffer, and still counts datagram by datagram.
+		ft, i, c := usoFlowTo(t)
+		w := &brokenSink{}
+		seq := 0
+		sendSegmented(t, c, &seq, 1000, slices.Repeat([]int{1000}, 30)...)
+		flushFlow(t, ft, i, w)
+		if d := ft.st.Proto.UDPDrops[stats.ToGuest][stats.DropQueueBroken].Load(); d != 30 || len(w.frames) != 0 {
+			t.Fatalf("%d queue_broken drops counted, %d frames, for a run of 30 on a ring broken from the start", d, len(w.frames))
+		}
+	})
 	t.Run("broken_ring", func(t *testing.T) {
 		ft, i, c := usoFlowTo(t)
 		w := &breakingSink{ringSink{bufSize: 1536, mrg: true, free: 1 << 20}}
@@ -349,6 +361,13 @@ func TestUDPReceiveUSODropsCountDatagrams(t *testing.T) {
 
 // breakingSink breaks (guestring.Broken) at any reservation larger than
 // one datagram of 1472 bytes.
+// brokenSink is a ring broken from the start.
+type brokenSink struct{ ringSink }
+
+func (s *brokenSink) Reserve(int, int) ([]byte, [][]byte, guestring.Status) {
+	return nil, nil, guestring.Broken
+}
+
 type breakingSink struct{ ringSink }
 
 func (s *breakingSink) Reserve(hdrLen, maxPayload int) ([]byte, [][]byte, guestring.Status) {

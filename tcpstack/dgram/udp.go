@@ -135,6 +135,15 @@ func (ft *Table) discardOne(fd int, why stats.DropReason) datagramReservation {
 	return datagramRetry
 }
 
+// segments is how many datagrams n bytes of datagrams of seg bytes each
+// (the last maybe shorter) are: one unless seg is a segment size below n.
+func segments(n, seg int) int {
+	if seg <= 0 || n <= seg {
+		return 1
+	}
+	return (n + seg - 1) / seg
+}
+
 // unfit is the drop reason of a datagram the guest's ring refused with s
 // (guestring.NoFit or guestring.Broken).
 func unfit(s guestring.Status) stats.DropReason {
@@ -186,13 +195,7 @@ func (ft *Table) discardUDP(fd, max int, why stats.DropReason) int {
 	}
 	for j := range m {
 		n, _ := b.Received(j)
-		k := 1
-		if seg := b.Segment(j); seg > 0 && seg < n {
-			k = (n + seg - 1) / seg
-		}
-		for range k {
-			ft.st.UDPDrop(stats.ToGuest, why)
-		}
+		ft.st.UDPDropN(stats.ToGuest, why, segments(n, b.Segment(j)))
 	}
 	return m
 }
@@ -212,9 +215,8 @@ func (ft *Table) commitDatagram(w guestring.Sink, hdr []byte, key *flowKey, pay 
 // each datagram it cuts.
 func (ft *Table) commitRun(w guestring.Sink, hdr []byte, key *flowKey, pay [][]byte, n, seg int) {
 	ft.buildUDPHeaders(hdr, key, pay, n)
-	datagrams := 1
-	if seg > 0 && seg < n {
-		datagrams = (n + seg - 1) / seg
+	datagrams := segments(n, seg)
+	if datagrams > 1 {
 		if !key.v6 {
 			// The guest numbers the datagrams it cuts from the frame's ID on.
 			ft.ipID += uint16(datagrams - 1)

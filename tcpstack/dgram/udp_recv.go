@@ -411,9 +411,7 @@ func (ft *Table) deliverOne(w guestring.Sink, d *pendingDatagram, hl int, key *f
 				d.split = true // the guest cannot take the run whole
 				continue
 			}
-			for range max(d.datagrams(n), 1) {
-				ft.st.UDPDrop(stats.ToGuest, unfit(s))
-			}
+			ft.st.UDPDropN(stats.ToGuest, unfit(s), segments(n, seg))
 		default:
 			return true
 		}
@@ -422,14 +420,6 @@ func (ft *Table) deliverOne(w guestring.Sink, d *pendingDatagram, hl int, key *f
 			return false
 		}
 	}
-}
-
-// datagrams is how many datagrams n bytes of d hold.
-func (d *pendingDatagram) datagrams(n int) int {
-	if d.seg <= 0 {
-		return 1
-	}
-	return (n + int(d.seg) - 1) / int(d.seg)
 }
 
 // dropPending drops the pending datagrams, counted as why (a datagram that
@@ -442,8 +432,6 @@ func (ft *Table) dropPending(why stats.DropReason) {
 			ft.st.UDPDrop(stats.ToGuest, stats.DropNoFit)
 			continue
 		}
-		for range max(d.datagrams(int(d.n)), 1) {
-			ft.st.UDPDrop(stats.ToGuest, why)
-		}
+		ft.st.UDPDropN(stats.ToGuest, why, segments(int(d.n), int(d.seg)))
 	}
 }

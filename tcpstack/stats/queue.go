@@ -107,13 +107,16 @@ type Queue struct {
 
 // UDPDrop counts a dropped UDP datagram in both the direction's drops and
 // the UDP ones.
-func (st *Queue) UDPDrop(d FlowDir, r DropReason) {
+func (st *Queue) UDPDrop(d FlowDir, r DropReason) { st.UDPDropN(d, r, 1) }
+
+// UDPDropN is UDPDrop for n datagrams dropped together (a coalesced run).
+func (st *Queue) UDPDropN(d FlowDir, r DropReason, n int) {
 	if d == ToGuest {
-		st.RX.Drops[r].Add(1)
+		st.RX.Drops[r].Add(uint64(n))
 	} else {
-		st.TX.Drops[r].Add(1)
+		st.TX.Drops[r].Add(uint64(n))
 	}
-	st.Proto.UDPDrops[d][r].Add(1)
+	st.Proto.UDPDrops[d][r].Add(uint64(n))
 }
 
 // label is the metric label value names gives v, "unknown" out of range.

@@ -102,6 +102,12 @@ func (r *runner) qemuSection(ctx context.Context, root string) {
 			}
 		case "rr_p50":
 			res.Note = joinNote(fmt.Sprintf("%d round trips", q.Count), res.Note)
+			if q.Seconds > 0 {
+				// What the latency cost: a back-end that spins between
+				// requests answers sooner and burns a core doing it.
+				res.BackendBusy = ptr(q.CPUSeconds / q.Seconds)
+				res.Note = joinNote(res.Note, fmt.Sprintf("back-end busy %.0f%% of a core over the round trips", *res.BackendBusy*100))
+			}
 		}
 		r.add(res)
 	}

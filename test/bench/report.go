@@ -35,7 +35,8 @@ func finalize(rs []Result, peer string) {
 		// the guest side (kernel, front-end) did, and its ratio to a peer
 		// says little about either back-end.
 		// Over the lossy link loss recovery sets the pace, not the guest.
-		if r.BackendBusy != nil && r.Backend != aloneName && r.Backend != "kernel" && r.Test != "lossy_tcp_throughput" && *r.BackendBusy < guestBound {
+		// A latency row's busy share is its cost, not its pace.
+		if r.BackendBusy != nil && r.Unit == "Gbit/s" && r.Backend != aloneName && r.Backend != "kernel" && r.Test != "lossy_tcp_throughput" && *r.BackendBusy < guestBound {
 			r.Note = joinNote(r.Note, fmt.Sprintf("guest-bound (back-end busy %.0f%% of a core)", *r.BackendBusy*100))
 		}
 		if r.Backend != "vunet" || peer == "" {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -123,11 +124,21 @@ func measure(b *testing.B, be Backend, size int64, rr time.Duration) []Row {
 			Sleeps: v - vol, Preemptions: iv - invol, Seconds: time.Since(start).Seconds()})
 		cpu, user, vol, invol = c, u, v, iv
 	}
+	// The round trips' CPU, warm-up and connection included: a back-end
+	// that answers sooner by spinning between requests shows it here. The
+	// guest powers off once the last check reports, and a one-off
+	// back-end (passt -1) exits with it: its CPU time is sampled while the
+	// round trips run.
+	start := time.Now()
+	sample := sampleCPU(pid)
 	r := vm.RequireResult(b, guest.CheckRR, rr+60*time.Second)
+	c, u, at := sample()
+	rrCPU, rrUser, rrSecs := c-cpu, share(u-user, c-cpu), at.Sub(start).Seconds()
 	n, _ := strconv.Atoi(r.Fields["n"])
 	for _, q := range []string{"p50", "p99"} {
 		v, err := strconv.ParseFloat(r.Fields[q+"_us"], 64)
-		row := Row{Backend: be.Name, Test: "rr_" + q, Value: v, Unit: "µs", Count: n}
+		row := Row{Backend: be.Name, Test: "rr_" + q, Value: v, Unit: "µs", Count: n,
+			CPUSeconds: rrCPU, CPUUserShare: rrUser, Seconds: rrSecs}
 		if err != nil {
 			row.Error = fmt.Sprintf("rr result %s", r.Format())
 		}
@@ -205,6 +216,53 @@ func cpuSeconds(b *testing.B, pid int) (total, user float64) {
 		b.Fatalf("back-end cpu: %v", err)
 	}
 	return u + sys, u
+}
+
+// sampleCPU reads pid's CPU time every 20 ms from now on; the function it
+// returns stops the sampling and gives the last reading (total, user)
+// and its time. A process gone already leaves the reading before.
+func sampleCPU(pid int) func() (total, user float64, at time.Time) {
+	var (
+		mu          sync.Mutex
+		total, user float64
+		at          = time.Now()
+	)
+	read := func() bool {
+		u, sys, err := rig.ProcCPU(pid)
+		if err != nil {
+			return false
+		}
+		mu.Lock()
+		total, user, at = u+sys, u, time.Now()
+		mu.Unlock()
+		return true
+	}
+	read()
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if !read() {
+					return
+				}
+			}
+		}
+	}()
+	return func() (float64, float64, time.Time) {
+		close(done)
+		<-stopped
+		read()
+		mu.Lock()
+		defer mu.Unlock()
+		return total, user, at
+	}
 }
 
 // contextSwitches sums the voluntary and involuntary context switches of

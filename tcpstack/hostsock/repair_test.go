@@ -3,6 +3,7 @@ package hostsock
 import (
 	"bytes"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -43,6 +44,7 @@ func connPair(t *testing.T) (fd int, peer *net.TCPConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bindOutsideEphemeral(t, fd)
 	addr := ln.Addr().(*net.TCPAddr)
 	if err := unix.Connect(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: addr.Port}); err != nil {
 		t.Fatal(err)
@@ -54,6 +56,24 @@ func connPair(t *testing.T) (fd int, peer *net.TCPConn) {
 	t.Cleanup(func() { c.Close() })
 	unix.SetNonblock(fd, true)
 	return fd, c.(*net.TCPConn)
+}
+
+// bindOutsideEphemeral binds fd to a free loopback port below the
+// kernel's ephemeral range. The restore binds the connection's local port
+// again after the old socket closed; an ephemeral port could meanwhile be
+// taken by any connect() on the machine (other packages' tests run at the
+// same time) and the bind then fails, which is not what the test is about.
+func bindOutsideEphemeral(t *testing.T, fd int) {
+	t.Helper()
+	const lo, hi = 10000, 30000 // below Linux's default 32768-60999
+	start := lo + rand.IntN(hi-lo)
+	for i := range hi - lo {
+		port := lo + (start-lo+i)%(hi-lo)
+		if unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: port}) == nil {
+			return
+		}
+	}
+	t.Fatalf("no free loopback port in %d-%d", lo, hi)
 }
 
 func pattern(n int, seed byte) []byte {

@@ -2,6 +2,7 @@ package tcpstack
 
 import (
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -67,6 +68,12 @@ func FuzzTXFrame(f *testing.F) {
 	p := newTestPair(f, featMrg, 64)
 	p.s.noHostSockets = true
 	p.start()
+	// The loop holds the only P while it waits (reserveP, loop_wait.go),
+	// and this goroutine then runs only when the loop yields: up to 50 ms
+	// an exec, which kept the fuzzer to a few execs a second. A second P
+	// lets it drive the ring while the loop waits, as the guest would;
+	// stopping the loop sets GOMAXPROCS back.
+	runtime.GOMAXPROCS(2)
 	const area = testScratchBase
 	p.postRX(32, 256)
 	f.Fuzz(func(t *testing.T, data []byte, s1, s2 int) {

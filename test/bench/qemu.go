@@ -102,11 +102,11 @@ func (r *runner) qemuSection(ctx context.Context, root string) {
 			}
 		case "rr_p50":
 			res.Note = joinNote(fmt.Sprintf("%d round trips", q.Count), res.Note)
-			if q.Seconds > 0 {
-				// What the latency cost: a back-end that spins between
-				// requests answers sooner and burns a core doing it.
-				res.BackendBusy = ptr(q.CPUSeconds / q.Seconds)
-				res.Note = joinNote(res.Note, fmt.Sprintf("back-end busy %.0f%% of a core over the round trips", *res.BackendBusy*100))
+			// What the latency cost: a back-end that spins between
+			// requests answers sooner and burns a core doing it.
+			if busy, note := g.busy(); note != "" {
+				res.BackendBusy = ptr(busy)
+				res.Note = joinNote(res.Note, note)
 			}
 		}
 		r.add(res)
@@ -169,6 +169,29 @@ func (g qemuGroup) note() string {
 		n += "; CPU s/GB " + strings.Join(cpus, ", ")
 	}
 	return n
+}
+
+// busy is the median over the rounds of the back-end's CPU time over
+// wall time, and a note giving it with each round's; no note when no
+// round measured it.
+func (g qemuGroup) busy() (float64, string) {
+	var rs []qemuRow
+	var each []string
+	for _, q := range g.rounds {
+		if q.Seconds > 0 && q.CPUSeconds >= 0 {
+			rs = append(rs, q)
+			each = append(each, fmt.Sprintf("%.0f%%", 100*q.CPUSeconds/q.Seconds))
+		}
+	}
+	if len(rs) == 0 {
+		return 0, ""
+	}
+	m := median(rs, func(q qemuRow) float64 { return q.CPUSeconds / q.Seconds })
+	note := fmt.Sprintf("back-end busy %.0f%% of a core over the round trips", 100*m)
+	if len(rs) > 1 {
+		note += " (" + strings.Join(each, ", ") + ")"
+	}
+	return m, note
 }
 
 // median is the median of f over rs (the mean of the middle two for an

@@ -60,3 +60,29 @@ func TestGroupQEMURows(t *testing.T) {
 		t.Errorf("a group with no round that worked has the note %q", n)
 	}
 }
+
+// The round-trip row's busy share is the median of each round's CPU over
+// wall time, with every round's in the note; a round that measured none
+// is left out, and the share does not make the row "guest-bound" (that
+// note is about what set a throughput row's pace).
+func TestQEMURRBusy(t *testing.T) {
+	rr := func(cpu, secs float64) qemuRow {
+		return qemuRow{Backend: "passt", Test: "rr_p50", Value: 300, Unit: "µs", CPUSeconds: cpu, Seconds: secs}
+	}
+	g := groupQEMURows([]qemuRow{rr(3.6, 4), rr(0.8, 4), rr(1, 0), rr(3.4, 4)})[0]
+	busy, note := g.busy()
+	if d := busy - 0.85; d > 1e-9 || d < -1e-9 {
+		t.Errorf("busy %v, want 0.85 (the median of 0.90, 0.20, 0.85)", busy)
+	}
+	if want := "back-end busy 85% of a core over the round trips (90%, 20%, 85%)"; note != want {
+		t.Errorf("note %q, want %q", note, want)
+	}
+	if _, note := (qemuGroup{rounds: []qemuRow{rr(1, 0)}}).busy(); note != "" {
+		t.Errorf("no round measured, note %q", note)
+	}
+	rs := []Result{{Label: "rr", Backend: "vunet", Value: 360, Unit: "µs", BackendBusy: ptr(0.17)}}
+	finalize(rs, "")
+	if strings.Contains(rs[0].Note, "guest-bound") {
+		t.Errorf("latency row noted %q", rs[0].Note)
+	}
+}

@@ -129,11 +129,12 @@ func measure(b *testing.B, be Backend, size int64, rr time.Duration) []Row {
 	// guest powers off once the last check reports, and a one-off
 	// back-end (passt -1) exits with it: its CPU time is sampled while the
 	// round trips run.
-	start := time.Now()
-	sample := sampleCPU(pid)
+	first, sample := sampleCPU(b, pid)
+	b.Cleanup(func() { sample() }) // a failed RequireResult stops the sampling too
 	r := vm.RequireResult(b, guest.CheckRR, rr+60*time.Second)
-	c, u, at := sample()
-	rrCPU, rrUser, rrSecs := c-cpu, share(u-user, c-cpu), at.Sub(start).Seconds()
+	last := sample()
+	rrCPU, rrSecs := last.total-first.total, last.at.Sub(first.at).Seconds()
+	rrUser := share(last.user-first.user, rrCPU)
 	n, _ := strconv.Atoi(r.Fields["n"])
 	for _, q := range []string{"p50", "p99"} {
 		v, err := strconv.ParseFloat(r.Fields[q+"_us"], 64)
@@ -218,28 +219,30 @@ func cpuSeconds(b *testing.B, pid int) (total, user float64) {
 	return u + sys, u
 }
 
-// sampleCPU reads pid's CPU time every 20 ms from now on; the function it
-// returns stops the sampling and gives the last reading (total, user)
-// and its time. A process gone already leaves the reading before.
-func sampleCPU(pid int) func() (total, user float64, at time.Time) {
-	var (
-		mu          sync.Mutex
-		total, user float64
-		at          = time.Now()
-	)
-	read := func() bool {
+// cpuReading is a process's CPU time (total and user, seconds) read at
+// a moment.
+type cpuReading struct {
+	total, user float64
+	at          time.Time
+}
+
+// sampleCPU reads pid's CPU time now (first) and then every 20 ms; stop
+// ends the sampling and returns the last reading (the process may have
+// exited since: then the last it gave). stop may be called more than once.
+func sampleCPU(b *testing.B, pid int) (first cpuReading, stop func() cpuReading) {
+	read := func() (cpuReading, bool) {
 		u, sys, err := rig.ProcCPU(pid)
-		if err != nil {
-			return false
-		}
-		mu.Lock()
-		total, user, at = u+sys, u, time.Now()
-		mu.Unlock()
-		return true
+		return cpuReading{total: u + sys, user: u, at: time.Now()}, err == nil
 	}
-	read()
-	done := make(chan struct{})
-	stopped := make(chan struct{})
+	first, ok := read()
+	if !ok {
+		b.Fatalf("back-end cpu: process %d gone", pid)
+	}
+	var (
+		mu   sync.Mutex
+		last = first
+	)
+	done, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
 		t := time.NewTicker(20 * time.Millisecond)
@@ -249,19 +252,28 @@ func sampleCPU(pid int) func() (total, user float64, at time.Time) {
 			case <-done:
 				return
 			case <-t.C:
-				if !read() {
+				r, ok := read()
+				if !ok {
 					return
 				}
+				mu.Lock()
+				last = r
+				mu.Unlock()
 			}
 		}
 	}()
-	return func() (float64, float64, time.Time) {
-		close(done)
-		<-stopped
-		read()
+	var once sync.Once
+	return first, func() cpuReading {
+		once.Do(func() {
+			close(done)
+			<-stopped
+			if r, ok := read(); ok {
+				last = r
+			}
+		})
 		mu.Lock()
 		defer mu.Unlock()
-		return total, user, at
+		return last
 	}
 }
 

@@ -117,11 +117,15 @@ func measure(b *testing.B, be Backend, size int64, rr time.Duration) []Row {
 		r := vm.RequireResult(b, guest.XferCheck(x.label), xferTimeout+30*time.Second)
 		c, u := cpuSeconds(b, pid)
 		v, iv := contextSwitches(pid)
+		// The row's time ends with its CPU reading: the server-side check
+		// below may wait seconds for the last bytes, and counting them in
+		// the time but not in the CPU made the back-end look idler.
+		secs := time.Since(start).Seconds()
 		srv.CheckXfer(b, r, x.dir, size)
 		mbps, _ := strconv.ParseFloat(r.Fields["mbps"], 64)
 		rows = append(rows, Row{Backend: be.Name, Test: x.test, Value: mbps / 1000, Unit: "Gbit/s", Bytes: size,
 			CPUSeconds: c - cpu, CPUSecPerGB: (c - cpu) / (float64(size) / 1e9), CPUUserShare: share(u-user, c-cpu),
-			Sleeps: v - vol, Preemptions: iv - invol, Seconds: time.Since(start).Seconds()})
+			Sleeps: v - vol, Preemptions: iv - invol, Seconds: secs})
 		cpu, user, vol, invol = c, u, v, iv
 	}
 	// The round trips' CPU, warm-up and connection included: a back-end

@@ -359,8 +359,6 @@ func TestUDPReceiveUSODropsCountDatagrams(t *testing.T) {
 	})
 }
 
-// breakingSink breaks (guestring.Broken) at any reservation larger than
-// one datagram of 1472 bytes.
 // brokenSink is a ring broken from the start.
 type brokenSink struct{ ringSink }
 
@@ -368,6 +366,8 @@ func (s *brokenSink) Reserve(int, int) ([]byte, [][]byte, guestring.Status) {
 	return nil, nil, guestring.Broken
 }
 
+// breakingSink breaks (guestring.Broken) at any reservation larger than
+// one datagram of 1472 bytes.
 type breakingSink struct{ ringSink }
 
 func (s *breakingSink) Reserve(hdrLen, maxPayload int) ([]byte, [][]byte, guestring.Status) {

@@ -49,9 +49,9 @@ import "time"
 //
 // Under a QEMU guest a 1-byte request and its answer were two frames to
 // the guest (our ACK, then the answer) and are now one. The TCG guest's
-// median round trip is shorter for it: over six interleaved rounds of the QEMU
-// bench's RR check (3 s each), p50 was 347-641 µs (median 365) with the
-// delay and 372-451 µs (median 432) with every ACK at once.
+// median round trip is shorter for it: over six interleaved rounds of
+// the QEMU bench's RR check (3 s each), p50 was 347-641 µs (median 365)
+// with the delay and 372-451 µs (median 432) with every ACK at once.
 
 // defaultDelayedAck is Config.DelayedAck's default: far above the time a
 // host peer on this machine takes to answer, far below the guest's

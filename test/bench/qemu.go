@@ -97,15 +97,19 @@ func (r *runner) qemuSection(ctx context.Context, root string) {
 			if q.Bytes > 0 {
 				res.CPUSecPerGB = ptr(q.CPUSecPerGB)
 			}
-			if q.Seconds > 0 {
-				res.BackendBusy = ptr(q.CPUSeconds / q.Seconds)
+			if busy, _, ok := g.busy(); ok {
+				res.BackendBusy = ptr(busy)
 			}
 		case "rr_p50":
 			res.Note = joinNote(fmt.Sprintf("%d round trips", q.Count), res.Note)
 			// What the latency cost: a back-end that spins between
 			// requests answers sooner and burns a core doing it.
-			if busy, note := g.busy(); note != "" {
+			if busy, each, ok := g.busy(); ok {
 				res.BackendBusy = ptr(busy)
+				note := fmt.Sprintf("back-end busy %.0f%% of a core over the round trips", 100*busy)
+				if len(each) > 1 {
+					note += " (" + strings.Join(each, ", ") + ")"
+				}
 				res.Note = joinNote(res.Note, note)
 			}
 		}
@@ -172,26 +176,22 @@ func (g qemuGroup) note() string {
 }
 
 // busy is the median over the rounds of the back-end's CPU time over
-// wall time, and a note giving it with each round's; no note when no
+// wall time (the median of the rounds' shares: a ratio of medians can be
+// none of them), with each round's share formatted; ok is false when no
 // round measured it.
-func (g qemuGroup) busy() (float64, string) {
+func (g qemuGroup) busy() (share float64, each []string, ok bool) {
+	of := func(q qemuRow) float64 { return q.CPUSeconds / q.Seconds }
 	var rs []qemuRow
-	var each []string
 	for _, q := range g.rounds {
 		if q.Seconds > 0 && q.CPUSeconds >= 0 {
 			rs = append(rs, q)
-			each = append(each, fmt.Sprintf("%.0f%%", 100*q.CPUSeconds/q.Seconds))
+			each = append(each, fmt.Sprintf("%.0f%%", 100*of(q)))
 		}
 	}
 	if len(rs) == 0 {
-		return 0, ""
+		return 0, nil, false
 	}
-	m := median(rs, func(q qemuRow) float64 { return q.CPUSeconds / q.Seconds })
-	note := fmt.Sprintf("back-end busy %.0f%% of a core over the round trips", 100*m)
-	if len(rs) > 1 {
-		note += " (" + strings.Join(each, ", ") + ")"
-	}
-	return m, note
+	return median(rs, of), each, true
 }
 
 // median is the median of f over rs (the mean of the middle two for an

@@ -70,15 +70,15 @@ func TestQEMURRBusy(t *testing.T) {
 		return qemuRow{Backend: "passt", Test: "rr_p50", Value: 300, Unit: "µs", CPUSeconds: cpu, Seconds: secs}
 	}
 	g := groupQEMURows([]qemuRow{rr(3.6, 4), rr(0.8, 4), rr(1, 0), rr(3.4, 4)})[0]
-	busy, note := g.busy()
-	if d := busy - 0.85; d > 1e-9 || d < -1e-9 {
-		t.Errorf("busy %v, want 0.85 (the median of 0.90, 0.20, 0.85)", busy)
+	busy, each, ok := g.busy()
+	if d := busy - 0.85; !ok || d > 1e-9 || d < -1e-9 {
+		t.Errorf("busy %v (%v), want 0.85 (the median of 0.90, 0.20, 0.85)", busy, ok)
 	}
-	if want := "back-end busy 85% of a core over the round trips (90%, 20%, 85%)"; note != want {
-		t.Errorf("note %q, want %q", note, want)
+	if got, want := strings.Join(each, ", "), "90%, 20%, 85%"; got != want {
+		t.Errorf("rounds' shares %q, want %q", got, want)
 	}
-	if _, note := (qemuGroup{rounds: []qemuRow{rr(1, 0)}}).busy(); note != "" {
-		t.Errorf("no round measured, note %q", note)
+	if _, _, ok := (qemuGroup{rounds: []qemuRow{rr(1, 0)}}).busy(); ok {
+		t.Error("no round measured, but a share")
 	}
 	rs := []Result{{Label: "rr", Backend: "vunet", Value: 360, Unit: "µs", BackendBusy: ptr(0.17)}}
 	finalize(rs, "")

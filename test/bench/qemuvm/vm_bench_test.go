@@ -216,11 +216,17 @@ func startBackend(b *testing.B, be Backend, ns *qemu.NetNS, sock, logPath string
 // cpuSeconds is the process's user+system CPU time so far, and the user
 // part alone.
 func cpuSeconds(b *testing.B, pid int) (total, user float64) {
-	u, sys, err := rig.ProcCPU(pid)
+	r, err := readCPU(pid)
 	if err != nil {
 		b.Fatalf("back-end cpu: %v", err)
 	}
-	return u + sys, u
+	return r.total, r.user
+}
+
+// readCPU reads pid's CPU time now.
+func readCPU(pid int) (cpuReading, error) {
+	u, sys, err := rig.ProcCPU(pid)
+	return cpuReading{total: u + sys, user: u, at: time.Now()}, err
 }
 
 // cpuReading is a process's CPU time (total and user, seconds) read at
@@ -234,13 +240,9 @@ type cpuReading struct {
 // ends the sampling and returns the last reading (the process may have
 // exited since: then the last it gave). stop may be called more than once.
 func sampleCPU(b *testing.B, pid int) (first cpuReading, stop func() cpuReading) {
-	read := func() (cpuReading, bool) {
-		u, sys, err := rig.ProcCPU(pid)
-		return cpuReading{total: u + sys, user: u, at: time.Now()}, err == nil
-	}
-	first, ok := read()
-	if !ok {
-		b.Fatalf("back-end cpu: process %d gone", pid)
+	first, err := readCPU(pid)
+	if err != nil {
+		b.Fatalf("back-end cpu: %v", err)
 	}
 	var (
 		mu   sync.Mutex
@@ -256,8 +258,8 @@ func sampleCPU(b *testing.B, pid int) (first cpuReading, stop func() cpuReading)
 			case <-done:
 				return
 			case <-t.C:
-				r, ok := read()
-				if !ok {
+				r, err := readCPU(pid)
+				if err != nil {
 					return
 				}
 				mu.Lock()
@@ -271,7 +273,7 @@ func sampleCPU(b *testing.B, pid int) (first cpuReading, stop func() cpuReading)
 		once.Do(func() {
 			close(done)
 			<-stopped
-			if r, ok := read(); ok {
+			if r, err := readCPU(pid); err == nil {
 				last = r
 			}
 		})

@@ -181,12 +181,15 @@ func (t *Table) refreshAckWnd(now time.Time, f *conn) {
 	}
 	f.wndToGuest = wnd
 	f.wndEdgeSpan = 0
+	if info != nil && !peerAcks && !full && t.txRing == 0 && f.flags&flWantOut == 0 && !f.oooReady() {
+		// wndHolds. The handshake's window too: nothing was written yet,
+		// and the peer's window only made it smaller, so the guest's
+		// first request needs no refresh (syscall_hints.go).
+		f.wndEdgeSpan = wnd
+	}
 	if handshake {
 		f.sendIdle = false
 		return
-	}
-	if info != nil && !peerAcks && !full && t.txRing == 0 && f.flags&flWantOut == 0 && !f.oooReady() {
-		f.wndEdgeSpan = wnd // wndHolds
 	}
 	// Everything acknowledged, a window the guest can use that neither
 	// the peer nor the ring budget holds down, and nothing queued, or for

@@ -62,6 +62,7 @@ type loop struct {
 	guestCsum bool      // VIRTIO_NET_F_GUEST_CSUM: frames to the guest may carry partial checksums
 	rxWaiting bool      // producers wait for RX descriptors: RX kicks are enabled
 	tcpRXWait bool      // the TCP output is blocked on RX descriptors (counted once per wait)
+	dgRXWait  bool      // the datagram output is, likewise
 	again     bool      // work is left: poll epoll without sleeping
 
 	deadline  time.Time // the earliest timer due (armTimer); zero: none

@@ -15,7 +15,30 @@ import (
 func (l *loop) produceRX() (more bool) {
 	l.deliverPending()
 	l.tcpOutput()
-	return l.flows.Flush(l.now, l.out)
+	return l.datagramOutput()
+}
+
+// datagramOutput delivers the datagram flows' queued data. A flush that ran
+// out of descriptors with sockets still queued leaves them for the refill,
+// and is counted in RXWaitedForDescriptors as tcpOutput counts its own:
+// once per wait. (A batch receive reserves for more datagrams than the
+// socket may hold: running dry with every socket drained is no wait.)
+// Uncounted, a UDP stream whose host socket overflowed while the guest's
+// ring was dry showed no wait at all, and its loss looked like the
+// back-end's.
+func (l *loop) datagramOutput() (more bool) {
+	starved := l.out.Starved()
+	frames := l.st.RX.Frames.Load()
+	more = l.flows.Flush(l.now, l.out)
+	if starved || !l.out.Starved() || !l.flows.Waiting() {
+		l.dgRXWait = false
+		return more
+	}
+	if !l.dgRXWait || l.st.RX.Frames.Load() != frames {
+		l.st.RXWaitedForDescriptors.Add(1)
+	}
+	l.dgRXWait = true
+	return more
 }
 
 // queueReply makes the frame just built in l.pending.next() pending. A full

@@ -64,6 +64,11 @@ func (ft *Table) Ready(tok hostsock.Token) {
 	ft.enqueue(i)
 }
 
+// Waiting reports whether sockets (or forwarded ports) are still queued
+// with data for the guest: after a Flush whose writer ran out of
+// descriptors, they wait for the guest's refill.
+func (ft *Table) Waiting() bool { return ft.rCount > 0 || ft.fwdPending }
+
 // Flush delivers queued sockets' data to the guest through w. It returns
 // true when work is left that does not depend on the guest (budget used
 // up); when the guest's buffers ran out, everything stays queued for the

@@ -126,6 +126,10 @@ func (r *runner) iperf(ctx context.Context, t *target, test, label, dir string, 
 func (r *runner) measureIperf(ctx context.Context, t *target, test, label, dir string, spec iperfSpec) Result {
 	row := Result{Test: test, Label: label, Backend: t.backend, Direction: dir, MTU: t.mtu,
 		Streams: spec.streams, Unit: "Gbit/s", HigherIsBetter: true}
+	var before lossProbe
+	if spec.udp {
+		before = probeLoss(ctx, t)
+	}
 	res, err := runIperf(ctx, t, spec)
 	if err != nil {
 		row.Error = err.Error()
@@ -141,7 +145,8 @@ func (r *runner) measureIperf(ctx context.Context, t *target, test, label, dir s
 	var notes []string
 	if spec.udp {
 		row.LossPercent = ptr(res.lossPercent)
-		notes = append(notes, fmt.Sprintf("sent %s Gbit/s, loss %.1f%%", num(res.sentGbits), res.lossPercent))
+		notes = append(notes, fmt.Sprintf("sent %s Gbit/s, loss %.1f%%", num(res.sentGbits), res.lossPercent),
+			lossNote(before, probeLoss(ctx, t)))
 	}
 	if t.alone {
 		notes = append(notes, "CPU: the rig itself (this process)")

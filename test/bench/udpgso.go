@@ -75,6 +75,7 @@ func (r *runner) measureUDPGSO(ctx context.Context, t *target, label, dir string
 	defer cancel()
 	var out []byte
 	var err error
+	before := probeLoss(ctx, t)
 	cpu, cerr := cpuDuring(t.cpuPID(), func() {
 		out, err = t.guestCommand(ctx, r.udpgso, mode, "-to", net.JoinHostPort(t.serverIP, strconv.Itoa(udpGSOPort)),
 			"-t", strconv.Itoa(r.s.seconds), "-len", strconv.Itoa(udpLen), "-segs", strconv.Itoa(udpGSOSegs), "-b", r.s.udpRate).Output()
@@ -102,7 +103,8 @@ func (r *runner) measureUDPGSO(ctx context.Context, t *target, label, dir string
 		row.CPUSecPerGB = ptr(cpu / (float64(res.Bytes) / 1e9))
 		row.BackendBusy = ptr(cpu / res.Seconds)
 	}
-	row.Note = fmt.Sprintf("sent %s Gbit/s, loss %.1f%%", num(float64(res.Sent*udpLen)*8/res.Seconds/1e9), loss)
+	row.Note = fmt.Sprintf("sent %s Gbit/s, loss %.1f%%; %s", num(float64(res.Sent*udpLen)*8/res.Seconds/1e9), loss,
+		lossNote(before, probeLoss(ctx, t)))
 	if t.alone {
 		row.Note += "; CPU: the rig itself (this process)"
 	}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Where a UDP row's datagrams were lost. A back-end moves a host→guest
+// datagram from its flow socket in the host namespace into the guest's RX
+// ring; when the ring stays dry longer than that socket's buffer lasts,
+// the kernel drops what arrives, and counts it in the namespace's
+// RcvbufErrors (/proc/net/snmp), one per receive: a UDP_GRO run of
+// datagrams is one. A socket that overflows in the guest namespace (the
+// receiving program's) counts there. With the loss split this way a row
+// says whether the back-end lost anything itself or only ran out of the
+// guest's buffers (vunet_queue_descriptor_waits_total, for vunet).
+
+// lossProbe is one reading of the counters a UDP row's loss is split by.
+type lossProbe struct {
+	hostFull, guestFull int64   // RcvbufErrors in the host and guest namespaces
+	waits               float64 // the back-end's RX descriptor waits (vunet only)
+	hasWaits            bool
+}
+
+// probeLoss reads t's counters; a counter it cannot read stays zero (the
+// note then says less).
+func probeLoss(ctx context.Context, t *target) lossProbe {
+	var p lossProbe
+	p.hostFull, _ = udpRcvbufErrors(t.hostNS)
+	p.guestFull, _ = udpRcvbufErrors(t.guestNS)
+	if t.rig != nil && !t.alone {
+		if m, err := t.rig.Metrics(ctx); err == nil && m.Has("vunet_queue_descriptor_waits_total") {
+			p.waits, p.hasWaits = m.Sum("vunet_queue_descriptor_waits_total"), true
+		}
+	}
+	return p
+}
+
+// lossNote describes what changed between two probes around a row.
+func lossNote(before, after lossProbe) string {
+	s := fmt.Sprintf("receives dropped on full sockets: %d in the host namespace, %d in the guest's",
+		after.hostFull-before.hostFull, after.guestFull-before.guestFull)
+	if before.hasWaits && after.hasWaits {
+		s += fmt.Sprintf("; guest RX ring ran dry %d×", int64(after.waits-before.waits))
+	}
+	return s
+}
+
+// udpRcvbufErrors reads the UDP RcvbufErrors of network namespace ns.
+func udpRcvbufErrors(ns string) (int64, error) {
+	var snmp []byte
+	err := inNetns(ns, func() (err error) {
+		// thread-self: /proc/self/net is the namespace of the process's
+		// main thread, not of this one.
+		snmp, err = os.ReadFile("/proc/thread-self/net/snmp")
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return snmpField(snmp, "Udp", "RcvbufErrors")
+}
+
+// snmpField finds field in /proc/net/snmp's table proto: a line of names
+// followed by a line of values, both starting "proto:".
+func snmpField(snmp []byte, proto, field string) (int64, error) {
+	var names []string
+	for line := range bytes.Lines(snmp) {
+		f := strings.Fields(string(line))
+		if len(f) == 0 || f[0] != proto+":" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, n := range names {
+			if n == field && i < len(f) {
+				return strconv.ParseInt(f[i], 10, 64)
+			}
+		}
+		break
+	}
+	return 0, fmt.Errorf("/proc/net/snmp: no %s %s", proto, field)
+}

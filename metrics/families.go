@@ -73,7 +73,7 @@ var (
 	descBatches    = counterFam("queue_batches_total", "Used-ring publications (one per batch of frames).", queueDir...)
 	descDrops      = counterFam("queue_drops_total", "Frames dropped by the data path, by reason; a reason's series appears at its first drop.", queueDirReason...)
 	descEther      = counterFam("queue_classified_frames_total", "Frames from the guest with a whole Ethernet header, by ethertype class.", "queue", "ethertype")
-	descDescWaits  = counterFam("queue_descriptor_waits_total", "Frames for the guest that found no free descriptor and waited for the guest to refill its ring.", "queue")
+	descDescWaits  = counterFam("queue_descriptor_waits_total", "Waits for the guest to refill its RX ring: frames for the guest (link-service replies, TCP, datagrams) found no free descriptor; once per wait of each producer that ran the ring dry.", "queue")
 	descWasted     = counterFam("queue_wasted_chains_total", "Guest buffers returned to the guest empty (could be neither used nor rewound).", "queue")
 	descWakeups    = counterFam("queue_loop_wakeups_total", "Event-loop returns from epoll_wait.", "queue")
 	descLoopPolls  = counterFam("queue_loop_polls_total", "Bounded busy-polls of the event loop before it sleeps, by result (hit: an event came within the poll; miss: the loop slept after it); each result's series appears at its first count.", "queue", "result")

@@ -30,11 +30,12 @@ func (l *loop) datagramOutput() (more bool) {
 	starved := l.out.Starved()
 	frames := l.st.RX.Frames.Load()
 	more = l.flows.Flush(l.now, l.out)
-	if starved || !l.out.Starved() || !l.flows.Waiting() {
+	if !l.out.Starved() || !l.flows.Waiting() {
 		l.dgRXWait = false
 		return more
 	}
-	if !l.dgRXWait || l.st.RX.Frames.Load() != frames {
+	// Run dry by an earlier producer in this iteration: that one counted.
+	if !starved && (!l.dgRXWait || l.st.RX.Frames.Load() != frames) {
 		l.st.RXWaitedForDescriptors.Add(1)
 	}
 	l.dgRXWait = true

@@ -153,6 +153,11 @@ func (t *Table) takeGuestSyn(f *conn, sg *segment) {
 		f.wsFromGuest = min(sg.opts.WindowScale, header.TCPMaxWindowScale)
 	} else {
 		f.wsFromGuest, f.wsToGuest = 0, 0
+		// A window computed for our SYN with a scale the guest refused
+		// may exceed what a frame can say unscaled; it stands (wndHolds)
+		// only as far as the frames carried it.
+		f.wndToGuest = min(f.wndToGuest, 0xffff)
+		f.wndEdgeSpan = min(f.wndEdgeSpan, 0xffff)
 	}
 	f.wndFromGuest = max(uint32(sg.wnd), 1) // the SYN's window is not scaled
 	f.guestSACK = sg.opts.SACKPermitted

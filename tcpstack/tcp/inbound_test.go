@@ -160,3 +160,35 @@ func (h *tcpHarness) answerForwardSyn(guestPort uint16) tcpSeg {
 	h.remote = syn[0].src
 	return syn[0]
 }
+
+// TestTCPForwardGuestWithoutScaling: our SYN's window was computed with a
+// scale the guest's SYN-ACK then refuses. What stands of it for the
+// guest's first data (wndHolds) is what an unscaled frame can carry, at
+// most 65535 bytes: the window the guest was told. Without the clamp the
+// flow kept a window of 65536 or more at scale 0.
+func TestTCPForwardGuestWithoutScaling(t *testing.T) {
+	h := tcpNewHarness(t, Config{MTU: 1500, AckTimeout: time.Second})
+	h.tab.SetGuest(h.guestMAC, h.guest.Addr(), netip.Addr{})
+	c := h.dialForward(t, 8080)
+	s := h.collect("SYN", func(s []tcpSeg) bool { return len(s) > 0 })[0]
+	h.guest = netip.AddrPortFrom(h.guest.Addr(), 8080)
+	h.remote = s.src
+	h.seq = h.isn + 1
+	h.ack = s.seq + 1
+	var ob [40]byte
+	n := header.EncodeTCPOptions(ob[:], &header.TCPOptions{HasMSS: true, MSS: 1000})
+	h.inject(h.frame(header.TCPFlagSYN|header.TCPFlagACK, h.isn, h.ack, 65535, ob[:n], nil))
+	h.flush()
+	f := h.flow()
+	if f == nil || f.state != stats.TCPEstablished || f.wsToGuest != 0 {
+		t.Fatalf("not established without scaling: %+v", f)
+	}
+	if f.wndToGuest > 0xffff || f.wndEdgeSpan > 0xffff {
+		t.Fatalf("window %d (standing %d) at scale 0: more than a frame can say", f.wndToGuest, f.wndEdgeSpan)
+	}
+	h.sendAck([]byte("reply"))
+	h.flush()
+	if b := tcpReadN(t, c, 5); string(b) != "reply" {
+		t.Fatalf("host got %q", b)
+	}
+}

@@ -33,7 +33,7 @@ import (
 //
 // A short connection (connect, a request and its answer, close: the rig's
 // connection-rate test) paid seven getsockopt calls for its ACKs and
-// windows, and needs four; of its three epoll_ctl calls it needs the
+// windows, and needs two; of its three epoll_ctl calls it needs the
 // first: no mask after both FINs (epollWant), no EPOLL_CTL_DEL when the
 // socket is ours alone (conn.sole, teardown.go). refreshAckWnd reads only
 // what its decision needs:
@@ -41,6 +41,8 @@ import (
 //   - TCP_INFO that settleLocalConnect read for the SYN is the SYN-ACK's
 //     (takeConnectInfo): the two reads were one pass apart, with nothing
 //     written to the socket between them.
+//   - The SYN-ACK's window stands for the request (wndHolds): nothing was
+//     written before it, and the peer's window only made it smaller.
 //   - After the guest's FIN nothing more comes from the guest: its ACK is
 //     everything, and a window it cannot use is not worth two reads
 //     (finAckWnd).

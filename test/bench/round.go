@@ -145,8 +145,10 @@ func (r *runner) measureIperf(ctx context.Context, t *target, test, label, dir s
 	var notes []string
 	if spec.udp {
 		row.LossPercent = ptr(res.lossPercent)
-		notes = append(notes, fmt.Sprintf("sent %s Gbit/s, loss %.1f%%", num(res.sentGbits), res.lossPercent),
-			lossNote(before, probeLoss(ctx, t)))
+		notes = append(notes, fmt.Sprintf("sent %s Gbit/s, loss %.1f%%", num(res.sentGbits), res.lossPercent))
+		if n := lossNote(before, probeLoss(ctx, t)); n != "" {
+			notes = append(notes, n)
+		}
 	}
 	if t.alone {
 		notes = append(notes, "CPU: the rig itself (this process)")

@@ -103,8 +103,10 @@ func (r *runner) measureUDPGSO(ctx context.Context, t *target, label, dir string
 		row.CPUSecPerGB = ptr(cpu / (float64(res.Bytes) / 1e9))
 		row.BackendBusy = ptr(cpu / res.Seconds)
 	}
-	row.Note = fmt.Sprintf("sent %s Gbit/s, loss %.1f%%; %s", num(float64(res.Sent*udpLen)*8/res.Seconds/1e9), loss,
-		lossNote(before, probeLoss(ctx, t)))
+	row.Note = fmt.Sprintf("sent %s Gbit/s, loss %.1f%%", num(float64(res.Sent*udpLen)*8/res.Seconds/1e9), loss)
+	if n := lossNote(before, probeLoss(ctx, t)); n != "" {
+		row.Note += "; " + n
+	}
 	if t.alone {
 		row.Note += "; CPU: the rig itself (this process)"
 	}

@@ -22,16 +22,20 @@ import (
 // lossProbe is one reading of the counters a UDP row's loss is split by.
 type lossProbe struct {
 	hostFull, guestFull int64   // RcvbufErrors in the host and guest namespaces
+	hasHost, hasGuest   bool    // whether they could be read
 	waits               float64 // the back-end's RX descriptor waits (vunet only)
 	hasWaits            bool
 }
 
-// probeLoss reads t's counters; a counter it cannot read stays zero (the
-// note then says less).
+// probeLoss reads t's counters; one it cannot read is marked missing, and
+// the note leaves it out.
 func probeLoss(ctx context.Context, t *target) lossProbe {
 	var p lossProbe
-	p.hostFull, _ = udpRcvbufErrors(t.hostNS)
-	p.guestFull, _ = udpRcvbufErrors(t.guestNS)
+	var err error
+	p.hostFull, err = udpRcvbufErrors(t.hostNS)
+	p.hasHost = err == nil
+	p.guestFull, err = udpRcvbufErrors(t.guestNS)
+	p.hasGuest = err == nil
 	if t.rig != nil && !t.alone {
 		if m, err := t.rig.Metrics(ctx); err == nil && m.Has("vunet_queue_descriptor_waits_total") {
 			p.waits, p.hasWaits = m.Sum("vunet_queue_descriptor_waits_total"), true
@@ -41,11 +45,24 @@ func probeLoss(ctx context.Context, t *target) lossProbe {
 }
 
 // lossNote describes what changed between two probes around a row.
+// A counter missing from either probe is left out.
 func lossNote(before, after lossProbe) string {
-	s := fmt.Sprintf("receives dropped on full sockets: %d in the host namespace, %d in the guest's",
-		after.hostFull-before.hostFull, after.guestFull-before.guestFull)
+	var parts []string
+	if before.hasHost && after.hasHost {
+		parts = append(parts, fmt.Sprintf("%d in the host namespace", after.hostFull-before.hostFull))
+	}
+	if before.hasGuest && after.hasGuest {
+		parts = append(parts, fmt.Sprintf("%d in the guest's", after.guestFull-before.guestFull))
+	}
+	var s string
+	if len(parts) > 0 {
+		s = "receives dropped on full sockets: " + strings.Join(parts, ", ")
+	}
 	if before.hasWaits && after.hasWaits {
-		s += fmt.Sprintf("; guest RX ring ran dry %d×", int64(after.waits-before.waits))
+		if s != "" {
+			s += "; "
+		}
+		s += fmt.Sprintf("guest RX ring ran dry %d×", int64(after.waits-before.waits))
 	}
 	return s
 }

@@ -51,6 +51,17 @@ type XferRecord struct {
 	Peer   string
 	Err    error
 	Took   time.Duration
+	Seed   uint64 // DOWN: the stream's seed (guest.NewStream)
+}
+
+// PrefixSHA256 is the sha256 of the first n bytes of a DOWN transfer's
+// stream: a guest that got fewer bytes than the server sent can tell
+// whether it got their beginning whole (the hash matches) or had bytes
+// skipped or changed on the way.
+func (r XferRecord) PrefixSHA256(n int64) string {
+	h := sha256.New()
+	_, _ = io.CopyN(h, guest.NewStream(r.Seed), n)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func (r XferRecord) String() string {
@@ -174,7 +185,7 @@ func (s *TrafficServer) serve(c net.Conn) {
 		if err1 != nil || err2 != nil {
 			return
 		}
-		rec := XferRecord{Dir: guest.XferDown, Want: n, Peer: c.RemoteAddr().String()}
+		rec := XferRecord{Dir: guest.XferDown, Want: n, Peer: c.RemoteAddr().String(), Seed: seed}
 		start := time.Now()
 		h := sha256.New()
 		st := guest.NewStream(seed)

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
+
+	rig "vunet/test/rig/lib"
 )
 
 // Where a UDP row's datagrams were lost. A back-end moves a host→guest
@@ -79,28 +79,13 @@ func udpRcvbufErrors(ns string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return snmpField(snmp, "Udp", "RcvbufErrors")
-}
-
-// snmpField finds field in /proc/net/snmp's table proto: a line of names
-// followed by a line of values, both starting "proto:".
-func snmpField(snmp []byte, proto, field string) (int64, error) {
-	var names []string
-	for line := range bytes.Lines(snmp) {
-		f := strings.Fields(string(line))
-		if len(f) == 0 || f[0] != proto+":" {
-			continue
-		}
-		if names == nil {
-			names = f
-			continue
-		}
-		for i, n := range names {
-			if n == field && i < len(f) {
-				return strconv.ParseInt(f[i], 10, 64)
-			}
-		}
-		break
+	udp, err := rig.SNMPTable(snmp, "Udp")
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("/proc/net/snmp: no %s %s", proto, field)
+	n, ok := udp["RcvbufErrors"]
+	if !ok {
+		return 0, fmt.Errorf("/proc/net/snmp: no Udp RcvbufErrors")
+	}
+	return n, nil
 }

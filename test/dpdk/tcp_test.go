@@ -1,7 +1,6 @@
 package dpdk
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -213,26 +212,7 @@ func guestTCPCounters(r *rig.Rig) (map[string]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	var names []string
-	sc := bufio.NewScanner(strings.NewReader(string(raw)))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 || f[0] != "Tcp:" {
-			continue
-		}
-		if names == nil {
-			names = f[1:]
-			continue
-		}
-		out := map[string]int64{}
-		for i, v := range f[1:] {
-			if i < len(names) {
-				out[names[i]], _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("no Tcp: counters in the guest's /proc/net/snmp")
+	return rig.SNMPTable(raw, "Tcp")
 }
 
 func tailFile(path string, n int) string {

@@ -61,3 +61,33 @@ func ProcCPU(pid int) (user, system float64, err error) {
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat
 // (100 on every Linux architecture Go supports).
 const clockTicks = 100
+
+// SNMPTable reads table proto ("Tcp", "Udp", ...) of /proc/net/snmp's
+// text: a line of names, then a line of values, both starting "proto:".
+// Read it from /proc/thread-self/net/snmp on a thread inside a network
+// namespace: /proc/self/net is the main thread's namespace.
+func SNMPTable(snmp []byte, proto string) (map[string]int64, error) {
+	var names []string
+	for line := range strings.Lines(string(snmp)) {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != proto+":" {
+			continue
+		}
+		if names == nil {
+			names = f[1:]
+			continue
+		}
+		out := make(map[string]int64, len(names))
+		for i, v := range f[1:] {
+			if i < len(names) {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("/proc/net/snmp %s %s: %w", proto, names[i], err)
+				}
+				out[names[i]] = n
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("/proc/net/snmp: no %s table", proto)
+}

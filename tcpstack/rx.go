@@ -34,12 +34,20 @@ func (l *loop) datagramOutput() (more bool) {
 		l.dgRXWait = false
 		return more
 	}
-	// Run dry by an earlier producer in this iteration: that one counted.
-	if !starved && (!l.dgRXWait || l.st.RX.Frames.Load() != frames) {
+	l.countRXWait(&l.dgRXWait, starved, frames)
+	return more
+}
+
+// countRXWait counts a producer's pass that ran out of RX descriptors in
+// RXWaitedForDescriptors, once per wait: when it starts the wait (*waiting
+// was false) or when it used buffers the guest posted (frames moved since
+// the pass began) and ran out again. A ring an earlier producer ran dry
+// in this iteration (starved on entry) is that producer's wait.
+func (l *loop) countRXWait(waiting *bool, starved bool, frames uint64) {
+	if !starved && (!*waiting || l.st.RX.Frames.Load() != frames) {
 		l.st.RXWaitedForDescriptors.Add(1)
 	}
-	l.dgRXWait = true
-	return more
+	*waiting = true
 }
 
 // queueReply makes the frame just built in l.pending.next() pending. A full
@@ -127,8 +135,5 @@ func (l *loop) tcpOutput() {
 	if !l.out.Starved() {
 		return // our own reservation limit, not the guest's ring: iterate comes back at once
 	}
-	if !starved && (!l.tcpRXWait || l.st.RX.Frames.Load() != frames) {
-		l.st.RXWaitedForDescriptors.Add(1)
-	}
-	l.tcpRXWait = true
+	l.countRXWait(&l.tcpRXWait, starved, frames)
 }

@@ -67,14 +67,23 @@ func (d *device) stopPair(p int) bool {
 	if !stopped {
 		return true // abandoned: the rings are the loop's (stop_deadline.go)
 	}
+	var used [2]uint16
 	for i := 2 * p; i <= 2*p+1; i++ {
 		r := &d.rings[i]
 		if r.q != nil {
 			r.base = r.q.LastAvail()
+			used[i-2*p] = r.q.UsedIndex()
+			if n := r.q.Staged(); n != 0 {
+				// Elements pushed and never published: their chains are
+				// lost to the guest, and a later queue's used.idx would
+				// not match the chains it was given.
+				d.log.Error("vring stopped with used elements unpublished", "vring", i, "staged", n)
+			}
 			r.q = nil
 		}
 	}
-	d.log.Debug("queue pair stopped", "pair", p)
+	d.log.Debug("queue pair stopped", "pair", p, "rx_base", d.rings[2*p].base, "rx_used", used[0],
+		"tx_base", d.rings[2*p+1].base, "tx_used", used[1])
 	return true
 }
 
@@ -158,7 +167,7 @@ func (d *device) startPair(p int) error {
 	d.migrationStopped = false
 	d.log.Info("queue pair started", "pair", p, "rx_size", rx.num, "tx_size", tx.num,
 		"rx_enabled", qp.RXEnabled, "tx_enabled", qp.TXEnabled,
-		"rx_base", rx.base, "tx_base", tx.base)
+		"rx_base", rx.base, "tx_base", tx.base, "rx_used", rxq.UsedIndex(), "tx_used", txq.UsedIndex())
 	return nil
 }
 

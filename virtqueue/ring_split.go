@@ -258,6 +258,10 @@ func (q *SplitQueue) Size() uint16 { return q.size }
 // re-Pop them or accept that the value counts them as unprocessed.
 func (q *SplitQueue) LastAvail() uint16 { return q.lastAvail }
 
+// UsedIndex returns the used index the queue last published (read from the
+// ring when the queue was built): what the driver sees in used.idx.
+func (q *SplitQueue) UsedIndex() uint16 { return q.usedPub }
+
 // KickFD returns the kick eventfd, -1 if none.
 func (q *SplitQueue) KickFD() int { return q.kick }
 

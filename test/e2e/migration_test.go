@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,9 +41,36 @@ const migrationDownload = 40 << 20
 // held connection never failed (its longest silence is printed, on the
 // host's clock and on the guest's, where the paused time does not count);
 // the download is byte-exact; new connections work on the destination at
-// once; the flows were handed over and the source forgot them.
+// once; the flows were handed over and the source forgot them; the rings
+// resume where they stopped, every chain returned (checkRingsHandedOver).
+// A destination guest whose kernel crashed after the migration, which
+// QEMU 7.2's TCG does now and then without vunet (guestKernelCrash), gets
+// one more migration of a new guest; two crashes fail the test.
 func TestQEMUMigration(t *testing.T) {
 	qemu.NeedQEMU(t)
+	for attempt := 1; ; attempt++ {
+		crash := migrateOnce(t)
+		if crash == "" {
+			return
+		}
+		if attempt == migrationAttempts {
+			t.Fatalf("the destination guest's kernel crashed after each of %d migrations; the last: %s", attempt, crash)
+		}
+		t.Logf("attempt %d: the destination guest's kernel crashed after the migration (%s); "+
+			"QEMU 7.2 under TCG does this on a loaded host with no vhost-user back-end at all "+
+			"(see guestKernelCrash): migrating a new guest", attempt, crash)
+	}
+}
+
+// migrationAttempts is how many migrations TestQEMUMigration makes while
+// the destination guest's kernel crashes (guestKernelCrash).
+const migrationAttempts = 2
+
+// migrateOnce makes TestQEMUMigration's migration and checks, failing t
+// on any fault of vunet's. It returns what the destination guest's kernel
+// printed if it crashed after the migration, before its checks were done;
+// then nothing was checked after the migration and t did not fail.
+func migrateOnce(t *testing.T) (crash string) {
 	ns := qemu.NewNetNS(t)
 	srv := qemu.StartTrafficServer(t, ns)
 	dir := qemu.WorkDir(t)
@@ -101,13 +130,24 @@ func TestQEMUMigration(t *testing.T) {
 	}
 
 	// New connections on the destination, at once.
+	// The rings resume where the source stopped them, with every chain
+	// the source took given back: no buffer is in flight across the
+	// migration, and none is used twice.
+	checkRingsHandedOver(t, src, dst)
+
 	first, err := srv.WaitEchoConnAfter(done, resumeWithin)
 	if err != nil {
+		if crash := guestKernelCrash(dstVM); crash != "" {
+			return crash
+		}
 		t.Errorf("no new TCP connection reached the host within %v of the migration: %v", resumeWithin, err)
 	} else {
 		t.Logf("first new TCP connection on the destination %v after the migration completed", first.Sub(done).Round(time.Millisecond))
 	}
 	r, err := dstVM.WaitResult(guest.CheckTCPHold, migrationHoldFor+60*time.Second)
+	if crash := guestKernelCrash(dstVM); crash != "" && (err != nil || !r.OK) {
+		return crash
+	}
 	if err != nil || !r.OK {
 		// What the server sent, and whether the guest's bytes were its
 		// beginning: a short download that matches was cut at the end, one
@@ -191,7 +231,69 @@ func TestQEMUMigration(t *testing.T) {
 			t.Errorf("%v vhost-user errors or bad chains", bad)
 		}
 	}
+	return ""
 }
+
+// checkRingsHandedOver compares the ring indexes the source's vunet last
+// stopped its queue pair at (GET_VRING_BASE) with those the destination's
+// started it at: the bases must be the same (QEMU carries them), and at
+// both ends the used index must equal the base — every chain taken was
+// returned before the source answered, and the destination's guest sees
+// the used ring the source left.
+func checkRingsHandedOver(t *testing.T, src, dst *qemu.Daemon) {
+	t.Helper()
+	keys := []string{"rx_base", "rx_used", "tx_base", "tx_used"}
+	indexes := func(l qemu.LogLine) string {
+		v := make([]string, len(keys))
+		for i, k := range keys {
+			v[i] = k + "=" + l.Attr(k)
+		}
+		return fmt.Sprint(v)
+	}
+	stops := src.Log.Match(func(l qemu.LogLine) bool { return l.Msg == "queue pair stopped" && l.Attr("rx_base") != "" })
+	starts := dst.Log.Match(func(l qemu.LogLine) bool { return l.Msg == "queue pair started" && l.Attr("rx_base") != "" })
+	if len(stops) == 0 || len(starts) == 0 {
+		t.Errorf("ring indexes: %d stops logged by the source, %d starts by the destination", len(stops), len(starts))
+		return
+	}
+	last, first := stops[len(stops)-1], starts[0]
+	if a, b := indexes(last), indexes(first); a != b || last.Attr("rx_base") != last.Attr("rx_used") || last.Attr("tx_base") != last.Attr("tx_used") {
+		t.Errorf("ring indexes: the source stopped at %s, the destination started at %s", a, b)
+	} else {
+		t.Logf("ring indexes across the migration: %s", a)
+	}
+}
+
+// guestKernelCrash returns the first lines of the kernel crash report on
+// vm's console ("" if none). Live migration under QEMU 7.2's TCG (Debian
+// 12) crashes the destination guest's kernel now and then when the host is
+// loaded: an hrtimer with a NULL function in the timer interrupt, a
+// list_del corruption. It does so with no vhost-user back-end at all: with
+// the guest on "-netdev stream" (QEMU's own virtio-net; vunet never touches
+// guest memory), under the same load (go test -race of two packages in a
+// loop), 1 of 40 migrations crashed the same way, against 2 of 42 with
+// vhost-user (2026-12-03/04). It is not vunet's to fix, and no check of
+// vunet's can run on a guest whose kernel died.
+func guestKernelCrash(vm *qemu.VM) string {
+	b, err := os.ReadFile(vm.Console)
+	if err != nil {
+		return ""
+	}
+	var crash []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if len(crash) > 0 || kernelCrashLine.MatchString(l) {
+			crash = append(crash, strings.TrimSpace(l))
+		}
+		if len(crash) == 3 {
+			break
+		}
+	}
+	return strings.Join(crash, " | ")
+}
+
+// kernelCrashLine matches the first line of a Linux oops, BUG, WARNING or
+// panic report.
+var kernelCrashLine = regexp.MustCompile(`\] (BUG:|Oops:|WARNING:|Kernel panic|kernel BUG|list_del corruption|general protection fault)`)
 
 // waitPath waits for a file (a daemon's socket) to exist.
 func waitPath(path string, timeout time.Duration) error {

@@ -279,10 +279,17 @@ func guestKernelCrash(vm *qemu.VM) string {
 	if err != nil {
 		return ""
 	}
+	return kernelCrash(string(b))
+}
+
+// kernelCrash returns the first three lines of the first kernel crash
+// report in a console log, joined with " | " ("" if none).
+func kernelCrash(console string) string {
 	var crash []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if len(crash) > 0 || kernelCrashLine.MatchString(l) {
-			crash = append(crash, strings.TrimSpace(l))
+	for _, l := range strings.Split(console, "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && (len(crash) > 0 || kernelCrashLine.MatchString(l)) {
+			crash = append(crash, l)
 		}
 		if len(crash) == 3 {
 			break
@@ -293,7 +300,7 @@ func guestKernelCrash(vm *qemu.VM) string {
 
 // kernelCrashLine matches the first line of a Linux oops, BUG, WARNING or
 // panic report.
-var kernelCrashLine = regexp.MustCompile(`\] (BUG:|Oops:|WARNING:|Kernel panic|kernel BUG|list_del corruption|general protection fault)`)
+var kernelCrashLine = regexp.MustCompile(`^\[ *[0-9]+\.[0-9]+\] (BUG:|Oops:|WARNING:|Kernel panic|kernel BUG|list_del corruption|list_add corruption|general protection fault)`)
 
 // waitPath waits for a file (a daemon's socket) to exist.
 func waitPath(path string, timeout time.Duration) error {

@@ -15,7 +15,7 @@ const (
 	ErrReasonInvalid                        // well-formed but invalid: bad index, ring size, address, feature bits
 	ErrReasonUnsupported                    // request the device does not implement
 	ErrReasonMemory                         // mapping or memory-table failure
-	ErrReasonDataPlane                      // queue construction or StartPair failure
+	ErrReasonDataPlane                      // queue construction or StartPair failure, a stop with used elements unpublished
 	ErrReasonIO                             // socket read/write failure
 	ErrReasonRejected                       // extra concurrent front-end turned away
 	ErrReasonMemoryLimit                    // memory region refused: the total would pass DeviceConfig.MaxMemory

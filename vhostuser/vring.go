@@ -77,6 +77,7 @@ func (d *device) stopPair(p int) bool {
 				// Elements pushed and never published: their chains are
 				// lost to the guest, and a later queue's used.idx would
 				// not match the chains it was given.
+				d.stats.countError(ErrReasonDataPlane)
 				d.log.Error("vring stopped with used elements unpublished", "vring", i, "staged", n)
 			}
 			r.q = nil
@@ -159,6 +160,9 @@ func (d *device) startPair(p int) error {
 		Features:  d.features,
 		ControlFD: d.control,
 	}
+	// Read before the data plane owns the queues: what the guest sees
+	// of the used rings as the pair starts.
+	rxUsed, txUsed := rxq.UsedIndex(), txq.UsedIndex()
 	if err := d.dp.StartPair(qp); err != nil {
 		return fmt.Errorf("start pair %d: %w: %w", p, errDataPlane, err)
 	}
@@ -167,7 +171,7 @@ func (d *device) startPair(p int) error {
 	d.migrationStopped = false
 	d.log.Info("queue pair started", "pair", p, "rx_size", rx.num, "tx_size", tx.num,
 		"rx_enabled", qp.RXEnabled, "tx_enabled", qp.TXEnabled,
-		"rx_base", rx.base, "tx_base", tx.base, "rx_used", rxq.UsedIndex(), "tx_used", txq.UsedIndex())
+		"rx_base", rx.base, "tx_base", tx.base, "rx_used", rxUsed, "tx_used", txUsed)
 	return nil
 }
 

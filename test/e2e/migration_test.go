@@ -49,8 +49,10 @@ const migrationDownload = 40 << 20
 func TestQEMUMigration(t *testing.T) {
 	qemu.NeedQEMU(t)
 	for attempt := 1; ; attempt++ {
-		crash := migrateOnce(t)
-		if crash == "" {
+		// Each attempt in its own subtest: its own work directory, and its
+		// daemons and VMs gone before the next starts.
+		var crash string
+		if !t.Run(fmt.Sprintf("attempt%d", attempt), func(t *testing.T) { crash = migrateOnce(t) }) || crash == "" {
 			return
 		}
 		if attempt == migrationAttempts {
@@ -58,18 +60,20 @@ func TestQEMUMigration(t *testing.T) {
 		}
 		t.Logf("attempt %d: the destination guest's kernel crashed after the migration (%s); "+
 			"QEMU 7.2 under TCG does this on a loaded host with no vhost-user back-end at all "+
-			"(see guestKernelCrash): migrating a new guest", attempt, crash)
+			"(see kernelCrash): migrating a new guest", attempt, crash)
 	}
 }
 
 // migrationAttempts is how many migrations TestQEMUMigration makes while
-// the destination guest's kernel crashes (guestKernelCrash).
+// the destination guest's kernel crashes (kernelCrash).
 const migrationAttempts = 2
 
 // migrateOnce makes TestQEMUMigration's migration and checks, failing t
-// on any fault of vunet's. It returns what the destination guest's kernel
-// printed if it crashed after the migration, before its checks were done;
-// then nothing was checked after the migration and t did not fail.
+// on any fault of vunet's. If the destination guest's kernel crashed after
+// the migration the way QEMU's TCG makes it crash (kernelCrash), and a
+// check of the guest's failed, it returns the crash report: the checks
+// that need only the daemons, and the ring indexes, were made (and may
+// have failed t); those of the guest's traffic were not.
 func migrateOnce(t *testing.T) (crash string) {
 	ns := qemu.NewNetNS(t)
 	srv := qemu.StartTrafficServer(t, ns)
@@ -129,15 +133,16 @@ func migrateOnce(t *testing.T) (crash string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	// New connections on the destination, at once.
 	// The rings resume where the source stopped them, with every chain
 	// the source took given back: no buffer is in flight across the
 	// migration, and none is used twice.
 	checkRingsHandedOver(t, src, dst)
 
+	// New connections on the destination, at once.
 	first, err := srv.WaitEchoConnAfter(done, resumeWithin)
 	if err != nil {
 		if crash := guestKernelCrash(dstVM); crash != "" {
+			checkDaemons(ctx, t, src, dst, srcVM.MAC)
 			return crash
 		}
 		t.Errorf("no new TCP connection reached the host within %v of the migration: %v", resumeWithin, err)
@@ -146,6 +151,7 @@ func migrateOnce(t *testing.T) (crash string) {
 	}
 	r, err := dstVM.WaitResult(guest.CheckTCPHold, migrationHoldFor+60*time.Second)
 	if crash := guestKernelCrash(dstVM); crash != "" && (err != nil || !r.OK) {
+		checkDaemons(ctx, t, src, dst, srcVM.MAC)
 		return crash
 	}
 	if err != nil || !r.OK {
@@ -185,6 +191,16 @@ func migrateOnce(t *testing.T) (crash string) {
 		t.Errorf("download across the migration: guest %s bytes sha256 %s; server %+v", r.Fields["down_bytes"], r.Fields["down_sha256"], down)
 	}
 
+	checkDaemons(ctx, t, src, dst, srcVM.MAC)
+	return ""
+}
+
+// checkDaemons makes the checks of TestQEMUMigration that need only the
+// two vunets, not the destination guest: the source logged its writes into
+// guest memory, none outside QEMU's log; the destination announced the
+// guest; the flows went over; no vhost-user error or bad chain anywhere.
+func checkDaemons(ctx context.Context, t *testing.T, src, dst *qemu.Daemon, mac string) {
+	t.Helper()
 	// The flows went over and the source let go of them.
 	handed, err := src.Log.Wait(5*time.Second, "the source's COMMIT", qemu.MsgIs("migration: the destination took the guest's flows"))
 	if err != nil {
@@ -218,7 +234,7 @@ func migrateOnce(t *testing.T) (crash string) {
 		t.Errorf("destination daemon got %v SEND_RARP: QEMU 7.2 asks a back-end with F_RARP to announce a guest without GUEST_ANNOUNCE", n)
 	}
 	if _, err := dst.Log.Wait(5*time.Second, "guest announced", func(l qemu.LogLine) bool {
-		return l.Msg == "guest announced" && l.Attr("mac") == srcVM.MAC
+		return l.Msg == "guest announced" && l.Attr("mac") == mac
 	}); err != nil {
 		t.Error(err)
 	}
@@ -231,7 +247,6 @@ func migrateOnce(t *testing.T) (crash string) {
 			t.Errorf("%v vhost-user errors or bad chains", bad)
 		}
 	}
-	return ""
 }
 
 // checkRingsHandedOver compares the ring indexes the source's vunet last
@@ -248,32 +263,34 @@ func checkRingsHandedOver(t *testing.T, src, dst *qemu.Daemon) {
 		for i, k := range keys {
 			v[i] = k + "=" + l.Attr(k)
 		}
-		return fmt.Sprint(v)
+		return strings.Join(v, " ")
 	}
-	stops := src.Log.Match(func(l qemu.LogLine) bool { return l.Msg == "queue pair stopped" && l.Attr("rx_base") != "" })
-	starts := dst.Log.Match(func(l qemu.LogLine) bool { return l.Msg == "queue pair started" && l.Attr("rx_base") != "" })
-	if len(stops) == 0 || len(starts) == 0 {
-		t.Errorf("ring indexes: %d stops logged by the source, %d starts by the destination", len(stops), len(starts))
+	// vhostuser's lines carry the indexes; tcpstack logs lines of the
+	// same messages without them.
+	pair0 := func(msg string) func(qemu.LogLine) bool {
+		return func(l qemu.LogLine) bool { return l.Msg == msg && l.Attr("pair") == "0" && l.Attr("rx_base") != "" }
+	}
+	// The destination's pair starts on QEMU's SET_VRING_KICK, which QEMU
+	// does not wait for: its line may still be on its way.
+	first, err := dst.Log.Wait(10*time.Second, "the destination's first queue pair start", pair0("queue pair started"))
+	stops := src.Log.Match(pair0("queue pair stopped"))
+	if err != nil || len(stops) == 0 {
+		t.Errorf("ring indexes: %d queue pair stops logged by the source; the destination's start: %v", len(stops), err)
 		return
 	}
-	last, first := stops[len(stops)-1], starts[0]
-	if a, b := indexes(last), indexes(first); a != b || last.Attr("rx_base") != last.Attr("rx_used") || last.Attr("tx_base") != last.Attr("tx_used") {
+	last := stops[len(stops)-1]
+	a, b := indexes(last), indexes(first)
+	switch {
+	case a != b:
 		t.Errorf("ring indexes: the source stopped at %s, the destination started at %s", a, b)
-	} else {
+	case last.Attr("rx_base") != last.Attr("rx_used") || last.Attr("tx_base") != last.Attr("tx_used"):
+		t.Errorf("ring indexes: the source stopped with chains not returned (used index behind the base): %s", a)
+	default:
 		t.Logf("ring indexes across the migration: %s", a)
 	}
 }
 
-// guestKernelCrash returns the first lines of the kernel crash report on
-// vm's console ("" if none). Live migration under QEMU 7.2's TCG (Debian
-// 12) crashes the destination guest's kernel now and then when the host is
-// loaded: an hrtimer with a NULL function in the timer interrupt, a
-// list_del corruption. It does so with no vhost-user back-end at all: with
-// the guest on "-netdev stream" (QEMU's own virtio-net; vunet never touches
-// guest memory), under the same load (go test -race of two packages in a
-// loop), 1 of 40 migrations crashed the same way, against 2 of 42 with
-// vhost-user (2026-12-03/04). It is not vunet's to fix, and no check of
-// vunet's can run on a guest whose kernel died.
+// guestKernelCrash returns kernelCrash of vm's console ("" if none).
 func guestKernelCrash(vm *qemu.VM) string {
 	b, err := os.ReadFile(vm.Console)
 	if err != nil {
@@ -282,9 +299,30 @@ func guestKernelCrash(vm *qemu.VM) string {
 	return kernelCrash(string(b))
 }
 
-// kernelCrash returns the first three lines of the first kernel crash
-// report in a console log, joined with " | " ("" if none).
+// kernelCrash returns the first three lines of the kernel crash report in a
+// console log, joined with " | ", if it is one QEMU 7.2's TCG causes, and
+// "" otherwise.
+//
+// Live migration under TCG on a loaded host crashes the destination
+// guest's kernel now and then, a second or two after the switch: an
+// hrtimer whose function is NULL in the timer interrupt, or a list_del
+// corruption in do_epoll_wait (on a wait entry whose addresses are a
+// kernel stack's). It does so with no vhost-user back-end at all: with the
+// guest on "-netdev stream" (QEMU's own virtio-net; vunet never touches
+// guest memory), under the same load (go test -race of two packages in a
+// loop), 1 of 40 migrations crashed so (the hrtimer), against 3 of 120
+// with vhost-user (2 the hrtimer, 1 the list_del; 2026-12-03/04). It is
+// not vunet's to fix, and no check of the guest's traffic can run on a
+// guest whose kernel died.
+//
+// Only those reports count. What a device fault makes the guest print —
+// a used element for a chain it did not post ("is not a head"), a
+// transmit queue that timed out (NETDEV WATCHDOG, a WARNING) — never does,
+// even next to one: that is a failure of vunet's.
 func kernelCrash(console string) string {
+	if deviceFault.MatchString(console) {
+		return ""
+	}
 	var crash []string
 	for _, l := range strings.Split(console, "\n") {
 		l = strings.TrimSpace(l)
@@ -295,8 +333,18 @@ func kernelCrash(console string) string {
 			break
 		}
 	}
+	if len(crash) == 0 || !tcgCrash.MatchString(console) {
+		return ""
+	}
 	return strings.Join(crash, " | ")
 }
+
+// deviceFault matches what a Linux guest prints about a misbehaving
+// virtio-net device or a stuck transmit queue.
+var deviceFault = regexp.MustCompile(`is not a head|NETDEV WATCHDOG|transmit queue \d+ timed out|virtio_net .*(error|unexpected)|virtqueue.*broken`)
+
+// tcgCrash matches the two crashes seen under TCG (see kernelCrash).
+var tcgCrash = regexp.MustCompile(`__hrtimer_run_queues|kernel/time/hrtimer\.c|list_del corruption[^\n]*\n(?s:.*)do_epoll_wait`)
 
 // kernelCrashLine matches the first line of a Linux oops, BUG, WARNING or
 // panic report.

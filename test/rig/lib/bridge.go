@@ -36,6 +36,10 @@ type Stats struct {
 	// the rig alone without damage, the device writes to the TAPs itself
 	// and none is due.
 	RXCalls atomic.Uint64
+	// RXLoopFrames counts the frames the RX loops wrote to the TAPs
+	// themselves; in the rig alone the device writes lone frames on the
+	// thread that moved them, and the loops write only batches.
+	RXLoopFrames atomic.Uint64
 	// RXWriteErrors counts TAP writes the kernel refused (frame dropped).
 	RXWriteErrors atomic.Uint64
 	// RXHeldBatches counts slow-reader delays (batches of used RX buffers
@@ -419,9 +423,11 @@ func (b *bridge) rxLoop(pair int) error {
 	defer unix.Close(ep)
 	evs := make([]unix.EpollEvent, 4)
 	for {
-		if err := b.serveRX(pair); err != nil {
+		wrote, err := b.serveRXCount(pair)
+		if err != nil {
 			return err
 		}
+		b.stats.RXLoopFrames.Add(wrote)
 		if !b.inlineRX && rxr.EnableInterrupts() {
 			continue
 		}
@@ -452,17 +458,25 @@ func (b *bridge) rxLoop(pair int) error {
 // from any thread (the RX loop's, or the rig-alone device's with
 // inlineRX).
 func (b *bridge) serveRX(pair int) error {
+	_, err := b.serveRXCount(pair)
+	return err
+}
+
+// serveRXCount is serveRX, returning how many frames it wrote (frames of
+// a pair are written only under its lock, held here).
+func (b *bridge) serveRXCount(pair int) (uint64, error) {
 	p := b.rxp[pair]
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	before := b.stats.RXFramesByPair[pair].Load()
 	if err := p.serve(); err != nil {
-		return err
+		return 0, err
 	}
 	if b.inlineRX {
 		// Keep the device from calling (used_event far ahead again).
 		p.rx.Ring().DisableInterrupts()
 	}
-	return nil
+	return b.stats.RXFramesByPair[pair].Load() - before, nil
 }
 
 // rxWriter writes frames of one RX ring to the TAP.

@@ -33,6 +33,12 @@ func TestKernelCrash(t *testing.T) {
 		{"list_del in epoll", listDel,
 			"[    5.718329] list_del corruption. prev->next should be ff4f786800647dd0, but was ff4f786800647ce8. | " +
 				"[    5.721870] ------------[ cut here ]------------ | [    5.729221]  do_epoll_wait+0x4ed/0x7f0"},
+		{"list_add", "[    5.819486] list_add corruption. next->prev should be prev (ff2169a4474326b8), but was ff2169a44625a1a8.\r\n" +
+			"[    5.824648] kernel BUG at lib/list_debug.c:27!\r\n",
+			"[    5.819486] list_add corruption. next->prev should be prev (ff2169a4474326b8), but was ff2169a44625a1a8. | " +
+				"[    5.824648] kernel BUG at lib/list_debug.c:27!"},
+		{"stack protector", "[    5.142796] Kernel panic - not syncing: stack-protector: Kernel stack is corrupted in: __schedule+0x9e7/0xa00\r\n",
+			"[    5.142796] Kernel panic - not syncing: stack-protector: Kernel stack is corrupted in: __schedule+0x9e7/0xa00"},
 		{"panic of another kind", "[    6.147978] Kernel panic - not syncing: Fatal exception in interrupt\n", ""},
 		{"list_del elsewhere", "[    5.718329] list_del corruption. prev->next should be 1, but was 2.\n[    5.729221]  skb_release_data+0x1/0x2\n", ""},
 		{"transmit timeout", "[   12.000001] NETDEV WATCHDOG: eth0 (virtio_net): transmit queue 0 timed out\n" +

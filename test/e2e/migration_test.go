@@ -304,16 +304,18 @@ func guestKernelCrash(vm *qemu.VM) string {
 // "" otherwise.
 //
 // Live migration under TCG on a loaded host crashes the destination
-// guest's kernel now and then, a second or two after the switch: an
-// hrtimer whose function is NULL in the timer interrupt, or a list_del
-// corruption in do_epoll_wait (on a wait entry whose addresses are a
-// kernel stack's). It does so with no vhost-user back-end at all: with the
-// guest on "-netdev stream" (QEMU's own virtio-net; vunet never touches
-// guest memory), under the same load (go test -race of two packages in a
-// loop), 1 of 40 migrations crashed so (the hrtimer), against 3 of 120
-// with vhost-user (2 the hrtimer, 1 the list_del; 2026-12-03/04). It is
-// not vunet's to fix, and no check of the guest's traffic can run on a
-// guest whose kernel died.
+// guest's kernel now and then, a second or two after the switch, on its
+// timers, lists and stacks: an hrtimer whose function is NULL in the timer
+// interrupt, a list_del corruption in do_epoll_wait (on a wait entry whose
+// addresses are a kernel stack's), a list_add corruption, a stack
+// protector's "Kernel stack is corrupted". It does so with no vhost-user
+// back-end at all: with the guest on "-netdev stream" (QEMU's own
+// virtio-net; vunet never touches guest memory), under the same load (go
+// test -race of two packages in a loop), 3 of 67 migrations crashed (the
+// hrtimer, the list_add, the stack), against 3 of 120 with vhost-user (2
+// the hrtimer, 1 the list_del; 2026-12-03/04). It is not vunet's to fix,
+// and no check of the guest's traffic can run on a guest whose kernel
+// died.
 //
 // Only those reports count. What a device fault makes the guest print —
 // a used element for a chain it did not post ("is not a head"), a
@@ -343,8 +345,9 @@ func kernelCrash(console string) string {
 // virtio-net device or a stuck transmit queue.
 var deviceFault = regexp.MustCompile(`is not a head|NETDEV WATCHDOG|transmit queue \d+ timed out|virtio_net .*(error|unexpected)|virtqueue.*broken`)
 
-// tcgCrash matches the two crashes seen under TCG (see kernelCrash).
-var tcgCrash = regexp.MustCompile(`__hrtimer_run_queues|kernel/time/hrtimer\.c|list_del corruption[^\n]*\n(?s:.*)do_epoll_wait`)
+// tcgCrash matches the crashes seen under TCG (see kernelCrash).
+var tcgCrash = regexp.MustCompile(`__hrtimer_run_queues|kernel/time/hrtimer\.c|` +
+	`list_del corruption[^\n]*\n(?s:.*)do_epoll_wait|list_add corruption|stack-protector: Kernel stack is corrupted`)
 
 // kernelCrashLine matches the first line of a Linux oops, BUG, WARNING or
 // panic report.

@@ -183,7 +183,7 @@ func (s *Stack) StartPair(qp virtqueue.QueuePair) error {
 	s.loops[qp.Index] = l
 	reserveP(1)
 	go l.run()
-	s.log.Debug("queue pair started", "pair", qp.Index, "rx_enabled", qp.RXEnabled,
+	s.log.Debug("data plane: queue pair started", "pair", qp.Index, "rx_enabled", qp.RXEnabled,
 		"tx_enabled", qp.TXEnabled, "features", fmt.Sprintf("%#x", qp.Features))
 	return nil
 }
@@ -207,7 +207,7 @@ func (s *Stack) StopPair(index int) {
 	s.mu.Lock()
 	delete(s.stopping, l)
 	s.mu.Unlock()
-	s.log.Debug("queue pair stopped", "pair", index)
+	s.log.Debug("data plane: queue pair stopped", "pair", index)
 }
 
 // Announce records mac as the guest's MAC address (vhost-user SEND_RARP after

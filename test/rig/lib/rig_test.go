@@ -338,7 +338,7 @@ func TestRigAlone(t *testing.T) {
 			// call the device made late in the transfer may still wake
 			// a loop (which then finds its frames written): let the
 			// counts settle first.
-			settled(&s.RXCalls, 100*time.Millisecond, 2*time.Second)
+			settle(&s.RXCalls, 100*time.Millisecond, 2*time.Second)
 			calls, loopFrames, frames := s.RXCalls.Load(), s.RXLoopFrames.Load(), s.RXFrames.Load()
 			pingPong(t, e, 200)
 			c, l, f := s.RXCalls.Load()-calls, s.RXLoopFrames.Load()-loopFrames, s.RXFrames.Load()-frames
@@ -357,19 +357,17 @@ func TestRigAlone(t *testing.T) {
 	}
 }
 
-// settled returns c's value once it has not changed for quiet, or after
-// limit.
-func settled(c *atomic.Uint64, quiet, limit time.Duration) uint64 {
+// settle waits until c has not changed for quiet, or for limit.
+func settle(c *atomic.Uint64, quiet, limit time.Duration) {
 	v := c.Load()
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
 		time.Sleep(quiet)
 		w := c.Load()
 		if w == v {
-			break
+			return
 		}
 		v = w
 	}
-	return v
 }
 
 // pingPong makes n 1-byte request/response round trips between e's ends.

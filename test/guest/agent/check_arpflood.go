@@ -14,6 +14,12 @@ import (
 	"vunet/test/guest"
 )
 
+// arpFloodStall is how long the flood waits for an answer before it gives
+// up: longer than the guest kernel's TX watchdog (5 s unless the driver
+// sets another), so that a TX queue stopped for good shows in tx_timeouts
+// and on the console.
+const arpFloodStall = 7 * time.Second
+
 // checkARPFlood pushes many ARP requests through the rings with a bounded
 // window, so that the back-end's RX side is never asked to queue more than
 // the guest has buffers for: every request must get exactly one answer.
@@ -56,7 +62,7 @@ func (a *agent) checkARPFlood(ctx context.Context) guest.Result {
 		got, err := pc.recv(buf, 200*time.Millisecond)
 		if err != nil {
 			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-				if time.Since(lastProgress) > 3*time.Second {
+				if time.Since(lastProgress) > arpFloodStall {
 					break // answers stopped coming: report what we have
 				}
 				continue
@@ -91,6 +97,10 @@ func (a *agent) checkARPFlood(ctx context.Context) guest.Result {
 		"rx_dropped": strconv.FormatUint(statCounter(ifName, "rx_dropped"), 10),
 	}}
 	if !r.OK {
+		// Which side a stall is on: a TX queue the driver stopped and
+		// nothing restarted (its watchdog fired) holds the requests in the
+		// guest; otherwise they reached the ring or were lost before it.
+		r.Fields["tx_timeouts"], _ = sysNet(ifName, "queues/tx-0/tx_timeout")
 		r.Fields["detail"] = fmt.Sprintf("%d of %d requests answered", unique, n)
 	}
 	return r

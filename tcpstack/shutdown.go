@@ -66,11 +66,20 @@ func (l *loop) leaveRings() {
 		return // no rings: what the socket did not take goes with the session
 	}
 	// TX chains still popped (a batch waiting for a flow from another
-	// pair) are given back untouched: the next loop pops them again.
-	if rest := l.tx.n - l.tx.next; rest > 0 {
-		l.qp.TX.Unpop(rest)
-		l.tx.n, l.tx.next = 0, 0
+	// pair) are given back untouched: the next loop pops them again. Not
+	// those popped before a bad chain: Pop already returned that one as
+	// used, and LastAvail rewound across it would have the next queue,
+	// rebuilt from it (GET_VRING_BASE), take it and use it again
+	// (used.idx past the base). They go back to the guest unsent, as
+	// frames on a ring being disabled.
+	if l.tx.n > l.tx.next {
+		for ; l.tx.next < l.tx.pinned; l.tx.next++ {
+			l.qp.TX.Push(l.tx.chains[l.tx.next].Head, 0)
+			l.st.TX.Drops[stats.DropRingDisabled].Add(1)
+		}
+		l.qp.TX.Unpop(l.tx.n - l.tx.next)
 	}
+	l.tx.n, l.tx.next, l.tx.pinned = 0, 0, 0
 	// TX chains are flushed per batch, but bad chains Pop staged after the
 	// last batch's Flush would be counted in LastAvail and never reach
 	// used.idx.

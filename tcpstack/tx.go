@@ -31,6 +31,7 @@ const (
 type txPath struct {
 	chains   [txBatchMax]virtqueue.Chain
 	n, next  int     // chains popped in the open batch; the next one to handle
+	pinned   int     // chains[:pinned] were popped before a bad chain: they cannot be given back (leaveRings)
 	fetch    txFetch // a frame waiting for its flow from another pair (moves.go)
 	hdr      virtqueue.NetHdr
 	head     [virtqueue.NetHdrLen + txHeadLen]byte
@@ -91,8 +92,15 @@ func (l *loop) txBatch() (full bool) {
 	q := l.qp.TX
 	if l.tx.next >= l.tx.n {
 		n := 0
+		l.tx.pinned = 0
 		for n < txBatchMax {
+			before := q.Staged()
 			ok, err := q.Pop(&l.tx.chains[n])
+			if q.Staged() != before {
+				// Pop returned a bad chain as used: an Unpop of the chains
+				// before it would rewind LastAvail across it.
+				l.tx.pinned = n
+			}
 			if err != nil {
 				l.tx.broken = true
 				l.st.TX.Drops[stats.DropQueueBroken].Add(1)

@@ -107,7 +107,8 @@ func txStopWithBadChainAmongWaiting(t *testing.T) (ran bool) {
 		t.Errorf("TX drops on a disabled ring = %d, want 1 (the waiting frame)", got)
 	}
 	frames := st.TX.Frames.Load()
-	p.tx.rebuild(1, last)
+	p.rx.rebuild(2, p.rx.Q.LastAvail()) // pair 1's rings are vrings 2 and 3
+	p.tx.rebuild(3, last)
 	p.start()
 	waitFor(t, "the last frame used", 2*time.Second, func() bool { return p.tx.UsedIdx() >= 3 })
 	p.s.StopPair(1)

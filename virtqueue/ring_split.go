@@ -391,8 +391,8 @@ func (q *SplitQueue) badChain(head uint16, w *walker, r badReason) {
 // after an Unpop across a bad chain walks that chain again and returns it
 // as used a second time. Only a guest that posts malformed chains can get
 // there, and only its own device suffers; the data plane never hands a
-// queue back so (the chains it popped before a bad one are pushed empty,
-// not unpopped).
+// queue back in that state (the chains it popped before a bad one are
+// pushed empty, not unpopped).
 func (q *SplitQueue) Unpop(n int) {
 	if n <= 0 {
 		return

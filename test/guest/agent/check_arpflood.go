@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -15,10 +18,11 @@ import (
 )
 
 // arpFloodStall is how long the flood waits for an answer before it gives
-// up: longer than the guest kernel's TX watchdog (5 s unless the driver
-// sets another), so that a TX queue stopped for good shows in tx_timeouts
-// and on the console.
-const arpFloodStall = 7 * time.Second
+// up: long enough for the guest kernel's TX watchdog to have fired on a TX
+// queue stopped for good (it runs every 5 s and fires once the queue's
+// last transmit is 5 s old: up to 10 s after it), so that such a queue
+// shows in tx_timeouts and on the console.
+const arpFloodStall = 11 * time.Second
 
 // checkARPFlood pushes many ARP requests through the rings with a bounded
 // window, so that the back-end's RX side is never asked to queue more than
@@ -100,8 +104,32 @@ func (a *agent) checkARPFlood(ctx context.Context) guest.Result {
 		// Which side a stall is on: a TX queue the driver stopped and
 		// nothing restarted (its watchdog fired) holds the requests in the
 		// guest; otherwise they reached the ring or were lost before it.
-		r.Fields["tx_timeouts"], _ = sysNet(ifName, "queues/tx-0/tx_timeout")
+		r.Fields["tx_timeouts"] = txTimeouts(ifName)
 		r.Fields["detail"] = fmt.Sprintf("%d of %d requests answered", unique, n)
 	}
 	return r
+}
+
+// txTimeouts is the sum of the TX watchdog's timeouts over the interface's
+// TX queues, "n/a" when none can be read.
+func txTimeouts(iface string) string {
+	qs, _ := filepath.Glob("/sys/class/net/" + iface + "/queues/tx-*/tx_timeout")
+	var sum uint64
+	read := 0
+	for _, q := range qs {
+		b, err := os.ReadFile(q)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			continue
+		}
+		sum += n
+		read++
+	}
+	if read == 0 {
+		return "n/a"
+	}
+	return strconv.FormatUint(sum, 10)
 }

@@ -121,9 +121,11 @@ func TestLoopWaitPolls(t *testing.T) {
 		}
 	}
 
-	// Polling for a second, the timer due in a millisecond is a hit.
+	// Polling for a second, the timer due in 20 ms is a hit. (Due in
+	// much less, it can be due before the wait starts on a loaded machine:
+	// a gap of nothing, which keeps the loop polling.)
 	l.pollFor = time.Second
-	fire(time.Millisecond)
+	fire(20 * time.Millisecond)
 	if n, err := waitRetry(l, time.Time{}); n != 1 || err != nil {
 		t.Fatalf("wait: %d events, %v", n, err)
 	}
@@ -131,7 +133,7 @@ func TestLoopWaitPolls(t *testing.T) {
 		t.Fatalf("event within the poll: %d hits, %d misses; want 1 and 0", h, m)
 	}
 	if l.pollFor != 0 {
-		t.Fatalf("after a hit a millisecond in, pollFor = %v, want 0 (a gap above pollMax)", l.pollFor)
+		t.Fatalf("after a hit 20 ms in, pollFor = %v, want 0 (a gap above pollMax)", l.pollFor)
 	}
 
 	// Polling for 100 µs, the timer due in 100 ms is a miss, and the loop

@@ -94,12 +94,9 @@ func (l *loop) txBatch() (full bool) {
 		n := 0
 		l.tx.pinned = 0
 		for n < txBatchMax {
-			before := q.Staged()
-			ok, err := q.Pop(&l.tx.chains[n])
-			if q.Staged() != before {
-				// Pop returned a bad chain as used: an Unpop of the chains
-				// before it would rewind LastAvail across it.
-				l.tx.pinned = n
+			ok, skipped, err := q.PopSkipping(&l.tx.chains[n])
+			if skipped > 0 {
+				l.tx.pinned = n // leaveRings may not Unpop chains[:n]
 			}
 			if err != nil {
 				l.tx.broken = true

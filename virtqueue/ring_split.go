@@ -278,13 +278,24 @@ func (q *SplitQueue) KickFD() int { return q.kick }
 // avail_event to LastAvail (with the re-check EnableKicks does), so a loop
 // that pops until empty and then waits for a kick never misses one.
 func (q *SplitQueue) Pop(c *Chain) (ok bool, err error) {
+	ok, _, err = q.PopSkipping(c)
+	return ok, err
+}
+
+// PopSkipping is Pop that also counts the used entries it went past: bad
+// chains it returned as used, and ones returned before and given back by
+// Unpop. A caller holding chains popped earlier must not Unpop them once
+// it is not zero: the rewind would cross entries the guest already has
+// back, and a queue rebuilt from LastAvail (GET_VRING_BASE) would use
+// them again. Such chains go back to the guest with Push instead.
+func (q *SplitQueue) PopSkipping(c *Chain) (ok bool, skipped int, err error) {
 	c.reset()
 	for {
 		if q.broken {
-			return false, ErrBroken
+			return false, skipped, ErrBroken
 		}
 		if q.lastAvail == q.availShadow && !q.refreshAvail() {
-			return false, q.errIfBroken()
+			return false, skipped, q.errIfBroken()
 		}
 		slot := uint32(q.lastAvail & q.mask)
 		// An entry taken before and given back by Unpop: if it was a bad
@@ -292,12 +303,13 @@ func (q *SplitQueue) Pop(c *Chain) (ok bool, err error) {
 		again := q.lastAvail != q.highAvail
 		if again && q.skip[slot] {
 			q.lastAvail++
+			skipped++
 			continue
 		}
 		head := binary.LittleEndian.Uint16(q.availRing[2*slot:])
 		if head >= q.size {
 			q.breakQueue("head index out of range", "head", head, "avail", q.lastAvail)
-			return false, ErrBroken
+			return false, skipped, ErrBroken
 		}
 		q.lastAvail++
 		if !again {
@@ -313,6 +325,7 @@ func (q *SplitQueue) Pop(c *Chain) (ok bool, err error) {
 			q.skip[slot] = true
 			q.badChain(head, &w, r)
 			c.reset()
+			skipped++
 			continue
 		}
 		q.skip[slot] = false
@@ -321,7 +334,7 @@ func (q *SplitQueue) Pop(c *Chain) (ok bool, err error) {
 		if !again {
 			q.stats.Chains.Add(1)
 		}
-		return true, nil
+		return true, skipped, nil
 	}
 }
 
@@ -391,8 +404,8 @@ func (q *SplitQueue) badChain(head uint16, w *walker, r badReason) {
 // after an Unpop across a bad chain walks that chain again and returns it
 // as used a second time. Only a guest that posts malformed chains can get
 // there, and only its own device suffers; the data plane never hands a
-// queue back in that state (the chains it popped before a bad one are
-// pushed empty, not unpopped).
+// queue back in that state: it pops with PopSkipping, and the chains it
+// popped before a skipped entry are pushed empty, not unpopped.
 func (q *SplitQueue) Unpop(n int) {
 	if n <= 0 {
 		return

@@ -719,6 +719,37 @@ func TestUnpopSkipsBadChain(t *testing.T) {
 	}
 }
 
+// PopSkipping counts the used entries it goes past: a bad chain it stages
+// (the first time), and the same entry skipped on a re-Pop after an Unpop
+// across it; none in front of the chains that follow.
+func TestPopSkippingCounts(t *testing.T) {
+	r := newRig(t, rigOpt{size: 16})
+	a, _ := r.d.AddChain(vqtest.Buf{GPA: rigData, Len: 1})
+	r.d.SetDesc(10, rigMem, 1, 0, 0) // outside memory
+	r.d.PutAvail(10)
+	b, _ := r.d.AddChain(vqtest.Buf{GPA: rigData, Len: 1})
+	r.d.Publish(false)
+	var c virtqueue.Chain
+	pop := func(wantHead uint16, wantSkipped int) {
+		t.Helper()
+		ok, skipped, err := r.q.PopSkipping(&c)
+		if !ok || err != nil || c.Head != wantHead || skipped != wantSkipped {
+			t.Fatalf("PopSkipping: ok %v err %v head %d skipped %d; want head %d skipped %d", ok, err, c.Head, skipped, wantHead, wantSkipped)
+		}
+	}
+	pop(a, 0)
+	pop(b, 1) // the bad chain, staged as used
+	r.q.Unpop(2)
+	pop(a, 0)
+	pop(b, 1) // the same entry, already used, skipped
+	if ok, skipped, err := r.q.PopSkipping(&c); ok || skipped != 0 || err != nil {
+		t.Fatalf("empty ring: ok %v skipped %d err %v", ok, skipped, err)
+	}
+	if r.stats.BadChains.Load() != 1 {
+		t.Fatalf("BadChains %d, want 1", r.stats.BadChains.Load())
+	}
+}
+
 // A chain that turns bad between Pop and re-Pop is caught on the re-walk.
 func TestUnpopRevalidates(t *testing.T) {
 	r := newRig(t, rigOpt{size: 8})

@@ -132,11 +132,10 @@ func (r *Writer) popOne() Status {
 	if r.nres == len(r.res) {
 		return Limited
 	}
-	before := r.q.Staged()
-	ok, err := r.q.Pop(&r.res[r.nres])
-	if r.q.Staged() != before {
-		// Pop skipped a bad chain and staged it as used: the chains we hold
-		// are not rewindable past it any more.
+	ok, skipped, err := r.q.PopSkipping(&r.res[r.nres])
+	if skipped > 0 {
+		// Pop went past a used entry (a bad chain it staged as used): the
+		// chains we hold are not rewindable past it any more.
 		r.pinned = r.nres
 		r.staged++
 	}

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -113,20 +111,14 @@ func (a *agent) checkARPFlood(ctx context.Context) guest.Result {
 // txTimeouts is the sum of the TX watchdog's timeouts over the interface's
 // TX queues, "n/a" when none can be read.
 func txTimeouts(iface string) string {
-	qs, _ := filepath.Glob("/sys/class/net/" + iface + "/queues/tx-*/tx_timeout")
+	dirs, _ := filepath.Glob("/sys/class/net/" + iface + "/queues/tx-*")
 	var sum uint64
 	read := 0
-	for _, q := range qs {
-		b, err := os.ReadFile(q)
-		if err != nil {
-			continue
+	for _, d := range dirs {
+		if n, err := sysNetUint(iface, "queues/"+filepath.Base(d)+"/tx_timeout"); err == nil {
+			sum += n
+			read++
 		}
-		n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil {
-			continue
-		}
-		sum += n
-		read++
 	}
 	if read == 0 {
 		return "n/a"

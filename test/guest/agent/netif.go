@@ -19,12 +19,17 @@ func sysNet(iface, file string) (string, error) {
 	return strings.TrimSpace(string(b)), err
 }
 
-func statCounter(iface, name string) uint64 {
-	s, err := sysNet(iface, "statistics/"+name)
+// sysNetUint reads a sysfs counter of iface.
+func sysNetUint(iface, file string) (uint64, error) {
+	s, err := sysNet(iface, file)
 	if err != nil {
-		return 0
+		return 0, err
 	}
-	n, _ := strconv.ParseUint(s, 10, 64)
+	return strconv.ParseUint(s, 10, 64)
+}
+
+func statCounter(iface, name string) uint64 {
+	n, _ := sysNetUint(iface, "statistics/"+name)
 	return n
 }
 

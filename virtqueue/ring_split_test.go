@@ -679,15 +679,23 @@ func TestUnpop(t *testing.T) {
 	}
 }
 
+// newRigBadBetween is a 16-entry ring holding good chain a, a bad chain
+// (head 10, its buffer outside guest memory), then good chain b.
+func newRigBadBetween(t *testing.T) (r *rig, a, b uint16) {
+	t.Helper()
+	r = newRig(t, rigOpt{size: 16})
+	a, _ = r.d.AddChain(vqtest.Buf{GPA: rigData, Len: 1})
+	r.d.SetDesc(10, rigMem, 1, 0, 0)
+	r.d.PutAvail(10)
+	b, _ = r.d.AddChain(vqtest.Buf{GPA: rigData, Len: 1})
+	r.d.Publish(false)
+	return r, a, b
+}
+
 // A bad chain consumed inside Pop is already returned to the guest: Unpop
 // rewinds across it to the good chains, and re-Pop skips it.
 func TestUnpopSkipsBadChain(t *testing.T) {
-	r := newRig(t, rigOpt{size: 16})
-	a, _ := r.d.AddChain(vqtest.Buf{GPA: rigData, Len: 1})
-	r.d.SetDesc(10, rigMem, 1, 0, 0) // outside memory
-	r.d.PutAvail(10)
-	b, _ := r.d.AddChain(vqtest.Buf{GPA: rigData, Len: 1})
-	r.d.Publish(false)
+	r, a, b := newRigBadBetween(t)
 	var c virtqueue.Chain
 	r.pop(t, &c)
 	if !r.pop(t, &c) || c.Head != b {
@@ -723,12 +731,7 @@ func TestUnpopSkipsBadChain(t *testing.T) {
 // (the first time), and the same entry skipped on a re-Pop after an Unpop
 // across it; none in front of the chains that follow.
 func TestPopSkippingCounts(t *testing.T) {
-	r := newRig(t, rigOpt{size: 16})
-	a, _ := r.d.AddChain(vqtest.Buf{GPA: rigData, Len: 1})
-	r.d.SetDesc(10, rigMem, 1, 0, 0) // outside memory
-	r.d.PutAvail(10)
-	b, _ := r.d.AddChain(vqtest.Buf{GPA: rigData, Len: 1})
-	r.d.Publish(false)
+	r, a, b := newRigBadBetween(t)
 	var c virtqueue.Chain
 	pop := func(wantHead uint16, wantSkipped int) {
 		t.Helper()

@@ -25,6 +25,10 @@ type qemuRow struct {
 	Seconds     float64 `json:"seconds"`
 	Count       int     `json:"count"`
 	Error       string  `json:"error"`
+	// Sleeps is the back-end's voluntary context switches over the row
+	// (all its threads): each is a wake-up, and under a VM what a wake-up
+	// costs is most of what a slow transfer's CPU is made of.
+	Sleeps int64 `json:"sleeps"`
 }
 
 // qemuSection runs the QEMU guest benchmark (package test/bench/qemuvm)
@@ -99,6 +103,13 @@ func (r *runner) qemuSection(ctx context.Context, root string) {
 			}
 			if busy, _, ok := g.busy(); ok {
 				res.BackendBusy = ptr(busy)
+			}
+			if w, each, ok := g.wakeups(); ok {
+				note := fmt.Sprintf("wake-ups %s/GB", num(w))
+				if len(each) > 1 {
+					note += " (" + strings.Join(each, ", ") + ")"
+				}
+				res.Note = joinNote(res.Note, note)
 			}
 		case "rr_p50":
 			res.Note = joinNote(fmt.Sprintf("%d round trips", q.Count), res.Note)
@@ -186,6 +197,32 @@ func (g qemuGroup) busy() (share float64, each []string, ok bool) {
 		if q.Seconds > 0 && q.CPUSeconds >= 0 {
 			rs = append(rs, q)
 			each = append(each, fmt.Sprintf("%.0f%%", 100*of(q)))
+		}
+	}
+	if len(rs) == 0 {
+		return 0, nil, false
+	}
+	return median(rs, of), each, true
+}
+
+// wakeups is the median over the rounds of the back-end's voluntary
+// context switches per 10⁹ bytes moved, with each round's formatted; ok is
+// false when no round counted them (a row without bytes, or a count the
+// bench could not read).
+//
+// Under a guest that sets the pace, a transfer's wake-ups are the guest's
+// doing as much as the back-end's: each frame the guest sends after a
+// quiet spell (an ACK, a window update) wakes the back-end, which then
+// spends a context switch and its per-wake-up system calls on it. Beside
+// the CPU per GB, the count says whether a back-end spends more because it
+// wakes more often or because each wake-up costs it more.
+func (g qemuGroup) wakeups() (perGB float64, each []string, ok bool) {
+	of := func(q qemuRow) float64 { return float64(q.Sleeps) / (float64(q.Bytes) / 1e9) }
+	var rs []qemuRow
+	for _, q := range g.rounds {
+		if q.Bytes > 0 && q.Sleeps > 0 {
+			rs = append(rs, q)
+			each = append(each, num(of(q)))
 		}
 	}
 	if len(rs) == 0 {

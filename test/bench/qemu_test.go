@@ -86,3 +86,25 @@ func TestQEMURRBusy(t *testing.T) {
 		t.Errorf("latency row noted %q", rs[0].Note)
 	}
 }
+
+// A throughput row's wake-ups per GB are the median of each round's
+// voluntary context switches over its bytes, with every round's in the
+// note; a round that counted none is left out, and a row without bytes
+// (the round trips) has none.
+func TestQEMUWakeups(t *testing.T) {
+	dl := func(sleeps int64) qemuRow {
+		return qemuRow{Backend: "vunet", Test: "download", Value: 0.3, Unit: "Gbit/s", Bytes: 300e6, Sleeps: sleeps}
+	}
+	g := groupQEMURows([]qemuRow{dl(3600), dl(2700), dl(0), dl(3300)})[0]
+	w, each, ok := g.wakeups()
+	if d := w - 11000; !ok || d > 1e-6 || d < -1e-6 {
+		t.Errorf("wake-ups %v/GB (%v), want 11000 (the median of 12000, 9000, 11000)", w, ok)
+	}
+	if got, want := strings.Join(each, ", "), "12000, 9000, 11000"; got != want {
+		t.Errorf("rounds' wake-ups %q, want %q", got, want)
+	}
+	rr := qemuRow{Backend: "vunet", Test: "rr_p50", Value: 300, Unit: "µs", Sleeps: 500}
+	if _, _, ok := groupQEMURows([]qemuRow{rr})[0].wakeups(); ok {
+		t.Error("a row without bytes has wake-ups per GB")
+	}
+}

@@ -26,8 +26,8 @@ type qemuRow struct {
 	Count       int     `json:"count"`
 	Error       string  `json:"error"`
 	// Sleeps is the back-end's voluntary context switches over the row
-	// (all its threads): each is a wake-up, and under a VM what a wake-up
-	// costs is most of what a slow transfer's CPU is made of.
+	// (all its threads): each is a wake-up, and under a VM a wake-up costs
+	// a large part of what a slow transfer's CPU is made of.
 	Sleeps int64 `json:"sleeps"`
 }
 
@@ -105,11 +105,7 @@ func (r *runner) qemuSection(ctx context.Context, root string) {
 				res.BackendBusy = ptr(busy)
 			}
 			if w, each, ok := g.wakeups(); ok {
-				note := fmt.Sprintf("wake-ups %s/GB", num(w))
-				if len(each) > 1 {
-					note += " (" + strings.Join(each, ", ") + ")"
-				}
-				res.Note = joinNote(res.Note, note)
+				res.Note = joinNote(res.Note, fmt.Sprintf("wake-ups %s/GB", num(w))+eachRound(each))
 			}
 		case "rr_p50":
 			res.Note = joinNote(fmt.Sprintf("%d round trips", q.Count), res.Note)
@@ -118,10 +114,7 @@ func (r *runner) qemuSection(ctx context.Context, root string) {
 			if busy, each, ok := g.busy(); ok {
 				res.BackendBusy = ptr(busy)
 				note := fmt.Sprintf("back-end busy %.0f%% of a core over the round trips", 100*busy)
-				if len(each) > 1 {
-					note += " (" + strings.Join(each, ", ") + ")"
-				}
-				res.Note = joinNote(res.Note, note)
+				res.Note = joinNote(res.Note, note+eachRound(each))
 			}
 		}
 		r.add(res)
@@ -229,6 +222,15 @@ func (g qemuGroup) wakeups() (perGB float64, each []string, ok bool) {
 		return 0, nil, false
 	}
 	return median(rs, of), each, true
+}
+
+// eachRound is the suffix that gives every round's figure after a median,
+// none when there was only one.
+func eachRound(each []string) string {
+	if len(each) < 2 {
+		return ""
+	}
+	return " (" + strings.Join(each, ", ") + ")"
 }
 
 // median is the median of f over rs (the mean of the middle two for an

@@ -76,10 +76,11 @@ type Writer struct {
 	// res[assigned:nres] are popped and free for the next reservation.
 	assigned int
 	// pinned: res[:pinned] can no longer be rewound, because Pop returned a
-	// bad chain to the guest after them (virtqueue clamps Unpop there).
+	// bad chain to the guest after them (an Unpop across it would leave
+	// LastAvail behind an entry the guest already has back).
 	// Unused ones among them are returned empty at publish instead.
 	pinned int
-	staged int // used elements pushed since the last Flush
+	staged int // used elements this writer pushed since the last Flush
 	// spareFrom..spareTo: chains of a frame committed short while later
 	// reservations were outstanding; res[:spareFrom] are pushed.
 	spareFrom, spareTo int
@@ -135,9 +136,9 @@ func (r *Writer) popOne() Status {
 	ok, skipped, err := r.q.PopSkipping(&r.res[r.nres])
 	if skipped > 0 {
 		// Pop went past a used entry (a bad chain it staged as used): the
-		// chains we hold are not rewindable past it any more.
+		// chains we hold are not rewindable past it any more. What it
+		// staged, Publish finds in the queue's own count (Staged).
 		r.pinned = r.nres
-		r.staged++
 	}
 	if err != nil {
 		r.broken = true

@@ -20,6 +20,29 @@ func statusKiB(pid int, key string) (int64, error) {
 	return rig.ProcField(fmt.Sprintf("/proc/%d/status", pid), key)
 }
 
+// rssSplit is a process's resident memory by kind, from /proc/<pid>/status.
+type rssSplit struct {
+	anonKiB  int64 // RssAnon: heap, stacks, private mappings
+	fileKiB  int64 // RssFile: mapped files, the program's own pages among them
+	shmemKiB int64 // RssShmem: shared memory, a vhost-user back-end's mapped guest memory among it
+}
+
+// readRSSSplit reads pid's RssAnon, RssFile and RssShmem.
+func readRSSSplit(pid int) (rssSplit, error) {
+	var m rssSplit
+	for _, f := range []struct {
+		key string
+		dst *int64
+	}{{"RssAnon", &m.anonKiB}, {"RssFile", &m.fileKiB}, {"RssShmem", &m.shmemKiB}} {
+		v, err := statusKiB(pid, f.key)
+		if err != nil {
+			return rssSplit{}, err
+		}
+		*f.dst = v
+	}
+	return m, nil
+}
+
 // openFilesLimit is the process's soft RLIMIT_NOFILE as /proc shows it.
 func openFilesLimit(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))

@@ -31,7 +31,8 @@
 // needs -f). passt marks frames to the guest DATA_VALID and leaves their TCP
 // checksum out; the rig hands such frames to the guest namespace's kernel as
 // trusted, as a virtio guest takes them (vunet/test/rig/lib data_valid.go),
-// so passt runs as it would under QEMU, without --pcap.
+// so passt runs as it would under QEMU, without --pcap. testpmd's TAP
+// loses the flag, so its rows run passt with --pcap /dev/null (testpmdPeer).
 //
 // It needs root, iproute2 and iperf3. It is test code: it may import
 // anything, and nothing in vunet may import it.

@@ -35,6 +35,7 @@ type settings struct {
 	micro          bool
 	microBenchtime string
 	vunet, peer    string
+	peerTestpmd    string // the peer's template for the testpmd rows
 	peerName       string
 	testpmd        bool
 	rigRounds      bool
@@ -60,6 +61,7 @@ func main() {
 	flag.StringVar(&s.microBenchtime, "micro-benchtime", "200ms", "go test -benchtime for the micro-benchmarks")
 	flag.StringVar(&s.vunet, "vunet", defaultVunet, "vunet's command `template` ({socket} {metrics} {vunet})")
 	flag.StringVar(&s.peer, "peer", os.Getenv("VUNET_BENCH_PEER"), "a second back-end's command `template` with {socket} (default $VUNET_BENCH_PEER); split on spaces")
+	flag.StringVar(&s.peerTestpmd, "peer-testpmd", os.Getenv("VUNET_BENCH_PEER_TESTPMD"), "the peer's command `template` for the testpmd rows (default $VUNET_BENCH_PEER_TESTPMD, else -peer; for passt, -peer with --pcap /dev/null: see testpmdPeer)")
 	flag.StringVar(&s.peerName, "peer-name", "", "the peer's name in the table (default: its command's base name)")
 	flag.BoolVar(&s.rigRounds, "rig", true, "run the rig rounds (kernel, rig alone, vunet, peer at each MTU)")
 	flag.BoolVar(&s.throughput, "throughput", true, "run the rig rounds' iperf3 TCP and UDP rows (false: only latency, connection rate, RSS and idle connections)")
@@ -86,6 +88,10 @@ func main() {
 		if s.peerName == "vunet" || s.peerName == "kernel" || s.peerName == "{vunet}" {
 			s.peerName = "peer"
 		}
+	}
+	s.peerTestpmd = strings.TrimSpace(s.peerTestpmd)
+	if s.peer != "" && s.peerTestpmd == "" {
+		s.peerTestpmd = testpmdPeer(s.peer)
 	}
 	if err := prerequisites(s); err != nil {
 		fatal(err)

@@ -1,0 +1,21 @@
+package main
+
+import "testing"
+
+func TestTestpmdPeer(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/opt/passt/passt --vhost-user -f -1 -s {socket}", "/opt/passt/passt --vhost-user -f -1 -s {socket} --pcap /dev/null"},
+		{"passt.avx2 --vhost-user -f -s {socket}", "passt.avx2 --vhost-user -f -s {socket} --pcap /dev/null"},
+		// A capture already asked for: passt fills the checksums.
+		{"passt --vhost-user -f -s {socket} --pcap /tmp/x.pcap", "passt --vhost-user -f -s {socket} --pcap /tmp/x.pcap"},
+		{"passt --vhost-user -f -s {socket} --pcap=/tmp/x.pcap", "passt --vhost-user -f -s {socket} --pcap=/tmp/x.pcap"},
+		{"passt --vhost-user -f -s {socket} -p /tmp/x.pcap", "passt --vhost-user -f -s {socket} -p /tmp/x.pcap"},
+		// Other back-ends run as given.
+		{"/usr/bin/vunet --socket {socket}", "/usr/bin/vunet --socket {socket}"},
+		{"/opt/mypasstlike --socket {socket}", "/opt/mypasstlike --socket {socket}"},
+	} {
+		if got := testpmdPeer(tc.in); got != tc.want {
+			t.Errorf("testpmdPeer(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -73,7 +73,8 @@ soak:
 
 # The benchmark suite on the netns/TAP rig (root, iproute2, iperf3): vunet
 # next to the kernel's own ceiling (a veth pair) and, when
-# VUNET_BENCH_PEER='CMD ... {socket} ...' is set, next to that back-end; then
+# VUNET_BENCH_PEER='CMD ... {socket} ...' is set, next to that back-end
+# (VUNET_BENCH_PEER_TESTPMD: its command for the testpmd rows); then
 # the hot-path micro-benchmarks. Table on stdout, JSON in $(BENCH_OUT);
 # BENCH_FLAGS passes options (go run ./test/bench -h), e.g. BENCH_FLAGS='-t 5'.
 BENCH_OUT   ?= bench-results.json

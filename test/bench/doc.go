@@ -17,9 +17,10 @@
 //   - TCP request/response latency (1-byte ping-pong, p50 and p99) and TCP
 //     connection setup rate (connect, 1-byte exchange, close), by Go code
 //     running on a thread inside the guest namespace;
-//   - the back-end's peak RSS (VmHWM), its RSS less the guest memory it
-//     touched (RssAnon + RssFile, without RssShmem), and its RSS with N
-//     (10,000) idle TCP connections open through it;
+//   - the back-end's peak RSS (VmHWM), its peak RSS less shared memory
+//     (RssAnon + RssFile, without the RssShmem of the rig's memory it
+//     touched), and its RSS with N (10,000) idle TCP connections open
+//     through it;
 //   - Go micro-benchmarks of the hot paths (virtqueue, tcpstack,
 //     tcpstack/header, tcpstack/tcp, tcpstack/dgram, tcpstack/stream)
 //     with allocs/op.

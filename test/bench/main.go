@@ -90,6 +90,9 @@ func main() {
 		}
 	}
 	s.peerTestpmd = strings.TrimSpace(s.peerTestpmd)
+	if s.peer == "" && s.peerTestpmd != "" {
+		fatal(errors.New("-peer-testpmd (VUNET_BENCH_PEER_TESTPMD) needs -peer (VUNET_BENCH_PEER): it is that peer's command for the testpmd rows"))
+	}
 	if s.peer != "" && s.peerTestpmd == "" {
 		s.peerTestpmd = testpmdPeer(s.peer)
 	}
@@ -125,12 +128,15 @@ func prerequisites(s settings) error {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		return fmt.Errorf("/dev/net/tun: %w (modprobe tun)", err)
 	}
-	if s.peer != "" {
-		if !strings.Contains(s.peer, "{socket}") {
-			return errors.New("VUNET_BENCH_PEER must contain {socket}, where the peer listens for the front-end")
+	for _, p := range []struct{ name, tmpl string }{{"VUNET_BENCH_PEER", s.peer}, {"VUNET_BENCH_PEER_TESTPMD", s.peerTestpmd}} {
+		if p.tmpl == "" {
+			continue
 		}
-		if _, err := exec.LookPath(strings.Fields(s.peer)[0]); err != nil {
-			return fmt.Errorf("peer back-end: %w", err)
+		if !strings.Contains(p.tmpl, "{socket}") {
+			return fmt.Errorf("%s must contain {socket}, where the peer listens for the front-end", p.name)
+		}
+		if _, err := exec.LookPath(strings.Fields(p.tmpl)[0]); err != nil {
+			return fmt.Errorf("peer back-end (%s): %w", p.name, err)
 		}
 	}
 	return nil
@@ -219,6 +225,9 @@ func run(ctx context.Context, s settings) error {
 	}
 	if s.peer != "" {
 		r.rep.Backends[s.peerName] = s.peer
+		if s.peerTestpmd != s.peer {
+			r.rep.Backends[s.peerName+" (testpmd rows)"] = s.peerTestpmd
+		}
 	}
 	root, err := moduleRoot()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	rig "vunet/test/rig/lib"
 )
@@ -23,24 +24,107 @@ func statusKiB(pid int, key string) (int64, error) {
 // rssSplit is a process's resident memory by kind, from /proc/<pid>/status.
 type rssSplit struct {
 	anonKiB  int64 // RssAnon: heap, stacks, private mappings
-	fileKiB  int64 // RssFile: mapped files, the program's own pages among them
-	shmemKiB int64 // RssShmem: shared memory, a vhost-user back-end's mapped guest memory among it
+	fileKiB  int64 // RssFile: mapped files, the program and its libraries among them
+	shmemKiB int64 // RssShmem: shared memory, a vhost-user back-end's mapped memfd guest memory among it
+	hugeKiB  int64 // HugetlbPages: hugetlbfs pages (guest memory backed by hugepages), in none of the above
 }
 
-// readRSSSplit reads pid's RssAnon, RssFile and RssShmem.
+// ownKiB is what the process holds itself: anonymous memory and mapped
+// files, not shared memory or hugetlbfs pages.
+func (m rssSplit) ownKiB() int64 { return m.anonKiB + m.fileKiB }
+
+// readRSSSplit reads pid's RssAnon, RssFile, RssShmem and HugetlbPages in
+// one read of its status file, so that they describe one moment.
 func readRSSSplit(pid int) (rssSplit, error) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return rssSplit{}, err
+	}
 	var m rssSplit
-	for _, f := range []struct {
-		key string
-		dst *int64
-	}{{"RssAnon", &m.anonKiB}, {"RssFile", &m.fileKiB}, {"RssShmem", &m.shmemKiB}} {
-		v, err := statusKiB(pid, f.key)
-		if err != nil {
-			return rssSplit{}, err
+	fields := map[string]*int64{"RssAnon": &m.anonKiB, "RssFile": &m.fileKiB, "RssShmem": &m.shmemKiB, "HugetlbPages": &m.hugeKiB}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		dst := fields[k]
+		if !ok || dst == nil {
+			continue
 		}
-		*f.dst = v
+		fs := strings.Fields(v)
+		if len(fs) == 0 {
+			return rssSplit{}, fmt.Errorf("%s: empty %s", path, k)
+		}
+		if *dst, err = strconv.ParseInt(fs[0], 10, 64); err != nil {
+			return rssSplit{}, fmt.Errorf("%s: %s: %w", path, k, err)
+		}
+		delete(fields, k)
+	}
+	// HugetlbPages is missing on kernels built without hugetlbfs.
+	delete(fields, "HugetlbPages")
+	for k := range fields {
+		return rssSplit{}, fmt.Errorf("%s: no %s", path, k)
 	}
 	return m, nil
+}
+
+// ownPeak follows a process's own memory (rssSplit.ownKiB) while a round
+// runs and keeps its largest sample: the kernel keeps a peak only of the
+// whole RSS (VmHWM), which counts the front-end's memory too, and a
+// reading at the round's end would miss what the Go runtime has given
+// back to the kernel since.
+type ownPeak struct {
+	stop chan struct{}
+	done chan struct{}
+	peak rssSplit // the sample with the largest ownKiB
+	n    int      // samples taken
+	err  error    // the first failed read
+}
+
+// ownPeakEvery is how often ownPeak samples: the rows it spans last
+// seconds each, and one read of /proc/PID/status costs microseconds of
+// this process's CPU (which the rig-alone rows count).
+const ownPeakEvery = 100 * time.Millisecond
+
+// watchOwnRSS starts sampling pid's own memory until Stop.
+func watchOwnRSS(pid int) *ownPeak {
+	p := &ownPeak{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(ownPeakEvery)
+		defer tick.Stop()
+		sample := func() {
+			m, err := readRSSSplit(pid)
+			if err != nil {
+				if p.err == nil {
+					p.err = err
+				}
+				return
+			}
+			if p.n++; m.ownKiB() > p.peak.ownKiB() {
+				p.peak = m
+			}
+		}
+		for {
+			sample()
+			select {
+			case <-p.stop:
+				sample()
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return p
+}
+
+// Stop takes a last sample and returns the peak, with the number of
+// samples it was taken from; an error only when no sample succeeded.
+func (p *ownPeak) Stop() (rssSplit, int, error) {
+	close(p.stop)
+	<-p.done
+	if p.n == 0 {
+		return rssSplit{}, 0, p.err
+	}
+	return p.peak, p.n, nil
 }
 
 // openFilesLimit is the process's soft RLIMIT_NOFILE as /proc shows it.

@@ -53,6 +53,17 @@ func (r *runner) mtuRound(ctx context.Context, mtu int, first, last bool) (err e
 			r.note("%s rig: guest MTU is %d, not %d", b.name, got, mtu)
 		}
 	}
+	peaks := map[*target]*ownPeak{}
+	defer func() {
+		for _, p := range peaks {
+			p.Stop()
+		}
+	}()
+	for _, t := range ts {
+		if t.pid() > 0 {
+			peaks[t] = watchOwnRSS(t.pid())
+		}
+	}
 	if r.s.throughput {
 		if err := r.throughputRows(ctx, ts, mtu, first); err != nil {
 			return err
@@ -67,8 +78,9 @@ func (r *runner) mtuRound(ctx context.Context, mtu int, first, last bool) (err e
 		}
 	}
 	for _, t := range ts {
-		if t.pid() > 0 {
-			r.ownRSS(t, fmt.Sprintf("RSS less guest memory after MTU %d tests", mtu))
+		if p := peaks[t]; p != nil {
+			delete(peaks, t)
+			r.ownRSS(t, p, fmt.Sprintf("peak RSS less shared memory, MTU %d tests", mtu))
 		}
 	}
 	if last && r.s.idle > 0 {
@@ -280,24 +292,30 @@ func (r *runner) peakRSS(t *target, label string) {
 	r.add(row)
 }
 
-// ownRSS records the back-end's resident memory less the guest memory it
-// maps. The front-end's rings and buffers count in a back-end's VmRSS and
-// VmHWM once it has touched them (RssShmem), and a faster back-end keeps
-// more of the rig's ring in use, so VmHWM weighs the front-end's memory as
-// much as the back-end's own. The value is what the back-end holds itself
-// now, at the end of the round: RssAnon (heap, stacks) plus RssFile (its
-// program's pages, shared with other instances of the same binary).
-func (r *runner) ownRSS(t *target, label string) {
+// ownRSS records the peak of the back-end's resident memory less shared
+// memory over the round, from p. The front-end's rings and buffers count
+// in a back-end's VmRSS and VmHWM once it has touched them (RssShmem, for
+// the rig's memfd; the kernel maps neighbouring pages on a fault too), and
+// a faster back-end keeps more of the rig's ring in use, so VmHWM weighs
+// the front-end's memory as much as the back-end's own. What a back-end
+// holds itself is RssAnon (heap, stacks, static buffers) plus RssFile (its
+// program and libraries, shared with other processes running them).
+func (r *runner) ownRSS(t *target, p *ownPeak, label string) {
 	row := Result{Test: "own_rss", Label: label, Backend: t.backend, MTU: t.mtu, Unit: "MiB"}
-	m, err := readRSSSplit(t.pid())
+	m, n, err := p.Stop()
 	if err != nil {
 		row.Error = err.Error()
 		r.add(row)
 		return
 	}
-	row.Value = float64(m.anonKiB+m.fileKiB) / 1024
-	row.Note = fmt.Sprintf("anonymous %s + files %s MiB; not counted: guest memory it touched (RssShmem) %s MiB",
-		num(float64(m.anonKiB)/1024), num(float64(m.fileKiB)/1024), num(float64(m.shmemKiB)/1024))
+	mib := func(kib int64) string { return num(float64(kib) / 1024) }
+	row.Value = float64(m.ownKiB()) / 1024
+	row.Count = n
+	row.Note = fmt.Sprintf("anonymous %s + files %s MiB, the largest of %d samples %v apart; not counted: shared memory (RssShmem) %s MiB",
+		mib(m.anonKiB), mib(m.fileKiB), n, ownPeakEvery, mib(m.shmemKiB))
+	if m.hugeKiB > 0 {
+		row.Note += fmt.Sprintf(", hugetlbfs pages %s MiB", mib(m.hugeKiB))
+	}
 	r.add(row)
 }
 
@@ -322,6 +340,9 @@ func (r *runner) idle(ctx context.Context, t *target) {
 	row.Value, row.Count = float64(res.rssKiB)/1024, res.opened
 	perConn := float64(res.rssKiB-res.baseKiB) * 1024 / float64(res.opened)
 	row.Note = fmt.Sprintf("before %s MiB, +%s B/conn, VmHWM %s MiB", num(float64(res.baseKiB)/1024), num(perConn), num(float64(res.hwmKiB)/1024))
+	if m, err := readRSSSplit(pid); err == nil {
+		row.Note += fmt.Sprintf("; now %s MiB less shared memory (RssShmem %s)", num(float64(m.ownKiB())/1024), num(float64(m.shmemKiB)/1024))
+	}
 	if res.firstErr != nil {
 		row.Note = fmt.Sprintf("ONLY %d of %d opened (%v); %s", res.opened, r.s.idle, res.firstErr, row.Note)
 	}

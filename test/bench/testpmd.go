@@ -28,7 +28,7 @@ func (r *runner) testpmdSection(ctx context.Context) {
 	if r.s.peer != "" {
 		backends = append(backends, struct{ name, tmpl string }{r.s.peerName, r.s.peerTestpmd})
 		if r.s.peerTestpmd != r.s.peer {
-			r.note("testpmd %s: run as %q", r.s.peerName, r.s.peerTestpmd)
+			r.note("testpmd %s: run as %q: testpmd's TAP loses DATA_VALID, so passt must fill the TCP checksums (--pcap makes it), at the cost of a checksum and a write to the capture per frame", r.s.peerName, r.s.peerTestpmd)
 		}
 	}
 	type run struct {
@@ -77,23 +77,22 @@ func (r *runner) testpmdSection(ctx context.Context) {
 }
 
 // testpmdPeer is the peer's command for the testpmd rows, from its
-// template for the others. passt marks every frame to the guest
-// DATA_VALID and leaves its TCP checksum 0 unless it writes a capture
-// (--pcap), without offering VIRTIO_NET_F_GUEST_CSUM: a virtio guest
-// trusts the flag, and so does the rig's own front-end (data_valid.go).
-// testpmd forwards the frame to its TAP without the virtio-net header, so
-// the namespace's kernel sees checksum 0 and drops every SYN-ACK
-// (TcpInCsumErrors) and no connection opens. With --pcap /dev/null passt
-// fills the checksums (and writes each frame to /dev/null). Any other
-// peer's template is used as it is.
+// template for the others: a passt command (its program, or a wrapper's
+// argument, named passt or passt.*) that writes no capture gets
+// --pcap /dev/null, which makes passt fill the TCP checksums it otherwise
+// leaves 0 under DATA_VALID; testpmd's TAP drops the flag, and with it
+// every SYN-ACK (README, "Benchmarks"). Other templates are used as they
+// are.
 func testpmdPeer(tmpl string) string {
 	fs := strings.Fields(tmpl)
-	if len(fs) == 0 {
-		return tmpl
-	}
-	name := fs[0][strings.LastIndexByte(fs[0], '/')+1:]
-	capture := slices.ContainsFunc(fs, func(f string) bool { return f == "-p" || strings.HasPrefix(f, "--pcap") })
-	if !strings.HasPrefix(name, "passt") || capture {
+	isPasst := slices.ContainsFunc(fs, func(f string) bool {
+		name := f[strings.LastIndexByte(f, '/')+1:]
+		return name == "passt" || strings.HasPrefix(name, "passt.")
+	})
+	capture := slices.ContainsFunc(fs, func(f string) bool {
+		return strings.HasPrefix(f, "-p") || strings.HasPrefix(f, "--pcap")
+	})
+	if !isPasst || capture {
 		return tmpl
 	}
 	return tmpl + " --pcap /dev/null"

@@ -10,7 +10,10 @@ func TestTestpmdPeer(t *testing.T) {
 		{"passt --vhost-user -f -s {socket} --pcap /tmp/x.pcap", "passt --vhost-user -f -s {socket} --pcap /tmp/x.pcap"},
 		{"passt --vhost-user -f -s {socket} --pcap=/tmp/x.pcap", "passt --vhost-user -f -s {socket} --pcap=/tmp/x.pcap"},
 		{"passt --vhost-user -f -s {socket} -p /tmp/x.pcap", "passt --vhost-user -f -s {socket} -p /tmp/x.pcap"},
+		{"taskset -c 1 /opt/passt/passt --vhost-user -f -s {socket}", "taskset -c 1 /opt/passt/passt --vhost-user -f -s {socket} --pcap /dev/null"},
+		{"passt --vhost-user -f -s {socket} -p/tmp/x.pcap", "passt --vhost-user -f -s {socket} -p/tmp/x.pcap"},
 		// Other back-ends run as given.
+		{"/opt/passthrough-vu --socket {socket}", "/opt/passthrough-vu --socket {socket}"},
 		{"/usr/bin/vunet --socket {socket}", "/usr/bin/vunet --socket {socket}"},
 		{"/opt/mypasstlike --socket {socket}", "/opt/mypasstlike --socket {socket}"},
 	} {

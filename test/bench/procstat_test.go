@@ -14,11 +14,24 @@ import (
 // up to a batch of pages per CPU.
 func rssSlackKiB() int64 { return max(4<<10, int64(runtime.NumCPU())*256) }
 
-// touch writes one byte per page of b.
-func touch(b []byte) {
+// mapTouched maps size bytes of fd (-1: anonymous memory) with flags,
+// writes one byte per page, and returns the mapping and the process's
+// memory split after the writes.
+func mapTouched(t *testing.T, fd, size, flags int) ([]byte, rssSplit) {
+	t.Helper()
+	b, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(b) })
 	for i := 0; i < len(b); i += os.Getpagesize() {
 		b[i] = 1
 	}
+	m, err := readRSSSplit(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, m
 }
 
 // TestReadRSSSplit touches shared memory (a memfd, as a front-end's guest
@@ -42,16 +55,7 @@ func TestReadRSSSplit(t *testing.T) {
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		t.Fatal(err)
 	}
-	shared, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(shared)
-	touch(shared)
-	afterShared, err := readRSSSplit(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, afterShared := mapTouched(t, fd, size, unix.MAP_SHARED)
 	if d := afterShared.shmemKiB - before.shmemKiB; d < int64(size>>10)-slack {
 		t.Errorf("RssShmem grew %d KiB after touching %d KiB of a shared memfd", d, size>>10)
 	}
@@ -59,16 +63,7 @@ func TestReadRSSSplit(t *testing.T) {
 		t.Errorf("own memory grew %d KiB after touching only shared memory", d)
 	}
 
-	private, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(private)
-	touch(private)
-	afterPrivate, err := readRSSSplit(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, afterPrivate := mapTouched(t, -1, size, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if d := afterPrivate.anonKiB - afterShared.anonKiB; d < int64(size>>10)-slack {
 		t.Errorf("RssAnon grew %d KiB after touching %d KiB of anonymous memory", d, size>>10)
 	}
@@ -93,12 +88,7 @@ func TestOwnPeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := watchOwnRSS(pid)
-	private, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		w.Stop()
-		t.Fatal(err)
-	}
-	touch(private)
+	private, _ := mapTouched(t, -1, size, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	time.Sleep(5 * ownPeakEvery) // several samples while it is mapped
 	if err := unix.Munmap(private); err != nil {
 		t.Fatal(err)

@@ -81,7 +81,9 @@ func main() {
 	}
 	s.peer = strings.TrimSpace(s.peer)
 	if s.peer != "" && s.peerName == "" {
-		s.peerName = strings.Fields(s.peer)[0]
+		// The program, not a wrapper such as taskset, where it is passt.
+		fs := strings.Fields(s.peer)
+		s.peerName = fs[max(passtIndex(fs), 0)]
 		if i := strings.LastIndexByte(s.peerName, '/'); i >= 0 {
 			s.peerName = s.peerName[i+1:]
 		}
@@ -128,8 +130,11 @@ func prerequisites(s settings) error {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		return fmt.Errorf("/dev/net/tun: %w (modprobe tun)", err)
 	}
-	for _, p := range []struct{ name, tmpl string }{{"VUNET_BENCH_PEER", s.peer}, {"VUNET_BENCH_PEER_TESTPMD", s.peerTestpmd}} {
-		if p.tmpl == "" {
+	for _, p := range []struct {
+		name, tmpl string
+		used       bool
+	}{{"VUNET_BENCH_PEER", s.peer, true}, {"VUNET_BENCH_PEER_TESTPMD", s.peerTestpmd, s.testpmd}} {
+		if p.tmpl == "" || !p.used {
 			continue
 		}
 		if !strings.Contains(p.tmpl, "{socket}") {
@@ -225,7 +230,7 @@ func run(ctx context.Context, s settings) error {
 	}
 	if s.peer != "" {
 		r.rep.Backends[s.peerName] = s.peer
-		if s.peerTestpmd != s.peer {
+		if s.testpmd && s.peerTestpmd != s.peer {
 			r.rep.Backends[s.peerName+" (testpmd rows)"] = s.peerTestpmd
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	rig "vunet/test/rig/lib"
@@ -42,11 +44,20 @@ func readRSSSplit(pid int) (rssSplit, error) {
 		return rssSplit{}, err
 	}
 	var m rssSplit
-	fields := map[string]*int64{"RssAnon": &m.anonKiB, "RssFile": &m.fileKiB, "RssShmem": &m.shmemKiB, "HugetlbPages": &m.hugeKiB}
+	var seen [3]bool // RssAnon, RssFile, RssShmem; HugetlbPages is missing on kernels without hugetlbfs
 	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		dst := fields[k]
-		if !ok || dst == nil {
+		k, v, _ := strings.Cut(line, ":")
+		var dst *int64
+		switch k {
+		case "RssAnon":
+			dst, seen[0] = &m.anonKiB, true
+		case "RssFile":
+			dst, seen[1] = &m.fileKiB, true
+		case "RssShmem":
+			dst, seen[2] = &m.shmemKiB, true
+		case "HugetlbPages":
+			dst = &m.hugeKiB
+		default:
 			continue
 		}
 		fs := strings.Fields(v)
@@ -56,12 +67,11 @@ func readRSSSplit(pid int) (rssSplit, error) {
 		if *dst, err = strconv.ParseInt(fs[0], 10, 64); err != nil {
 			return rssSplit{}, fmt.Errorf("%s: %s: %w", path, k, err)
 		}
-		delete(fields, k)
 	}
-	// HugetlbPages is missing on kernels built without hugetlbfs.
-	delete(fields, "HugetlbPages")
-	for k := range fields {
-		return rssSplit{}, fmt.Errorf("%s: no %s", path, k)
+	for i, k := range []string{"RssAnon", "RssFile", "RssShmem"} {
+		if !seen[i] {
+			return rssSplit{}, fmt.Errorf("%s: no %s (a kernel thread, or a process that has exited)", path, k)
+		}
 	}
 	return m, nil
 }
@@ -70,18 +80,20 @@ func readRSSSplit(pid int) (rssSplit, error) {
 // runs and keeps its largest sample: the kernel keeps a peak only of the
 // whole RSS (VmHWM), which counts the front-end's memory too, and a
 // reading at the round's end would miss what the Go runtime has given
-// back to the kernel since.
+// back to the kernel since. It stops at the first failed read: the
+// process has gone, and its pid may soon be another's.
 type ownPeak struct {
-	stop chan struct{}
-	done chan struct{}
-	peak rssSplit // the sample with the largest ownKiB
-	n    int      // samples taken
-	err  error    // the first failed read
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+	taken atomic.Int64 // samples taken so far, for tests to wait on
+	peak  rssSplit     // the sample with the largest ownKiB
+	err   error        // the read that ended the sampling
 }
 
 // ownPeakEvery is how often ownPeak samples: the rows it spans last
-// seconds each, and one read of /proc/PID/status costs microseconds of
-// this process's CPU (which the rig-alone rows count).
+// seconds each, and one read of /proc/PID/status costs tens of
+// microseconds of this process's CPU (which the rig-alone rows count).
 const ownPeakEvery = 100 * time.Millisecond
 
 // watchOwnRSS starts sampling pid's own memory until Stop.
@@ -91,20 +103,19 @@ func watchOwnRSS(pid int) *ownPeak {
 		defer close(p.done)
 		tick := time.NewTicker(ownPeakEvery)
 		defer tick.Stop()
-		sample := func() {
+		sample := func() bool {
 			m, err := readRSSSplit(pid)
 			if err != nil {
-				if p.err == nil {
-					p.err = err
-				}
-				return
+				p.err = err
+				return false
 			}
-			if p.n++; m.ownKiB() > p.peak.ownKiB() {
+			if m.ownKiB() > p.peak.ownKiB() {
 				p.peak = m
 			}
+			p.taken.Add(1)
+			return true
 		}
-		for {
-			sample()
+		for sample() {
 			select {
 			case <-p.stop:
 				sample()
@@ -116,15 +127,14 @@ func watchOwnRSS(pid int) *ownPeak {
 	return p
 }
 
-// Stop takes a last sample and returns the peak, with the number of
-// samples it was taken from; an error only when no sample succeeded.
+// Stop takes a last sample and returns the peak and the number of samples
+// it was taken from, with the error that ended the sampling early, if one
+// did (the peak is then of the samples before it). Stopping again returns
+// the same.
 func (p *ownPeak) Stop() (rssSplit, int, error) {
-	close(p.stop)
+	p.once.Do(func() { close(p.stop) })
 	<-p.done
-	if p.n == 0 {
-		return rssSplit{}, 0, p.err
-	}
-	return p.peak, p.n, nil
+	return p.peak, int(p.taken.Load()), p.err
 }
 
 // openFilesLimit is the process's soft RLIMIT_NOFILE as /proc shows it.

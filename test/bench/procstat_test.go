@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 	"time"
@@ -9,10 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rssSlackKiB is how far /proc/PID/status may lag the truth: since Linux
-// 6.2 its RSS counters are per-CPU, read without summing exactly, off by
-// up to a batch of pages per CPU.
-func rssSlackKiB() int64 { return max(4<<10, int64(runtime.NumCPU())*256) }
+// rssSlackKiB is how far /proc/PID/status may lag the truth: on Linux 6.2
+// to 6.15 its RSS counters are per-CPU and read without summing them
+// exactly, off by up to a batch of max(32, 2×CPUs) pages per CPU.
+func rssSlackKiB() int64 {
+	n := int64(runtime.NumCPU())
+	return max(4<<10, n*max(32, 2*n)*int64(os.Getpagesize()>>10))
+}
 
 // mapTouched maps size bytes of fd (-1: anonymous memory) with flags,
 // writes one byte per page, and returns the mapping and the process's
@@ -88,8 +92,10 @@ func TestOwnPeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := watchOwnRSS(pid)
+	t.Cleanup(func() { w.Stop() })
 	private, _ := mapTouched(t, -1, size, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	time.Sleep(5 * ownPeakEvery) // several samples while it is mapped
+	// Two samples after the touch: the second surely saw it.
+	waitSamples(t, w, w.taken.Load()+2)
 	if err := unix.Munmap(private); err != nil {
 		t.Fatal(err)
 	}
@@ -97,17 +103,56 @@ func TestOwnPeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peak, n, err := w.Stop()
+	peak, _, err := w.Stop()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if n < 2 {
-		t.Fatalf("%d samples in %v, want at least 2", n, 5*ownPeakEvery)
 	}
 	if d := peak.ownKiB() - base.ownKiB(); d < int64(size>>10)-slack {
 		t.Errorf("peak own memory %d KiB above the start, want about %d (the memory touched, then unmapped)", d, size>>10)
 	}
 	if d := end.ownKiB() - base.ownKiB(); d > slack {
 		t.Errorf("own memory still %d KiB above the start after the unmap: the test cannot tell a peak from the last sample", d)
+	}
+	if _, _, err := w.Stop(); err != nil {
+		t.Errorf("a second Stop: %v", err)
+	}
+}
+
+// TestOwnPeakProcessGone watches a process that exits: sampling must end
+// with an error, not keep a peak that reads as the whole round's (or go
+// on reading a pid the kernel may give to another process).
+func TestOwnPeakProcessGone(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := watchOwnRSS(cmd.Process.Pid)
+	t.Cleanup(func() { w.Stop() })
+	waitSamples(t, w, 1)
+	cmd.Process.Kill()
+	cmd.Wait()
+	select {
+	case <-w.done: // the sampling ended by itself
+	case <-time.After(10 * time.Second):
+		t.Fatal("still sampling 10 s after the process was reaped")
+	}
+	peak, n, err := w.Stop()
+	if err == nil {
+		t.Fatalf("Stop after the process exited: no error (peak %d KiB of %d samples)", peak.ownKiB(), n)
+	}
+	if n < 1 || peak.ownKiB() == 0 {
+		t.Errorf("Stop: %d samples, peak %d KiB: want the samples taken while it ran", n, peak.ownKiB())
+	}
+}
+
+// waitSamples waits until w has taken n samples.
+func waitSamples(t *testing.T, w *ownPeak, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for w.taken.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d samples in 30 s, want %d", w.taken.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

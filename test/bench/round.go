@@ -302,13 +302,14 @@ func (r *runner) peakRSS(t *target, label string) {
 // program and libraries, shared with other processes running them).
 func (r *runner) ownRSS(t *target, p *ownPeak, label string) {
 	row := Result{Test: "own_rss", Label: label, Backend: t.backend, MTU: t.mtu, Unit: "MiB"}
+	mib := func(kib int64) string { return num(float64(kib) / 1024) }
 	m, n, err := p.Stop()
 	if err != nil {
-		row.Error = err.Error()
+		// A peak that stopped short would read as the round's.
+		row.Error = fmt.Sprintf("sampling ended after %d samples (peak so far %s MiB): %v", n, mib(m.ownKiB()), err)
 		r.add(row)
 		return
 	}
-	mib := func(kib int64) string { return num(float64(kib) / 1024) }
 	row.Value = float64(m.ownKiB()) / 1024
 	row.Count = n
 	row.Note = fmt.Sprintf("anonymous %s + files %s MiB, the largest of %d samples %v apart; not counted: shared memory (RssShmem) %s MiB",
@@ -341,7 +342,7 @@ func (r *runner) idle(ctx context.Context, t *target) {
 	perConn := float64(res.rssKiB-res.baseKiB) * 1024 / float64(res.opened)
 	row.Note = fmt.Sprintf("before %s MiB, +%s B/conn, VmHWM %s MiB", num(float64(res.baseKiB)/1024), num(perConn), num(float64(res.hwmKiB)/1024))
 	if m, err := readRSSSplit(pid); err == nil {
-		row.Note += fmt.Sprintf("; now %s MiB less shared memory (RssShmem %s)", num(float64(m.ownKiB())/1024), num(float64(m.shmemKiB)/1024))
+		row.Note += fmt.Sprintf("; now %s MiB less shared memory (RssShmem %s MiB)", num(float64(m.ownKiB())/1024), num(float64(m.shmemKiB)/1024))
 	}
 	if res.firstErr != nil {
 		row.Note = fmt.Sprintf("ONLY %d of %d opened (%v); %s", res.opened, r.s.idle, res.firstErr, row.Note)

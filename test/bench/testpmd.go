@@ -27,8 +27,12 @@ func (r *runner) testpmdSection(ctx context.Context) {
 	backends := []struct{ name, tmpl string }{{"vunet", r.s.vunet}}
 	if r.s.peer != "" {
 		backends = append(backends, struct{ name, tmpl string }{r.s.peerName, r.s.peerTestpmd})
-		if r.s.peerTestpmd != r.s.peer {
+		switch {
+		case r.s.peerTestpmd == r.s.peer:
+		case r.s.peerTestpmd == testpmdPeer(r.s.peer):
 			r.note("testpmd %s: run as %q: testpmd's TAP loses DATA_VALID, so passt must fill the TCP checksums (--pcap makes it), at the cost of a checksum and a write to the capture per frame", r.s.peerName, r.s.peerTestpmd)
+		default:
+			r.note("testpmd %s: run as %q (VUNET_BENCH_PEER_TESTPMD)", r.s.peerName, r.s.peerTestpmd)
 		}
 	}
 	type run struct {
@@ -77,25 +81,35 @@ func (r *runner) testpmdSection(ctx context.Context) {
 }
 
 // testpmdPeer is the peer's command for the testpmd rows, from its
-// template for the others: a passt command (its program, or a wrapper's
-// argument, named passt or passt.*) that writes no capture gets
-// --pcap /dev/null, which makes passt fill the TCP checksums it otherwise
-// leaves 0 under DATA_VALID; testpmd's TAP drops the flag, and with it
-// every SYN-ACK (README, "Benchmarks"). Other templates are used as they
-// are.
+// template for the others: a passt command (passt's own arguments) that
+// writes no capture gets --pcap /dev/null, which makes passt fill the TCP
+// checksums it otherwise leaves 0 under DATA_VALID; testpmd's TAP drops
+// the flag, and with it every SYN-ACK (README, "Benchmarks"). Other
+// templates are used as they are.
 func testpmdPeer(tmpl string) string {
 	fs := strings.Fields(tmpl)
-	isPasst := slices.ContainsFunc(fs, func(f string) bool {
-		name := f[strings.LastIndexByte(f, '/')+1:]
-		return name == "passt" || strings.HasPrefix(name, "passt.")
-	})
-	capture := slices.ContainsFunc(fs, func(f string) bool {
+	i := passtIndex(fs)
+	if i < 0 || slices.ContainsFunc(fs[i+1:], func(f string) bool {
 		return strings.HasPrefix(f, "-p") || strings.HasPrefix(f, "--pcap")
-	})
-	if !isPasst || capture {
+	}) {
 		return tmpl
 	}
 	return tmpl + " --pcap /dev/null"
+}
+
+// passtIndex is the index of passt's program among a command's fields
+// (after a wrapper such as taskset or numactl, if any), or -1: the first
+// field that names a program passt or passt.* (passt.avx2) and has
+// --vhost-user after it, as every passt serving the rig has; a path that
+// merely ends in passt, as an option's value, has not.
+func passtIndex(fs []string) int {
+	for i, f := range fs {
+		name := f[strings.LastIndexByte(f, '/')+1:]
+		if (name == "passt" || strings.HasPrefix(name, "passt.")) && slices.Contains(fs[i+1:], "--vhost-user") {
+			return i
+		}
+	}
+	return -1
 }
 
 func errString(err error) string {

@@ -12,7 +12,10 @@ func TestTestpmdPeer(t *testing.T) {
 		{"passt --vhost-user -f -s {socket} -p /tmp/x.pcap", "passt --vhost-user -f -s {socket} -p /tmp/x.pcap"},
 		{"taskset -c 1 /opt/passt/passt --vhost-user -f -s {socket}", "taskset -c 1 /opt/passt/passt --vhost-user -f -s {socket} --pcap /dev/null"},
 		{"passt --vhost-user -f -s {socket} -p/tmp/x.pcap", "passt --vhost-user -f -s {socket} -p/tmp/x.pcap"},
-		// Other back-ends run as given.
+		// A wrapper's own -p is not passt's capture.
+		{"numactl -p 0 /opt/passt/passt --vhost-user -f -s {socket}", "numactl -p 0 /opt/passt/passt --vhost-user -f -s {socket} --pcap /dev/null"},
+		// Other back-ends run as given, passt in an option's value too.
+		{"/opt/foo --socket {socket} --log-dir /var/log/passt", "/opt/foo --socket {socket} --log-dir /var/log/passt"},
 		{"/opt/passthrough-vu --socket {socket}", "/opt/passthrough-vu --socket {socket}"},
 		{"/usr/bin/vunet --socket {socket}", "/usr/bin/vunet --socket {socket}"},
 		{"/opt/mypasstlike --socket {socket}", "/opt/mypasstlike --socket {socket}"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	rig "vunet/test/rig/lib"
@@ -19,12 +20,21 @@ import (
 // says whether the back-end lost anything itself or only ran out of the
 // guest's buffers (vunet_queue_descriptor_waits_total, for vunet).
 
+// Two more places complete the split: the guest namespace's interfaces
+// (its TAP, when the sender outruns the front-end that reads it, and a
+// veth's queue in the kernel row) and the back-end's own drops
+// (vunet_udp_drops_total, for vunet: a host socket that refused a send,
+// a full flow table).
+
 // lossProbe is one reading of the counters a UDP row's loss is split by.
 type lossProbe struct {
-	hostFull, guestFull int64   // RcvbufErrors in the host and guest namespaces
-	hasHost, hasGuest   bool    // whether they could be read
+	hostFull, guestFull int64 // RcvbufErrors in the host and guest namespaces
+	hasHost, hasGuest   bool  // whether they could be read
+	guestIf             int64 // drops counted by the guest namespace's interfaces
+	hasGuestIf          bool
 	waits               float64 // the back-end's RX descriptor waits (vunet only)
-	hasWaits            bool
+	udpDrops            float64 // the back-end's own UDP drops (vunet only)
+	hasWaits            bool    // whether the vunet counters could be read
 }
 
 // probeLoss reads t's counters; one it cannot read is marked missing, and
@@ -36,9 +46,12 @@ func probeLoss(ctx context.Context, t *target) lossProbe {
 	p.hasHost = err == nil
 	p.guestFull, err = udpRcvbufErrors(t.guestNS)
 	p.hasGuest = err == nil
+	p.guestIf, err = interfaceDrops(t.guestNS)
+	p.hasGuestIf = err == nil
 	if t.rig != nil && !t.alone {
 		if m, err := t.rig.Metrics(ctx); err == nil && m.Has("vunet_queue_descriptor_waits_total") {
-			p.waits, p.hasWaits = m.Sum("vunet_queue_descriptor_waits_total"), true
+			// vunet_udp_drops_total has no series before a first drop.
+			p.waits, p.udpDrops, p.hasWaits = m.Sum("vunet_queue_descriptor_waits_total"), m.Sum("vunet_udp_drops_total"), true
 		}
 	}
 	return p
@@ -58,13 +71,68 @@ func lossNote(before, after lossProbe) string {
 	if len(parts) > 0 {
 		s = "receives dropped on full sockets: " + strings.Join(parts, ", ")
 	}
+	var more []string
+	if before.hasGuestIf && after.hasGuestIf {
+		more = append(more, fmt.Sprintf("frames dropped by the guest namespace's interfaces: %d", after.guestIf-before.guestIf))
+	}
 	if before.hasWaits && after.hasWaits {
+		more = append(more, fmt.Sprintf("dropped by the back-end: %d", int64(after.udpDrops-before.udpDrops)),
+			fmt.Sprintf("guest RX ring ran dry %d×", int64(after.waits-before.waits)))
+	}
+	for _, m := range more {
 		if s != "" {
 			s += "; "
 		}
-		s += fmt.Sprintf("guest RX ring ran dry %d×", int64(after.waits-before.waits))
+		s += m
 	}
 	return s
+}
+
+// interfaceDrops sums the receive and transmit drops of network namespace
+// ns's interfaces other than loopback (/proc/net/dev).
+func interfaceDrops(ns string) (int64, error) {
+	var dev []byte
+	err := inNetns(ns, func() (err error) {
+		dev, err = os.ReadFile("/proc/thread-self/net/dev")
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return devDrops(dev)
+}
+
+// devDrops sums the rx and tx drop columns of a /proc/net/dev table,
+// loopback left out.
+func devDrops(dev []byte) (int64, error) {
+	var sum int64
+	lines := strings.Split(strings.TrimSpace(string(dev)), "\n")
+	if len(lines) < 2 || !strings.Contains(lines[1], "drop") {
+		return 0, fmt.Errorf("/proc/net/dev: no header")
+	}
+	for _, line := range lines[2:] {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			return 0, fmt.Errorf("/proc/net/dev: bad line %q", line)
+		}
+		if strings.TrimSpace(name) == "lo" {
+			continue
+		}
+		// rx: bytes packets errs drop fifo frame compressed multicast;
+		// tx: bytes packets errs drop fifo colls carrier compressed.
+		fs := strings.Fields(rest)
+		if len(fs) < 16 {
+			return 0, fmt.Errorf("/proc/net/dev: %d columns for %s", len(fs), strings.TrimSpace(name))
+		}
+		for _, i := range []int{3, 11} {
+			n, err := strconv.ParseInt(fs[i], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/net/dev: %s: %w", strings.TrimSpace(name), err)
+			}
+			sum += n
+		}
+	}
+	return sum, nil
 }
 
 // udpRcvbufErrors reads the UDP RcvbufErrors of network namespace ns.

@@ -91,15 +91,22 @@ func lossNote(before, after lossProbe) string {
 // interfaceDrops sums the receive and transmit drops of network namespace
 // ns's interfaces other than loopback (/proc/net/dev).
 func interfaceDrops(ns string) (int64, error) {
-	var dev []byte
-	err := inNetns(ns, func() (err error) {
-		dev, err = os.ReadFile("/proc/thread-self/net/dev")
-		return err
-	})
+	dev, err := readNetFile(ns, "dev")
 	if err != nil {
 		return 0, err
 	}
 	return devDrops(dev)
+}
+
+// readNetFile reads /proc/net/<name> as network namespace ns sees it.
+func readNetFile(ns, name string) (b []byte, err error) {
+	err = inNetns(ns, func() (err error) {
+		// thread-self: /proc/self/net is the namespace of the process's
+		// main thread, not of this one.
+		b, err = os.ReadFile("/proc/thread-self/net/" + name)
+		return err
+	})
+	return b, err
 }
 
 // devDrops sums the rx and tx drop columns of a /proc/net/dev table,
@@ -137,13 +144,7 @@ func devDrops(dev []byte) (int64, error) {
 
 // udpRcvbufErrors reads the UDP RcvbufErrors of network namespace ns.
 func udpRcvbufErrors(ns string) (int64, error) {
-	var snmp []byte
-	err := inNetns(ns, func() (err error) {
-		// thread-self: /proc/self/net is the namespace of the process's
-		// main thread, not of this one.
-		snmp, err = os.ReadFile("/proc/thread-self/net/snmp")
-		return err
-	})
+	snmp, err := readNetFile(ns, "snmp")
 	if err != nil {
 		return 0, err
 	}

@@ -35,45 +35,16 @@ type rssSplit struct {
 // files, not shared memory or hugetlbfs pages.
 func (m rssSplit) ownKiB() int64 { return m.anonKiB + m.fileKiB }
 
-// readRSSSplit reads pid's RssAnon, RssFile, RssShmem and HugetlbPages in
-// one read of its status file, so that they describe one moment.
+// readRSSSplit reads pid's RssAnon, RssFile, RssShmem and HugetlbPages
+// (missing on kernels without hugetlbfs) in one read of its status file,
+// so that they describe one moment.
 func readRSSSplit(pid int) (rssSplit, error) {
-	path := fmt.Sprintf("/proc/%d/status", pid)
-	b, err := os.ReadFile(path)
+	v, err := rig.ProcFields(fmt.Sprintf("/proc/%d/status", pid), []string{"RssAnon", "RssFile", "RssShmem"}, []string{"HugetlbPages"})
 	if err != nil {
+		// A kernel thread, or a process that has exited, has no Rss lines.
 		return rssSplit{}, err
 	}
-	var m rssSplit
-	var seen [3]bool // RssAnon, RssFile, RssShmem; HugetlbPages is missing on kernels without hugetlbfs
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		var dst *int64
-		switch k {
-		case "RssAnon":
-			dst, seen[0] = &m.anonKiB, true
-		case "RssFile":
-			dst, seen[1] = &m.fileKiB, true
-		case "RssShmem":
-			dst, seen[2] = &m.shmemKiB, true
-		case "HugetlbPages":
-			dst = &m.hugeKiB
-		default:
-			continue
-		}
-		fs := strings.Fields(v)
-		if len(fs) == 0 {
-			return rssSplit{}, fmt.Errorf("%s: empty %s", path, k)
-		}
-		if *dst, err = strconv.ParseInt(fs[0], 10, 64); err != nil {
-			return rssSplit{}, fmt.Errorf("%s: %s: %w", path, k, err)
-		}
-	}
-	for i, k := range []string{"RssAnon", "RssFile", "RssShmem"} {
-		if !seen[i] {
-			return rssSplit{}, fmt.Errorf("%s: no %s (a kernel thread, or a process that has exited)", path, k)
-		}
-	}
-	return m, nil
+	return rssSplit{anonKiB: v[0], fileKiB: v[1], shmemKiB: v[2], hugeKiB: v[3]}, nil
 }
 
 // ownPeak follows a process's own memory (rssSplit.ownKiB) while a round

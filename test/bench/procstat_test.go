@@ -18,6 +18,18 @@ func rssSlackKiB() int64 {
 	return max(4<<10, n*max(32, 2*n)*int64(os.Getpagesize()>>10))
 }
 
+// rssTestStart gives a memory test its slack (KiB), the size of memory to
+// touch (bytes, well above the slack) and this process's split before.
+func rssTestStart(t *testing.T) (slackKiB int64, size int, before rssSplit) {
+	t.Helper()
+	slackKiB = rssSlackKiB()
+	before, err := readRSSSplit(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slackKiB, int(4 * slackKiB << 10), before
+}
+
 // mapTouched maps size bytes of fd (-1: anonymous memory) with flags,
 // writes one byte per page, and returns the mapping and the process's
 // memory split after the writes.
@@ -43,14 +55,7 @@ func mapTouched(t *testing.T, fd, size, flags int) ([]byte, rssSplit) {
 // own field and that only the anonymous memory counts as the process's
 // own: the bench's RSS-less-shared-memory row depends on both.
 func TestReadRSSSplit(t *testing.T) {
-	slack := rssSlackKiB()
-	size := int(4 * slack << 10)
-	pid := os.Getpid()
-
-	before, err := readRSSSplit(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	slack, size, before := rssTestStart(t)
 	fd, err := unix.MemfdCreate("rss-split-test", unix.MFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
@@ -84,13 +89,8 @@ func TestReadRSSSplit(t *testing.T) {
 // as the bench's row must hold what a back-end used mid-round and gave
 // back before the round's end.
 func TestOwnPeak(t *testing.T) {
-	slack := rssSlackKiB()
-	size := int(4 * slack << 10)
+	slack, size, base := rssTestStart(t)
 	pid := os.Getpid()
-	base, err := readRSSSplit(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := watchOwnRSS(pid)
 	t.Cleanup(func() { w.Stop() })
 	private, _ := mapTouched(t, -1, size, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)

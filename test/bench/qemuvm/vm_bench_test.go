@@ -289,11 +289,10 @@ func sampleCPU(b *testing.B, pid int) (first cpuReading, stop func() cpuReading)
 func contextSwitches(pid int) (vol, invol int64) {
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
 	for _, t := range tasks {
-		v, err1 := rig.ProcField(t, "voluntary_ctxt_switches")
-		iv, err2 := rig.ProcField(t, "nonvoluntary_ctxt_switches")
-		if err1 == nil && err2 == nil { // a thread that exited meanwhile counts for neither
-			vol += v
-			invol += iv
+		v, err := rig.ProcFields(t, []string{"voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"}, nil)
+		if err == nil { // a thread that exited meanwhile counts for neither
+			vol += v[0]
+			invol += v[1]
 		}
 	}
 	return vol, invol

@@ -1,9 +1,9 @@
 package rig
 
 import (
-	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -11,24 +11,47 @@ import (
 // ProcField reads the number of a "key: number [unit]" line of a /proc
 // file such as /proc/meminfo or /proc/<pid>/status.
 func ProcField(path, key string) (int64, error) {
-	f, err := os.Open(path)
+	v, err := ProcFields(path, []string{key}, nil)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || k != key {
+	return v[0], nil
+}
+
+// ProcFields reads the numbers of several "key: number [unit]" lines of a
+// /proc file in one read, so that they describe one moment: the values of
+// keys, then of optional, in that order. A key the file lacks is an
+// error; an optional one reads as 0 (a field of a kernel feature that is
+// not built in, such as HugetlbPages).
+func ProcFields(path string, keys, optional []string) ([]int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	all := append(slices.Clip(keys), optional...)
+	vals := make([]int64, len(all))
+	seen := make([]bool, len(all))
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		i := slices.Index(all, k)
+		if !ok || i < 0 || seen[i] {
 			continue
 		}
 		fs := strings.Fields(v)
 		if len(fs) == 0 {
-			break
+			return nil, fmt.Errorf("%s: %s has no number", path, k)
 		}
-		return strconv.ParseInt(fs[0], 10, 64)
+		if vals[i], err = strconv.ParseInt(fs[0], 10, 64); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, k, err)
+		}
+		seen[i] = true
 	}
-	return 0, fmt.Errorf("%s: no %s", path, key)
+	for i, k := range keys {
+		if !seen[i] {
+			return nil, fmt.Errorf("%s: no %s", path, k)
+		}
+	}
+	return vals, nil
 }
 
 // ProcCPU is the user and system CPU time, in seconds, that process pid

@@ -2,6 +2,8 @@ package rig
 
 import (
 	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -24,5 +26,31 @@ func TestProcCPU(t *testing.T) {
 	}
 	if _, _, err := ProcCPU(-1); err == nil {
 		t.Fatal("no error for pid -1")
+	}
+}
+
+// ProcFields gives keys then optional keys in the order asked, whatever
+// the file's order; a missing optional key reads 0, a missing key or one
+// without a number is an error; ProcField is its one-key case.
+func TestProcFields(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "status")
+	text := "Name:\tvunet\nRssFile:\t   12504 kB\nRssAnon:\t   19236 kB\nThreads:\t7\nRssShmem:\t   32816 kB\nBroken:\t\n"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v, err := ProcFields(path, []string{"RssAnon", "RssFile", "RssShmem"}, []string{"HugetlbPages", "Threads"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{19236, 12504, 32816, 0, 7}; !slices.Equal(v, want) {
+		t.Errorf("ProcFields = %v, want %v", v, want)
+	}
+	if n, err := ProcField(path, "Threads"); err != nil || n != 7 {
+		t.Errorf("ProcField Threads = %d, %v; want 7", n, err)
+	}
+	for _, keys := range [][]string{{"RssAnon", "HugetlbPages"}, {"Broken"}, {"Name"}} {
+		if v, err := ProcFields(path, keys, nil); err == nil {
+			t.Errorf("ProcFields %v = %v, want an error", keys, v)
+		}
 	}
 }
